@@ -1,0 +1,188 @@
+//! The item layout in the circular log: a variable-length header that spends bytes only on the
+//! fields an item actually uses, then the key, then the value. Items are byte-aligned; no
+//! padding is ever added.
+//!
+//! ```text
+//!  byte 0   control   7   5 4   3   2   1  0
+//!                     +-----+---+---+---+-----+
+//!                     | 101 | C | E | F | L-1 |   L = bytes of the value length (1..=4)
+//!                     +-----+---+---+---+-----+   F/E/C: flags / expiry / CAS field present
+//!  byte 1   key length (1..=250)
+//!  L bytes  value length, little endian
+//!  [4 bytes flags]    when F: memcached's client flags (absent = 0)
+//!  [4 bytes expiry]   when E: absolute Unix seconds (absent = never expires)
+//!  [8 bytes cas]      when C: explicit CAS (absent = derived from the item's log position)
+//!  key bytes, value bytes
+//! ```
+//!
+//! A fresh item's CAS is its log position plus one, which is unique and increasing, so it costs
+//! no bytes. An item copied forward by the LRU re-append keeps its CAS in the explicit field.
+//! The three-bit marker catches a read from a wrong offset before it can return garbage.
+
+/// The header of an item as stored in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ItemHeader {
+    pub(crate) key_len: usize,
+    pub(crate) value_len: usize,
+    pub(crate) flags: u32,
+    /// Absolute Unix seconds; 0 = never.
+    pub(crate) expiry: u32,
+    /// Explicit CAS, or None when the CAS is the item's position plus one.
+    pub(crate) cas: Option<u64>,
+}
+
+const MARKER: u8 = 0b101 << 5;
+const MARKER_MASK: u8 = 0b111 << 5;
+const HAS_FLAGS: u8 = 1 << 2;
+const HAS_EXPIRY: u8 = 1 << 3;
+const HAS_CAS: u8 = 1 << 4;
+
+/// Largest header: control, key length, 4-byte value length, flags, expiry, CAS.
+pub const MAX_HEADER_BYTES: usize = 2 + 4 + 4 + 4 + 8;
+/// Smallest header: control, key length, 1-byte value length.
+pub const MIN_HEADER_BYTES: usize = 3;
+/// Longest value the 4-byte length field can describe.
+pub(crate) const MAX_ENCODABLE_VALUE: usize = u32::MAX as usize;
+
+impl ItemHeader {
+    fn value_len_bytes(&self) -> usize {
+        match self.value_len {
+            0..=0xFF => 1,
+            0x100..=0xFFFF => 2,
+            0x1_0000..=0xFF_FFFF => 3,
+            _ => 4,
+        }
+    }
+
+    /// Bytes of the encoded header.
+    pub(crate) fn header_len(&self) -> usize {
+        2 + self.value_len_bytes()
+            + if self.flags != 0 { 4 } else { 0 }
+            + if self.expiry != 0 { 4 } else { 0 }
+            + if self.cas.is_some() { 8 } else { 0 }
+    }
+
+    /// Bytes of the whole item: header, key and value.
+    pub(crate) fn total_len(&self) -> usize {
+        self.header_len() + self.key_len + self.value_len
+    }
+
+    /// Offset of the expiry field within the header, if present.
+    pub(crate) fn expiry_field(&self) -> Option<usize> {
+        (self.expiry != 0)
+            .then(|| 2 + self.value_len_bytes() + if self.flags != 0 { 4 } else { 0 })
+    }
+
+    /// Writes the header into the front of `out`; returns its length.
+    pub(crate) fn encode(&self, out: &mut [u8]) -> usize {
+        assert!((1..=u8::MAX as usize).contains(&self.key_len));
+        assert!(self.value_len <= MAX_ENCODABLE_VALUE);
+        let value_len_bytes = self.value_len_bytes();
+        let mut control = MARKER | (value_len_bytes as u8 - 1);
+        let mut at = 2;
+        let value_len = (self.value_len as u32).to_le_bytes();
+        out[at..at + value_len_bytes].copy_from_slice(&value_len[..value_len_bytes]);
+        at += value_len_bytes;
+        if self.flags != 0 {
+            control |= HAS_FLAGS;
+            out[at..at + 4].copy_from_slice(&self.flags.to_le_bytes());
+            at += 4;
+        }
+        if self.expiry != 0 {
+            control |= HAS_EXPIRY;
+            out[at..at + 4].copy_from_slice(&self.expiry.to_le_bytes());
+            at += 4;
+        }
+        if let Some(cas) = self.cas {
+            control |= HAS_CAS;
+            out[at..at + 8].copy_from_slice(&cas.to_le_bytes());
+            at += 8;
+        }
+        out[0] = control;
+        out[1] = self.key_len as u8;
+        debug_assert_eq!(at, self.header_len());
+        at
+    }
+
+    /// Reads a header from the front of `bytes`, which must start at an item written by
+    /// `encode` (asserted through the marker bits).
+    #[inline]
+    pub(crate) fn decode(bytes: &[u8]) -> ItemHeader {
+        let control = bytes[0];
+        assert_eq!(control & MARKER_MASK, MARKER, "index points outside an item");
+        let key_len = usize::from(bytes[1]);
+        let value_len_bytes = usize::from(control & 0b11) + 1;
+        let mut at = 2;
+        let mut value_len = [0u8; 4];
+        value_len[..value_len_bytes].copy_from_slice(&bytes[at..at + value_len_bytes]);
+        at += value_len_bytes;
+        let mut header = ItemHeader {
+            key_len,
+            value_len: u32::from_le_bytes(value_len) as usize,
+            flags: 0,
+            expiry: 0,
+            cas: None,
+        };
+        if control & HAS_FLAGS != 0 {
+            header.flags = read_u32(bytes, at);
+            at += 4;
+        }
+        if control & HAS_EXPIRY != 0 {
+            header.expiry = read_u32(bytes, at);
+            at += 4;
+        }
+        if control & HAS_CAS != 0 {
+            header.cas = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
+        }
+        header
+    }
+}
+
+#[inline]
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+/// Bytes an item with these sizes takes in the log (no flags, no expiry, implicit CAS).
+pub fn item_log_bytes(key_len: usize, value_len: usize) -> usize {
+    ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None }.total_len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(h: ItemHeader) {
+        let mut buf = [0u8; MAX_HEADER_BYTES];
+        let n = h.encode(&mut buf);
+        assert_eq!(n, h.header_len());
+        assert_eq!(ItemHeader::decode(&buf), h);
+        if let Some(at) = h.expiry_field() {
+            assert_eq!(read_u32(&buf, at), h.expiry);
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_at_every_size_class() {
+        for value_len in [0, 1, 255, 256, 65_535, 65_536, 0xFF_FFFF, 0x100_0000, 1 << 30] {
+            for (flags, expiry, cas) in [(0, 0, None), (7, 0, None), (0, 99, Some(5)), (1, 2, Some(u64::MAX))] {
+                round_trip(ItemHeader { key_len: 250, value_len, flags, expiry, cas });
+            }
+        }
+    }
+
+    #[test]
+    fn small_items_have_three_byte_headers() {
+        assert_eq!(item_log_bytes(8, 8), 19);
+        assert_eq!(item_log_bytes(16, 32), 51);
+        assert_eq!(item_log_bytes(10, 300), 2 + 2 + 10 + 300);
+        let full = ItemHeader { key_len: 1, value_len: 1 << 24, flags: 1, expiry: 1, cas: Some(1) };
+        assert_eq!(full.header_len(), MAX_HEADER_BYTES);
+    }
+
+    #[test]
+    #[should_panic(expected = "index points outside an item")]
+    fn garbage_is_refused() {
+        ItemHeader::decode(&[0u8; 32]);
+    }
+}

@@ -1,0 +1,31 @@
+//! tierkv-engine: the storage engine. A `Partition` is MICA's cache-mode store: a circular log
+//! with implicit FIFO eviction and a lossy set-associative index, owned by one thread, allocated
+//! once at creation, serving memcached's data operations one at a time or in prefetching batches.
+//!
+//! It must never do network I/O, parse protocol bytes, spawn threads, take locks, read the clock
+//! per operation, or allocate after a partition is created.
+
+mod batch;
+mod hash;
+mod index;
+mod item;
+mod log;
+mod numeric;
+mod partition;
+mod region;
+mod time;
+
+#[cfg(test)]
+mod partition_tests;
+
+pub use batch::{SetRequest, BATCH_CHUNK, PREFETCH_DISTANCE};
+pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
+pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
+pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
+pub use numeric::{apply_delta, parse_counter, CounterValue};
+pub use partition::{
+    check_key, ArithInitial, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, EngineStats, Item,
+    MemoryOverhead, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest, DEFAULT_EXPECTED_ITEM_BYTES,
+    DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,
+};
+pub use time::{expiry_from_exptime, unix_now, RELATIVE_EXPTIME_MAX};

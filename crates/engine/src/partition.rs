@@ -1,0 +1,799 @@
+//! A cache-mode partition (MICA): one circular log plus one lossy index, owned by one thread,
+//! sized once at creation and never grown.
+
+use crate::hash::KeyHash;
+use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
+use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
+use crate::log::Log;
+use crate::numeric::{apply_delta, parse_counter, CounterValue};
+use crate::region::Region;
+use crate::time::{expiry_from_exptime, is_expired, unix_now};
+use std::fmt;
+
+/// Longest key memcached accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 250;
+/// Default largest item (header + key + value), as memcached's `-I 1m`.
+pub const DEFAULT_MAX_ITEM_BYTES: usize = 1 << 20;
+/// Largest `max_item_bytes` a partition accepts (memcached's own ceiling for `-I`).
+pub const MAX_ITEM_BYTES_CEILING: usize = 1 << 30;
+/// Smallest `max_item_bytes`: room for a 250-byte key and a small value.
+pub const MIN_ITEM_BYTES: usize = 512;
+/// Item sizes (key + value) the automatic index sizing assumes when the caller gives none.
+pub const DEFAULT_EXPECTED_ITEM_BYTES: usize = 128;
+/// Log positions are kept in 48 bits; a full sweep of the index runs every 2^46 bytes written,
+/// so the ring must stay below that.
+const SWEEP_PERIOD_BYTES: u64 = 1 << 46;
+
+/// How a partition is sized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionConfig {
+    /// Everything the partition may allocate: index, log and scratch space.
+    pub memory_bytes: usize,
+    /// Index buckets (a power of two, at least 2); None sizes the index from
+    /// `expected_item_bytes` so it has about two slots per item the log can hold.
+    pub index_buckets: Option<usize>,
+    /// Largest item (header + key + value) accepted.
+    pub max_item_bytes: usize,
+    /// Typical key + value size, used only when `index_buckets` is None.
+    pub expected_item_bytes: usize,
+}
+
+impl PartitionConfig {
+    /// A configuration with `memory_bytes` of budget and every other setting at its default.
+    pub fn new(memory_bytes: usize) -> PartitionConfig {
+        PartitionConfig {
+            memory_bytes,
+            index_buckets: None,
+            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            expected_item_bytes: DEFAULT_EXPECTED_ITEM_BYTES,
+        }
+    }
+
+    /// The bucket count the partition will use.
+    pub fn buckets(&self) -> usize {
+        self.index_buckets.unwrap_or_else(|| {
+            // Each item costs its log bytes plus about 16 bytes of index at two slots per item.
+            let per_item = self.expected_item_bytes.max(1) + crate::item::MIN_HEADER_BYTES + 16;
+            let wanted = (self.memory_bytes / per_item / (ENTRIES_PER_BUCKET / 2)).max(2);
+            let up = wanted.next_power_of_two();
+            // Round to the nearer power of two on a log scale.
+            if up > 2 && up as f64 / wanted as f64 > std::f64::consts::SQRT_2 {
+                up / 2
+            } else {
+                up
+            }
+        })
+    }
+}
+
+/// Why a partition could not be created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `index_buckets` is not a power of two of at least 2.
+    BadBucketCount(usize),
+    /// `max_item_bytes` is outside MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING.
+    MaxItemOutOfRange(usize),
+    /// The budget leaves a log smaller than two maximum-size items.
+    TooSmall { memory_bytes: usize, needed_bytes: usize },
+    /// The log would exceed what 48-bit positions can track.
+    TooLarge(usize),
+    /// The operating system refused the memory.
+    OutOfMemory(usize),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::BadBucketCount(n) => write!(f, "index bucket count {n} is not a power of two >= 2"),
+            ConfigError::MaxItemOutOfRange(n) => write!(
+                f,
+                "maximum item size {n} is outside {MIN_ITEM_BYTES}..={MAX_ITEM_BYTES_CEILING} bytes"
+            ),
+            ConfigError::TooSmall { memory_bytes, needed_bytes } => write!(
+                f,
+                "memory budget of {memory_bytes} bytes is too small: the index, scratch space and a log of two \
+                 maximum-size items need {needed_bytes} bytes"
+            ),
+            ConfigError::TooLarge(n) => write!(f, "a log of {n} bytes is larger than one partition supports"),
+            ConfigError::OutOfMemory(n) => write!(f, "the operating system refused {n} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Why an operation was refused; the partition is unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineError {
+    /// The key is empty.
+    EmptyKey,
+    /// The key is longer than MAX_KEY_BYTES.
+    KeyTooLong { len: usize },
+    /// Header + key + value would exceed the maximum item size.
+    ItemTooLarge { bytes: usize, max_bytes: usize },
+    /// incr/decr on a value that is not a decimal number.
+    NonNumeric,
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::EmptyKey => write!(f, "key is empty"),
+            EngineError::KeyTooLong { len } => write!(f, "key of {len} bytes exceeds {MAX_KEY_BYTES}"),
+            EngineError::ItemTooLarge { bytes, max_bytes } => {
+                write!(f, "item of {bytes} bytes exceeds the maximum of {max_bytes}")
+            }
+            EngineError::NonNumeric => write!(f, "cannot increment or decrement non-numeric value"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+/// A stored item as a GET sees it; the value borrows the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    /// The value bytes.
+    pub value: &'a [u8],
+    /// memcached's client flags.
+    pub flags: u32,
+    /// The CAS unique.
+    pub cas: u64,
+    /// Absolute Unix expiry in seconds, 0 = never.
+    pub expiry: u32,
+}
+
+/// Which memcached storage command a store performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Store unconditionally.
+    Set,
+    /// Store only if the key is absent.
+    Add,
+    /// Store only if the key is present.
+    Replace,
+    /// Add the data after the existing value (flags and expiry stay as they were).
+    Append,
+    /// Add the data before the existing value (flags and expiry stay as they were).
+    Prepend,
+    /// Store only if the key is present with exactly this CAS (memcached's `cas`).
+    Cas,
+}
+
+/// One storage request.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreRequest<'a> {
+    pub mode: StoreMode,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u32,
+    /// memcached exptime (see `time`); ignored by Append and Prepend.
+    pub exptime: i64,
+    /// For Cas: the CAS the item must have. For Append/Prepend: 0, or a CAS the item must have.
+    /// Ignored otherwise.
+    pub cas: u64,
+}
+
+/// What a store did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Stored; the item's new CAS.
+    Stored { cas: u64 },
+    /// add on a present key, or replace/append/prepend on an absent one.
+    NotStored,
+    /// The item's CAS differs from the request's.
+    Exists,
+    /// cas on an absent key.
+    NotFound,
+}
+
+/// What a delete did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotFound,
+    /// The item's CAS differs from the request's.
+    Exists,
+}
+
+/// An incr or decr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArithRequest {
+    pub delta: u64,
+    pub decrement: bool,
+    /// 0, or the CAS the item must have.
+    pub cas: u64,
+    /// Create the item with this value when it is absent (binary protocol / meta `N`).
+    pub initial: Option<ArithInitial>,
+}
+
+/// The item an incr/decr creates on a miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArithInitial {
+    pub value: u64,
+    pub flags: u32,
+    pub exptime: i64,
+}
+
+/// What an incr or decr did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArithOutcome {
+    /// The counter's new value and the item's new CAS.
+    Value { value: u64, cas: u64 },
+    NotFound,
+    /// The item's CAS differs from the request's.
+    Exists,
+}
+
+/// Counters of the engine's own work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Items copied to the tail because they were read close to eviction.
+    pub reappends: u64,
+    /// Live index entries dropped because their bucket pair was full.
+    pub index_evictions: u64,
+    /// Bytes consumed in the log so far.
+    pub log_bytes_written: u64,
+}
+
+/// The DRAM an item costs beyond its key and value when the partition is full of such items.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryOverhead {
+    /// Items of this size the partition holds when full.
+    pub items: usize,
+    /// Header bytes per item in the log (items are never padded).
+    pub header_bytes: usize,
+    /// Index bytes per item.
+    pub index_bytes_per_item: f64,
+    /// Every allocated byte that is not key or value, per item (index, headers, spare log,
+    /// scratch).
+    pub total_bytes_per_item: f64,
+}
+
+/// An item found in the index.
+#[derive(Clone, Copy, Debug)]
+struct Found {
+    slot: Slot,
+    position: u64,
+    ring_index: usize,
+    header: ItemHeader,
+}
+
+impl Found {
+    fn cas(&self) -> u64 {
+        self.header.cas.unwrap_or(self.position + 1)
+    }
+
+    fn payload_start(&self) -> usize {
+        self.ring_index + self.header.header_len()
+    }
+}
+
+/// One partition: index + circular log, owned by a single thread.
+pub struct Partition {
+    index: Index,
+    log: Log,
+    /// Holds a value while it is rewritten into the log region it came from.
+    scratch: Region,
+    max_item_bytes: usize,
+    /// Items older than this (bytes behind the tail) are copied forward when read.
+    reappend_age: u64,
+    now: u32,
+    pending_flush_at: Option<u32>,
+    sweep_cursor: usize,
+    sweep_next_at: u64,
+    sweep_stride: u64,
+    stats: EngineStats,
+}
+
+/// Checks a key against memcached's length limits (any byte values are allowed).
+#[inline]
+pub fn check_key(key: &[u8]) -> Result<(), EngineError> {
+    match key.len() {
+        0 => Err(EngineError::EmptyKey),
+        1..=MAX_KEY_BYTES => Ok(()),
+        len => Err(EngineError::KeyTooLong { len }),
+    }
+}
+
+impl Partition {
+    /// Allocates a partition; after this it never allocates again.
+    pub fn new(config: &PartitionConfig) -> Result<Partition, ConfigError> {
+        let buckets = config.buckets();
+        if !buckets.is_power_of_two() || buckets < 2 {
+            return Err(ConfigError::BadBucketCount(buckets));
+        }
+        if !(MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
+            return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
+        }
+        let index_bytes = buckets * std::mem::size_of::<crate::index::Bucket>();
+        let fixed_bytes = index_bytes + config.max_item_bytes;
+        let needed_bytes = fixed_bytes + 2 * config.max_item_bytes;
+        if config.memory_bytes < needed_bytes {
+            return Err(ConfigError::TooSmall { memory_bytes: config.memory_bytes, needed_bytes });
+        }
+        let log_bytes = config.memory_bytes - fixed_bytes;
+        if log_bytes as u64 >= SWEEP_PERIOD_BYTES {
+            return Err(ConfigError::TooLarge(log_bytes));
+        }
+        let index = Index::new(buckets).ok_or(ConfigError::OutOfMemory(index_bytes))?;
+        let log = Log::new(log_bytes).ok_or(ConfigError::OutOfMemory(log_bytes))?;
+        let scratch = Region::new(config.max_item_bytes).ok_or(ConfigError::OutOfMemory(config.max_item_bytes))?;
+        let capacity = log.capacity();
+        let sweep_stride = (SWEEP_PERIOD_BYTES / buckets as u64).max(1);
+        Ok(Partition {
+            index,
+            log,
+            scratch,
+            max_item_bytes: config.max_item_bytes,
+            reappend_age: capacity - capacity / 8,
+            now: unix_now(),
+            pending_flush_at: None,
+            sweep_cursor: 0,
+            sweep_next_at: sweep_stride,
+            sweep_stride,
+            stats: EngineStats::default(),
+        })
+    }
+
+    /// Sets the partition's clock (Unix seconds); the owner calls this once per batch or loop
+    /// turn. A delayed flush_all takes effect here.
+    pub fn set_clock(&mut self, now: u32) {
+        self.now = now;
+        if let Some(at) = self.pending_flush_at {
+            if now >= at {
+                self.log.flush();
+                self.pending_flush_at = None;
+            }
+        }
+    }
+
+    /// The partition's current time.
+    pub fn now(&self) -> u32 {
+        self.now
+    }
+
+    /// The largest item (header + key + value) accepted.
+    pub fn max_item_bytes(&self) -> usize {
+        self.max_item_bytes
+    }
+
+    /// Counters of the engine's own work.
+    pub fn stats(&self) -> EngineStats {
+        EngineStats { log_bytes_written: self.log.tail(), ..self.stats }
+    }
+
+    /// Bytes allocated at creation: index + log + scratch. Never changes.
+    pub fn allocated_bytes(&self) -> usize {
+        self.index.bytes() + self.log.capacity() as usize + self.scratch.len()
+    }
+
+    /// Bytes of the index.
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
+    }
+
+    /// Bytes of the circular log.
+    pub fn log_bytes(&self) -> usize {
+        self.log.capacity() as usize
+    }
+
+    /// Index entries that point at intact, unflushed items (expired ones included until a
+    /// read notices). Walks the whole index: for reports, not for the request path.
+    pub fn resident_items(&self) -> usize {
+        let max_age = self.log.max_age();
+        self.index
+            .all_slots()
+            .map(|slot| self.index.get(slot))
+            .filter(|&entry| entry != 0 && self.log.age_of(entry_offset(entry)) <= max_age)
+            .count()
+    }
+
+    /// What an item of these sizes costs beyond its key and value when the partition is full
+    /// of such items, from the partition's own allocation sizes.
+    pub fn memory_overhead(&self, key_len: usize, value_len: usize) -> MemoryOverhead {
+        let item_bytes = crate::item::item_log_bytes(key_len, value_len);
+        let slots = self.index.buckets() * ENTRIES_PER_BUCKET;
+        let items = (self.log_bytes() / item_bytes).min(slots).max(1);
+        let payload = items * (key_len + value_len);
+        MemoryOverhead {
+            items,
+            header_bytes: item_bytes - key_len - value_len,
+            index_bytes_per_item: self.index_bytes() as f64 / items as f64,
+            total_bytes_per_item: (self.allocated_bytes() - payload) as f64 / items as f64,
+        }
+    }
+
+    // ----- lookups -----
+
+    /// Finds the item for `key` if its index entry is present and its bytes are intact.
+    #[inline]
+    fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let tag = hash.tag();
+        let max_age = self.log.max_age();
+        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
+                if entry_tag(entry) != tag {
+                    continue;
+                }
+                // Tags are unique within a pair, so this is the only candidate.
+                let age = self.log.age_of(entry_offset(entry));
+                if age > max_age {
+                    return None;
+                }
+                let position = self.log.tail() - age;
+                let ring_index = self.log.ring_index(position);
+                let bytes = self.log.bytes_from(ring_index);
+                let header = ItemHeader::decode(bytes);
+                let key_start = header.header_len();
+                if header.key_len != key.len() || &bytes[key_start..key_start + key.len()] != key {
+                    return None;
+                }
+                return Some(Found { slot: Slot { bucket, entry: entry_no }, position, ring_index, header });
+            }
+        }
+        None
+    }
+
+    /// `find`, treating an expired item as absent (and dropping its entry).
+    #[inline]
+    fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let found = self.find(key, hash)?;
+        if is_expired(found.header.expiry, self.now) {
+            self.index.set(found.slot, 0);
+            return None;
+        }
+        Some(found)
+    }
+
+    fn item_at(&self, found: &Found) -> Item<'_> {
+        let start = found.payload_start() + found.header.key_len;
+        Item {
+            value: &self.log.bytes_from(start)[..found.header.value_len],
+            flags: found.header.flags,
+            cas: found.cas(),
+            expiry: found.header.expiry,
+        }
+    }
+
+    fn value_of(&self, found: &Found) -> &[u8] {
+        self.item_at(found).value
+    }
+
+    // ----- writes -----
+
+    fn check_size(&self, header: &ItemHeader) -> Result<(), EngineError> {
+        let bytes = header.total_len();
+        if bytes > self.max_item_bytes || header.value_len > MAX_ENCODABLE_VALUE {
+            return Err(EngineError::ItemTooLarge { bytes, max_bytes: self.max_item_bytes });
+        }
+        Ok(())
+    }
+
+    /// Claims log space for an item and writes its header and key; returns (position, ring
+    /// index of the value).
+    fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
+        debug_assert_eq!(header.key_len, key.len());
+        let (position, ring_index) = self.log.reserve(header.total_len());
+        let out = self.log.bytes_from_mut(ring_index);
+        let key_start = header.encode(out);
+        out[key_start..key_start + key.len()].copy_from_slice(key);
+        self.sweep_to_tail();
+        (position, ring_index + key_start + key.len())
+    }
+
+    /// Writes an item whose value is `parts` concatenated and points the index at it.
+    fn write_item(&mut self, hash: KeyHash, header: &ItemHeader, key: &[u8], parts: [&[u8]; 2]) -> u64 {
+        debug_assert_eq!(header.value_len, parts[0].len() + parts[1].len());
+        let (position, value_start) = self.start_item(header, key);
+        let out = self.log.bytes_from_mut(value_start);
+        out[..parts[0].len()].copy_from_slice(parts[0]);
+        out[parts[0].len()..header.value_len].copy_from_slice(parts[1]);
+        self.install(hash, position);
+        header.cas.unwrap_or(position + 1)
+    }
+
+    /// Like `write_item` for a value that is `first` followed by (or, with `old_first`,
+    /// preceded by) the value of `found`, which lives in the log itself. The old value goes
+    /// through scratch space because the new item may overwrite it.
+    fn write_combined(&mut self, hash: KeyHash, header: &ItemHeader, key: &[u8], found: &Found, data: &[u8], old_first: bool) -> u64 {
+        let old_len = found.header.value_len;
+        let old_start = found.payload_start() + found.header.key_len;
+        let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
+        scratch[..old_len].copy_from_slice(&log.bytes_from(old_start)[..old_len]);
+        let (position, value_start) = self.start_item(header, key);
+        let old = &self.scratch.bytes()[..old_len];
+        let out = self.log.bytes_from_mut(value_start);
+        let (first, second) = if old_first { (old, data) } else { (data, old) };
+        out[..first.len()].copy_from_slice(first);
+        out[first.len()..header.value_len].copy_from_slice(second);
+        self.install(hash, position);
+        header.cas.unwrap_or(position + 1)
+    }
+
+    /// Points the index at the item just written at `position`, keeping tags unique per pair:
+    /// the entry with the same tag is replaced, else a free or stale slot (home bucket first)
+    /// is used, else the entry of the oldest item in the pair is dropped.
+    fn install(&mut self, hash: KeyHash, position: u64) {
+        let tag = hash.tag();
+        let max_age = self.log.max_age();
+        let mut free: Option<Slot> = None;
+        let mut oldest: Option<(Slot, u64)> = None;
+        let mut target: Option<Slot> = None;
+        'scan: for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
+                let slot = Slot { bucket, entry: entry_no };
+                if entry_tag(entry) == tag {
+                    target = Some(slot);
+                    break 'scan;
+                }
+                let age = self.log.age_of(entry_offset(entry));
+                if entry == 0 || age > max_age {
+                    free = free.or(Some(slot));
+                } else if oldest.is_none_or(|(_, oldest_age)| age > oldest_age) {
+                    oldest = Some((slot, age));
+                }
+            }
+        }
+        let slot = match target.or(free) {
+            Some(slot) => slot,
+            None => {
+                self.stats.index_evictions += 1;
+                oldest.expect("a full pair has an oldest entry").0
+            }
+        };
+        self.index.set(slot, make_entry(tag, position));
+    }
+
+    /// Copies `found` to the tail with `header` (which must keep its key and value lengths
+    /// and carry its CAS explicitly) and repoints its index entry. With `only_if_cheap`, gives
+    /// up (returning `found`) when the copy would overwrite the original.
+    fn rewrite(&mut self, found: &Found, header: &ItemHeader, only_if_cheap: bool) -> Found {
+        debug_assert_eq!((header.key_len, header.value_len), (found.header.key_len, found.header.value_len));
+        debug_assert!(header.cas.is_some());
+        let size = header.total_len();
+        let payload_len = found.header.key_len + found.header.value_len;
+        let old_start = found.payload_start();
+        let survives = self.log.survives_append(found.position, size);
+        if !survives {
+            if only_if_cheap {
+                return *found;
+            }
+            let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
+            scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
+        }
+        let (position, ring_index) = self.log.reserve(size);
+        let header_len = header.encode(self.log.bytes_from_mut(ring_index));
+        let new_start = ring_index + header_len;
+        if survives {
+            self.log.ring_mut().copy_within(old_start..old_start + payload_len, new_start);
+        } else {
+            let payload = &self.scratch.bytes()[..payload_len];
+            self.log.bytes_from_mut(new_start)[..payload_len].copy_from_slice(payload);
+        }
+        let tag = entry_tag(self.index.get(found.slot));
+        self.index.set(found.slot, make_entry(tag, position));
+        self.sweep_to_tail();
+        Found { slot: found.slot, position, ring_index, header: *header }
+    }
+
+    /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
+    /// so every bucket is swept at least once per 2^46 bytes and no stale 48-bit offset can
+    /// live long enough to wrap around and look valid again.
+    fn sweep_to_tail(&mut self) {
+        while self.log.tail() >= self.sweep_next_at {
+            let max_age = self.log.max_age();
+            let bucket = self.sweep_cursor;
+            for entry_no in 0..ENTRIES_PER_BUCKET {
+                let slot = Slot { bucket, entry: entry_no };
+                let entry = self.index.get(slot);
+                if entry != 0 && self.log.age_of(entry_offset(entry)) > max_age {
+                    self.index.set(slot, 0);
+                }
+            }
+            self.sweep_cursor = (bucket + 1) & (self.index.buckets() - 1);
+            self.sweep_next_at += self.sweep_stride;
+        }
+    }
+
+    // ----- the memcached operations -----
+
+    /// get / gets: the item for `key`, if present. An item read while close to eviction is
+    /// copied to the tail first (MICA's LRU approximation); its CAS does not change.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
+        check_key(key)?;
+        Ok(self.get_hashed(key, KeyHash::of(key)))
+    }
+
+    #[inline]
+    pub(crate) fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
+        let mut found = self.find_live(key, hash)?;
+        if self.log.tail() - found.position > self.reappend_age {
+            let header = ItemHeader { cas: Some(found.cas()), ..found.header };
+            found = self.rewrite(&found, &header, true);
+            self.stats.reappends += 1;
+        }
+        Some(self.item_at(&found))
+    }
+
+    /// set: stores unconditionally; returns the new CAS.
+    pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
+        check_key(key)?;
+        self.set_hashed(key, KeyHash::of(key), value, flags, exptime)
+    }
+
+    #[inline]
+    pub(crate) fn set_hashed(&mut self, key: &[u8], hash: KeyHash, value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
+        let expiry = expiry_from_exptime(exptime, self.now);
+        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None };
+        self.check_size(&header)?;
+        Ok(self.write_item(hash, &header, key, [value, &[]]))
+    }
+
+    /// set, add, replace, append, prepend and cas with memcached's semantics.
+    pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+        check_key(request.key)?;
+        let hash = KeyHash::of(request.key);
+        if request.mode == StoreMode::Set {
+            let cas = self.set_hashed(request.key, hash, request.value, request.flags, request.exptime)?;
+            return Ok(StoreOutcome::Stored { cas });
+        }
+        let found = self.find_live(request.key, hash);
+        match (request.mode, found) {
+            (StoreMode::Add, Some(_)) => Ok(StoreOutcome::NotStored),
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => Ok(StoreOutcome::NotStored),
+            (StoreMode::Cas, None) => Ok(StoreOutcome::NotFound),
+            (StoreMode::Cas, Some(found)) if found.cas() != request.cas => Ok(StoreOutcome::Exists),
+            (StoreMode::Append | StoreMode::Prepend, Some(found)) if request.cas != 0 && found.cas() != request.cas => {
+                Ok(StoreOutcome::Exists)
+            }
+            (StoreMode::Append | StoreMode::Prepend, Some(found)) => {
+                let header = ItemHeader { value_len: found.header.value_len + request.value.len(), cas: None, ..found.header };
+                self.check_size(&header)?;
+                let old_first = request.mode == StoreMode::Append;
+                let cas = self.write_combined(hash, &header, request.key, &found, request.value, old_first);
+                Ok(StoreOutcome::Stored { cas })
+            }
+            _ => {
+                let cas = self.set_hashed(request.key, hash, request.value, request.flags, request.exptime)?;
+                Ok(StoreOutcome::Stored { cas })
+            }
+        }
+    }
+
+    /// delete, optionally only if the item has CAS `cas` (0 = any).
+    pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
+        check_key(key)?;
+        let Some(found) = self.find_live(key, KeyHash::of(key)) else {
+            return Ok(DeleteOutcome::NotFound);
+        };
+        if cas != 0 && cas != found.cas() {
+            return Ok(DeleteOutcome::Exists);
+        }
+        self.index.set(found.slot, 0);
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    /// incr / decr with memcached's semantics.
+    pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
+        check_key(key)?;
+        let hash = KeyHash::of(key);
+        let Some(found) = self.find_live(key, hash) else {
+            return match request.initial {
+                None => Ok(ArithOutcome::NotFound),
+                Some(initial) => {
+                    let counter = CounterValue::new(initial.value, 0);
+                    let cas = self.set_hashed(key, hash, counter.digits(), initial.flags, initial.exptime)?;
+                    Ok(ArithOutcome::Value { value: initial.value, cas })
+                }
+            };
+        };
+        if request.cas != 0 && request.cas != found.cas() {
+            return Ok(ArithOutcome::Exists);
+        }
+        let current = parse_counter(self.value_of(&found)).ok_or(EngineError::NonNumeric)?;
+        let value = apply_delta(current, request.delta, request.decrement);
+        let counter = CounterValue::new(value, found.header.value_len);
+        let header = ItemHeader { value_len: counter.value_len, cas: None, ..found.header };
+        self.check_size(&header)?;
+        let (position, value_start) = self.start_item(&header, key);
+        counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
+        self.install(hash, position);
+        Ok(ArithOutcome::Value { value, cas: position + 1 })
+    }
+
+    /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
+    pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
+        check_key(key)?;
+        Ok(self.touch_hashed(key, KeyHash::of(key), exptime).is_some())
+    }
+
+    /// gat / gats: touch, then return the item.
+    pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
+        check_key(key)?;
+        let found = self.touch_hashed(key, KeyHash::of(key), exptime);
+        Ok(found.map(|found| self.item_at(&found)))
+    }
+
+    fn touch_hashed(&mut self, key: &[u8], hash: KeyHash, exptime: i64) -> Option<Found> {
+        let found = self.find_live(key, hash)?;
+        let expiry = expiry_from_exptime(exptime, self.now);
+        match (found.header.expiry_field(), expiry) {
+            (None, 0) => Some(found),
+            (Some(field), expiry) if expiry != 0 => {
+                let at = found.ring_index + field;
+                self.log.bytes_from_mut(at)[..4].copy_from_slice(&expiry.to_le_bytes());
+                Some(Found { header: ItemHeader { expiry, ..found.header }, ..found })
+            }
+            _ => {
+                // The header gains or loses its expiry field: copy the item forward.
+                let header = ItemHeader { expiry, cas: Some(found.cas()), ..found.header };
+                Some(self.rewrite(&found, &header, false))
+            }
+        }
+    }
+
+    /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
+    /// stored before the delay (memcached exptime rules) runs out is gone then. A new flush_all
+    /// replaces a pending one.
+    pub fn flush_all(&mut self, delay: i64) {
+        let at = if delay <= 0 { 0 } else { expiry_from_exptime(delay, self.now) };
+        if at <= self.now {
+            self.log.flush();
+            self.pending_flush_at = None;
+        } else {
+            self.pending_flush_at = Some(at);
+        }
+    }
+
+    // ----- batch support -----
+
+    #[inline]
+    pub(crate) fn prefetch_bucket(&self, hash: KeyHash, both_lines: bool) {
+        let bucket = hash.bucket(self.index.buckets());
+        if both_lines {
+            self.index.prefetch_pair(bucket);
+        } else {
+            crate::region::prefetch(self.index.bucket(bucket));
+        }
+    }
+
+    /// Starts loading the item a key's home bucket points at, if any.
+    #[inline]
+    pub(crate) fn prefetch_item(&self, hash: KeyHash) {
+        let tag = hash.tag();
+        let bucket = self.index.bucket(hash.bucket(self.index.buckets()));
+        if let Some(&entry) = bucket.iter().find(|&&entry| entry_tag(entry) == tag) {
+            let age = self.log.age_of(entry_offset(entry));
+            if age <= self.log.max_age() {
+                self.log.prefetch_item(self.log.ring_index(self.log.tail() - age));
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn force_sweep_stride(&mut self, stride: u64) {
+        self.sweep_stride = stride;
+        self.sweep_next_at = self.log.tail() + stride;
+    }
+}
+
+#[cfg(test)]
+impl Partition {
+    /// Moves an empty partition's log to start at `position`, to test 48-bit wrap-around.
+    pub(crate) fn start_log_at(&mut self, position: u64) {
+        assert_eq!(self.log.tail(), 0);
+        self.log.start_at(position);
+        self.sweep_next_at = position + self.sweep_stride;
+    }
+
+    /// Entries that are non-empty but point outside the live window.
+    pub(crate) fn stale_entries(&self) -> usize {
+        let max_age = self.log.max_age();
+        self.index
+            .all_slots()
+            .map(|slot| self.index.get(slot))
+            .filter(|&entry| entry != 0 && self.log.age_of(entry_offset(entry)) > max_age)
+            .count()
+    }
+}

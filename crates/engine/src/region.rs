@@ -1,0 +1,158 @@
+//! Raw memory for the big structures: one anonymous mapping per structure, made once at
+//! partition creation, zero-filled by the kernel, with transparent huge pages requested so that
+//! random GETs over gigabytes do not pay a TLB miss each. Also the prefetch hint.
+//!
+//! This is one of the few modules with `unsafe`; everything else uses the safe slices it hands
+//! out.
+
+use std::ptr::NonNull;
+
+/// An anonymous, zero-filled, page-aligned memory mapping, unmapped on drop.
+pub(crate) struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Region owns its mapping exclusively, like a Box<[u8]>; moving it to another thread
+// moves that ownership.
+unsafe impl Send for Region {}
+
+/// The alignment every Region guarantees (the smallest page size).
+pub(crate) const REGION_ALIGN: usize = 4096;
+
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+impl Region {
+    /// Maps `len` zeroed bytes (`len` > 0), or returns None when the kernel refuses.
+    pub(crate) fn new(len: usize) -> Option<Region> {
+        assert!(len > 0);
+        // SAFETY: an anonymous private mapping with no address hint touches no existing memory;
+        // the result is checked against MAP_FAILED before use.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return None;
+        }
+        if len >= HUGE_PAGE_BYTES {
+            // SAFETY: the range is exactly the mapping just created. A failure only means no
+            // huge pages, which is a speed loss, not an error.
+            unsafe {
+                libc::madvise(raw, len, libc::MADV_HUGEPAGE);
+            }
+        }
+        let ptr = NonNull::new(raw.cast::<u8>())?;
+        debug_assert_eq!(ptr.as_ptr() as usize % REGION_ALIGN, 0);
+        Some(Region { ptr, len })
+    }
+
+    /// The mapping's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The mapping as bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len is a live mapping owned by self, readable and writable, and the
+        // returned borrow is tied to &self so the mapping outlives it.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as mutable bytes.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and &mut self guarantees no other borrow exists.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as a slice of `T`, for plain-old-data `T` that is valid when all bytes are
+    /// zero, whose alignment divides the page size and whose size divides `len`.
+    pub(crate) fn typed_mut<T: ZeroIsValid>(&mut self) -> &mut [T] {
+        let size = std::mem::size_of::<T>();
+        assert!(size > 0 && self.len % size == 0);
+        assert!(REGION_ALIGN % std::mem::align_of::<T>() == 0);
+        // SAFETY: the pointer is page-aligned, hence aligned for T (checked above); the length
+        // covers exactly len bytes of the live mapping; every bit pattern the mapping can hold
+        // started as zeros, which ZeroIsValid promises is a valid T, and T (plain integers) has
+        // no invalid bit patterns afterwards either. &mut self makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), self.len / size) }
+    }
+
+    /// Read-only view of `typed_mut`.
+    pub(crate) fn typed<T: ZeroIsValid>(&self) -> &[T] {
+        let size = std::mem::size_of::<T>();
+        assert!(size > 0 && self.len % size == 0);
+        assert!(REGION_ALIGN % std::mem::align_of::<T>() == 0);
+        // SAFETY: as in `typed_mut`, with a shared borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), self.len / size) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly the mapping created in `new`, unmapped only here, and no
+        // borrow can outlive self.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Marker for plain-old-data types made only of integers (every bit pattern valid, zero too).
+///
+/// # Safety
+/// Implement only for types whose every bit pattern, including all zeros, is a valid value.
+pub(crate) unsafe trait ZeroIsValid: Copy {}
+
+// SAFETY: integers accept every bit pattern.
+unsafe impl ZeroIsValid for u64 {}
+
+/// Hints the CPU to start loading the cache line holding `ptr`. Never faults, even for an
+/// address outside any mapping.
+#[inline(always)]
+pub(crate) fn prefetch<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it never
+        // dereferences the pointer architecturally and cannot fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ptr;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_is_zeroed_aligned_and_writable() {
+        let mut r = Region::new(3 * HUGE_PAGE_BYTES + 10).expect("mmap");
+        assert_eq!(r.len(), 3 * HUGE_PAGE_BYTES + 10);
+        assert!(r.bytes().iter().all(|&b| b == 0));
+        r.bytes_mut()[5] = 7;
+        assert_eq!(r.bytes()[5], 7);
+        assert_eq!(r.bytes().as_ptr() as usize % REGION_ALIGN, 0);
+    }
+
+    #[test]
+    fn typed_view_covers_the_region() {
+        let mut r = Region::new(64 * 10).expect("mmap");
+        let words = r.typed_mut::<u64>();
+        assert_eq!(words.len(), 80);
+        words[79] = u64::MAX;
+        assert_eq!(r.typed::<u64>()[79], u64::MAX);
+        assert_eq!(r.bytes()[639], 0xFF);
+        prefetch(r.bytes().as_ptr());
+        prefetch(std::ptr::null::<u8>());
+    }
+}
