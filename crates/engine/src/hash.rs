@@ -35,7 +35,7 @@ impl KeyHash {
     /// The partition (0..partitions) that owns this key.
     #[inline]
     pub fn partition(self, partitions: u32) -> u32 {
-        assert!(partitions >= 1 && partitions <= MAX_PARTITIONS);
+        assert!((1..=MAX_PARTITIONS).contains(&partitions));
         (((self.0 >> 48) * u64::from(partitions)) >> 16) as u32
     }
 

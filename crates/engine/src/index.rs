@@ -132,8 +132,7 @@ impl Index {
 
     /// Every slot of the index, for sweeps and counts.
     pub(crate) fn all_slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        (0..self.buckets)
-            .flat_map(|bucket| (0..ENTRIES_PER_BUCKET).map(move |entry| Slot { bucket, entry }))
+        (0..self.buckets).flat_map(|bucket| (0..ENTRIES_PER_BUCKET).map(move |entry| Slot { bucket, entry }))
     }
 }
 

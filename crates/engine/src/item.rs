@@ -69,8 +69,7 @@ impl ItemHeader {
 
     /// Offset of the expiry field within the header, if present.
     pub(crate) fn expiry_field(&self) -> Option<usize> {
-        (self.expiry != 0)
-            .then(|| 2 + self.value_len_bytes() + if self.flags != 0 { 4 } else { 0 })
+        (self.expiry != 0).then(|| 2 + self.value_len_bytes() + if self.flags != 0 { 4 } else { 0 })
     }
 
     /// Writes the header into the front of `out`; returns its length.
@@ -116,13 +115,8 @@ impl ItemHeader {
         let mut value_len = [0u8; 4];
         value_len[..value_len_bytes].copy_from_slice(&bytes[at..at + value_len_bytes]);
         at += value_len_bytes;
-        let mut header = ItemHeader {
-            key_len,
-            value_len: u32::from_le_bytes(value_len) as usize,
-            flags: 0,
-            expiry: 0,
-            cas: None,
-        };
+        let mut header =
+            ItemHeader { key_len, value_len: u32::from_le_bytes(value_len) as usize, flags: 0, expiry: 0, cas: None };
         if control & HAS_FLAGS != 0 {
             header.flags = read_u32(bytes, at);
             at += 4;

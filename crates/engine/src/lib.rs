@@ -18,7 +18,7 @@ mod time;
 #[cfg(test)]
 mod partition_tests;
 
-pub use batch::{SetRequest, BATCH_CHUNK, PREFETCH_DISTANCE};
+pub use batch::{SetRequest, BATCH_CHUNK};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
 pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
 pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};

@@ -87,14 +87,16 @@ impl Log {
         self.region.bytes_mut()
     }
 
-    /// Starts loading the first lines of the item at ring index `index`.
+    /// Starts loading the lines of the first `bytes` bytes of the item at ring index `index`
+    /// (at least one line, at most four).
     #[inline]
-    pub(crate) fn prefetch_item(&self, index: usize) {
-        let bytes = self.region.bytes();
-        prefetch(&bytes[index]);
-        // Small items that start in the second half of a line spill into the next one.
-        if let Some(next) = bytes.get(index + 32) {
-            prefetch(next);
+    pub(crate) fn prefetch_item(&self, index: usize, bytes: usize) {
+        let ring = self.region.bytes();
+        let last = (index + bytes.clamp(1, 4 * 64) - 1).min(ring.len() - 1);
+        let mut line = index & !63;
+        while line <= last {
+            prefetch(&ring[line.max(index)]);
+            line += 64;
         }
     }
 

@@ -85,10 +85,9 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::BadBucketCount(n) => write!(f, "index bucket count {n} is not a power of two >= 2"),
-            ConfigError::MaxItemOutOfRange(n) => write!(
-                f,
-                "maximum item size {n} is outside {MIN_ITEM_BYTES}..={MAX_ITEM_BYTES_CEILING} bytes"
-            ),
+            ConfigError::MaxItemOutOfRange(n) => {
+                write!(f, "maximum item size {n} is outside {MIN_ITEM_BYTES}..={MAX_ITEM_BYTES_CEILING} bytes")
+            }
             ConfigError::TooSmall { memory_bytes, needed_bytes } => write!(
                 f,
                 "memory budget of {memory_bytes} bytes is too small: the index, scratch space and a log of two \
@@ -219,7 +218,10 @@ pub struct ArithInitial {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArithOutcome {
     /// The counter's new value and the item's new CAS.
-    Value { value: u64, cas: u64 },
+    Value {
+        value: u64,
+        cas: u64,
+    },
     NotFound,
     /// The item's CAS differs from the request's.
     Exists,
@@ -283,7 +285,23 @@ pub struct Partition {
     sweep_cursor: usize,
     sweep_next_at: u64,
     sweep_stride: u64,
+    /// Running average of the size of items read, so batches prefetch whole items.
+    item_bytes_hint: usize,
     stats: EngineStats,
+}
+
+/// Compares two keys of equal length; short keys (the common case) without a library call.
+#[inline]
+fn keys_equal(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let len = a.len();
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
+    if (8..=16).contains(&len) {
+        // Two overlapping 8-byte words cover every byte.
+        word(a, 0) == word(b, 0) && word(a, len - 8) == word(b, len - 8)
+    } else {
+        a == b
+    }
 }
 
 /// Checks a key against memcached's length limits (any byte values are allowed).
@@ -332,6 +350,7 @@ impl Partition {
             sweep_cursor: 0,
             sweep_next_at: sweep_stride,
             sweep_stride,
+            item_bytes_hint: 64,
             stats: EngineStats::default(),
         })
     }
@@ -426,7 +445,7 @@ impl Partition {
                 let bytes = self.log.bytes_from(ring_index);
                 let header = ItemHeader::decode(bytes);
                 let key_start = header.header_len();
-                if header.key_len != key.len() || &bytes[key_start..key_start + key.len()] != key {
+                if header.key_len != key.len() || !keys_equal(&bytes[key_start..key_start + key.len()], key) {
                     return None;
                 }
                 return Some(Found { slot: Slot { bucket, entry: entry_no }, position, ring_index, header });
@@ -496,7 +515,15 @@ impl Partition {
     /// Like `write_item` for a value that is `first` followed by (or, with `old_first`,
     /// preceded by) the value of `found`, which lives in the log itself. The old value goes
     /// through scratch space because the new item may overwrite it.
-    fn write_combined(&mut self, hash: KeyHash, header: &ItemHeader, key: &[u8], found: &Found, data: &[u8], old_first: bool) -> u64 {
+    fn write_combined(
+        &mut self,
+        hash: KeyHash,
+        header: &ItemHeader,
+        key: &[u8],
+        found: &Found,
+        data: &[u8],
+        old_first: bool,
+    ) -> u64 {
         let old_len = found.header.value_len;
         let old_start = found.payload_start() + found.header.key_len;
         let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
@@ -608,6 +635,7 @@ impl Partition {
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
         let mut found = self.find_live(key, hash)?;
+        self.item_bytes_hint = (self.item_bytes_hint * 7 + found.header.total_len()) / 8;
         if self.log.tail() - found.position > self.reappend_age {
             let header = ItemHeader { cas: Some(found.cas()), ..found.header };
             found = self.rewrite(&found, &header, true);
@@ -623,7 +651,14 @@ impl Partition {
     }
 
     #[inline]
-    pub(crate) fn set_hashed(&mut self, key: &[u8], hash: KeyHash, value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
+    pub(crate) fn set_hashed(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
         let expiry = expiry_from_exptime(exptime, self.now);
         let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None };
         self.check_size(&header)?;
@@ -648,7 +683,8 @@ impl Partition {
                 Ok(StoreOutcome::Exists)
             }
             (StoreMode::Append | StoreMode::Prepend, Some(found)) => {
-                let header = ItemHeader { value_len: found.header.value_len + request.value.len(), cas: None, ..found.header };
+                let header =
+                    ItemHeader { value_len: found.header.value_len + request.value.len(), cas: None, ..found.header };
                 self.check_size(&header)?;
                 let old_first = request.mode == StoreMode::Append;
                 let cas = self.write_combined(hash, &header, request.key, &found, request.value, old_first);
@@ -766,7 +802,7 @@ impl Partition {
         if let Some(&entry) = bucket.iter().find(|&&entry| entry_tag(entry) == tag) {
             let age = self.log.age_of(entry_offset(entry));
             if age <= self.log.max_age() {
-                self.log.prefetch_item(self.log.ring_index(self.log.tail() - age));
+                self.log.prefetch_item(self.log.ring_index(self.log.tail() - age), self.item_bytes_hint);
             }
         }
     }

@@ -63,7 +63,8 @@ fn bad_keys_are_typed_errors_for_every_operation() {
         assert_eq!(p.get(key).unwrap_err(), expected);
         assert_eq!(p.set(key, b"v", 0, 0).unwrap_err(), expected);
         assert_eq!(
-            p.store(&StoreRequest { mode: StoreMode::Add, key, value: b"v", flags: 0, exptime: 0, cas: 0 }).unwrap_err(),
+            p.store(&StoreRequest { mode: StoreMode::Add, key, value: b"v", flags: 0, exptime: 0, cas: 0 })
+                .unwrap_err(),
             expected
         );
         assert_eq!(p.delete(key, 0).unwrap_err(), expected);
@@ -463,4 +464,20 @@ fn batches_match_single_operations() {
         assert_eq!(results[i], (i, expected));
     }
     assert!(results.iter().filter(|(_, r)| matches!(r, Ok(Some(_)))).count() == 75);
+}
+
+#[test]
+fn short_and_long_keys_compare_exactly() {
+    let mut p = roomy();
+    // Keys that differ only in one byte, at every position, for lengths around the fast path.
+    for len in [1usize, 7, 8, 9, 15, 16, 17, 250] {
+        let base = vec![b'k'; len];
+        p.set(&base, b"base", 0, 0).unwrap();
+        for at in 0..len {
+            let mut other = base.clone();
+            other[at] = b'z';
+            assert_eq!(value(&mut p, &other), None, "len {len}, differing byte {at}");
+        }
+        assert_eq!(value(&mut p, &base), Some(b"base".to_vec()));
+    }
 }

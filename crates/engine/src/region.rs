@@ -74,23 +74,28 @@ impl Region {
     /// The mapping as a slice of `T`, for plain-old-data `T` that is valid when all bytes are
     /// zero, whose alignment divides the page size and whose size divides `len`.
     pub(crate) fn typed_mut<T: ZeroIsValid>(&mut self) -> &mut [T] {
-        let size = std::mem::size_of::<T>();
-        assert!(size > 0 && self.len % size == 0);
-        assert!(REGION_ALIGN % std::mem::align_of::<T>() == 0);
+        let count = self.count_of::<T>();
         // SAFETY: the pointer is page-aligned, hence aligned for T (checked above); the length
         // covers exactly len bytes of the live mapping; every bit pattern the mapping can hold
         // started as zeros, which ZeroIsValid promises is a valid T, and T (plain integers) has
         // no invalid bit patterns afterwards either. &mut self makes the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), self.len / size) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), count) }
     }
 
     /// Read-only view of `typed_mut`.
     pub(crate) fn typed<T: ZeroIsValid>(&self) -> &[T] {
-        let size = std::mem::size_of::<T>();
-        assert!(size > 0 && self.len % size == 0);
-        assert!(REGION_ALIGN % std::mem::align_of::<T>() == 0);
+        let count = self.count_of::<T>();
         // SAFETY: as in `typed_mut`, with a shared borrow.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), self.len / size) }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), count) }
+    }
+
+    /// How many `T` fill the region exactly; asserts the size and alignment rules that make
+    /// a typed view sound.
+    fn count_of<T>(&self) -> usize {
+        let size = std::mem::size_of::<T>();
+        assert!(size > 0 && self.len.is_multiple_of(size));
+        assert!(REGION_ALIGN.is_multiple_of(std::mem::align_of::<T>()));
+        self.len / size
     }
 }
 

@@ -30,10 +30,7 @@ pub(crate) fn is_expired(expiry: u32, now: u32) -> bool {
 /// The current Unix time in whole seconds: what a worker reads once per loop turn and passes to
 /// `Partition::set_clock`, never once per operation.
 pub fn unix_now() -> u32 {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     u32::try_from(seconds).unwrap_or(u32::MAX)
 }
 

@@ -1,1 +1,425 @@
-fn main(){}
+//! engine-bench: the engine alone, in-process, one thread, beside a
+//! `std::collections::HashMap<Box<[u8]>, Box<[u8]>>` holding the same items in the same run.
+//! Prints figures; never fails on a time.
+//!
+//! Phases (each measured for `--seconds`): engine GET, HashMap GET, engine SET, HashMap SET.
+//! GETs fold every value byte into a printed checksum so a GET that skips the value cannot look
+//! fast. The hit ratio is the engine GET phase's.
+
+use clap::Parser;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tierkv_bench::workload::{key_sequence, write_key, Distribution, Rng};
+
+use tierkv_engine::{item_log_bytes, Item, Partition, PartitionConfig, SetRequest, DEFAULT_MAX_ITEM_BYTES};
+
+#[derive(Parser, Debug)]
+#[command(name = "engine-bench", about = "Measure the tierkv engine in-process against std HashMap")]
+struct Args {
+    /// Items preloaded (the key space).
+    #[arg(long, default_value_t = 16_000_000)]
+    items: u64,
+    /// Bytes per key.
+    #[arg(long, default_value_t = 8)]
+    key_bytes: usize,
+    /// Bytes per value: N, or MIN..MAX (uniform).
+    #[arg(long, default_value = "8", value_parser = parse_range)]
+    value_bytes: (usize, usize),
+    /// Key choice: uniform or zipf:THETA.
+    #[arg(long, default_value = "uniform")]
+    dist: Distribution,
+    /// Requests per engine batch call.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Seconds per measured phase.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Engine memory budget in MiB (default: enough to hold every item).
+    #[arg(long)]
+    memory_mib: Option<usize>,
+    /// Seed for keys, values and the operation sequence.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the HashMap phases.
+    #[arg(long)]
+    no_hashmap: bool,
+    /// Skip the SET phases (for profiling the GET path alone).
+    #[arg(long)]
+    no_sets: bool,
+    /// Print one compact JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_range(text: &str) -> Result<(usize, usize), String> {
+    let parse = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad size {t:?}"));
+    let (min, max) = match text.split_once("..") {
+        Some((a, b)) => (parse(a)?, parse(b)?),
+        None => (parse(text)?, parse(text)?),
+    };
+    if min > max {
+        return Err(format!("empty range {text:?}"));
+    }
+    Ok((min, max))
+}
+
+/// Deterministic data, generated once: the key of every request in request order (as a server
+/// finds keys one after another in its receive buffer), and the values.
+struct Dataset {
+    key_bytes: usize,
+    /// Key number of each request.
+    sequence: Vec<u32>,
+    /// The keys of `sequence`, back to back.
+    request_keys: Vec<u8>,
+    value_range: (usize, usize),
+    pool: Vec<u8>,
+    seed: u64,
+}
+
+const POOL_BYTES: usize = 1 << 20;
+
+/// The baseline the engine is compared with.
+type BoxedMap = HashMap<Box<[u8]>, Box<[u8]>>;
+
+impl Dataset {
+    fn new(args: &Args) -> Dataset {
+        // At most 2^24 requests or 256 MiB of keys, whichever is less; the loops cycle.
+        let length = (1usize << 24).min((256usize << 20) / args.key_bytes).next_power_of_two() / 2;
+        let length = length.max(1024);
+        let sequence = key_sequence(args.dist, args.items, length, args.seed);
+        let mut request_keys = vec![0u8; length * args.key_bytes];
+        for (key, &i) in request_keys.chunks_exact_mut(args.key_bytes).zip(&sequence) {
+            write_key(u64::from(i), key);
+        }
+        let mut rng = Rng::new(args.seed ^ 0x5EED);
+        let pool = (0..POOL_BYTES + args.value_bytes.1).map(|_| rng.next_u64() as u8).collect();
+        Dataset {
+            key_bytes: args.key_bytes,
+            sequence,
+            request_keys,
+            value_range: args.value_bytes,
+            pool,
+            seed: args.seed,
+        }
+    }
+
+    /// The key of request `r` (modulo the cycle) and its key number.
+    #[inline]
+    fn request(&self, r: usize) -> (&[u8], u32) {
+        let r = r & (self.sequence.len() - 1);
+        let start = r * self.key_bytes;
+        (&self.request_keys[start..start + self.key_bytes], self.sequence[r])
+    }
+
+    /// Key number `i` written into `out`.
+    fn key_into<'a>(&self, i: u32, out: &'a mut [u8]) -> &'a [u8] {
+        write_key(u64::from(i), &mut out[..self.key_bytes]);
+        &out[..self.key_bytes]
+    }
+
+    fn value(&self, i: u32) -> &[u8] {
+        let h = tierkv_bench::workload::mix64(u64::from(i) ^ self.seed);
+        let (min, max) = self.value_range;
+        let len = min + (h % (max - min + 1) as u64) as usize;
+        let start = (h >> 32) as usize % POOL_BYTES;
+        &self.pool[start..start + len]
+    }
+
+    fn mean_value_bytes(&self) -> f64 {
+        (self.value_range.0 + self.value_range.1) as f64 / 2.0
+    }
+}
+
+/// Folds every byte of a value into a checksum.
+#[inline]
+fn fold(checksum: u64, value: &[u8]) -> u64 {
+    let mut sum = checksum;
+    let mut words = value.chunks_exact(8);
+    for word in &mut words {
+        sum = sum.rotate_left(5) ^ u64::from_le_bytes(word.try_into().unwrap());
+    }
+    for &byte in words.remainder() {
+        sum = sum.rotate_left(5) ^ u64::from(byte);
+    }
+    sum
+}
+
+/// Runs `step` (which does one batch and returns the operations it did) until `seconds` pass.
+fn timed(seconds: f64, mut step: impl FnMut(usize) -> usize) -> (u64, Duration) {
+    let limit = Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut ops = 0u64;
+    let mut round = 0usize;
+    loop {
+        for _ in 0..256 {
+            ops += step(round) as u64;
+            round += 1;
+        }
+        let elapsed = start.elapsed();
+        if elapsed >= limit {
+            return (ops, elapsed);
+        }
+    }
+}
+
+fn mops(ops: u64, elapsed: Duration) -> f64 {
+    ops as f64 / elapsed.as_secs_f64() / 1e6
+}
+
+fn engine_config(args: &Args, data: &Dataset) -> PartitionConfig {
+    let mean_item = item_log_bytes(args.key_bytes, data.mean_value_bytes().round() as usize);
+    let max_item_bytes = DEFAULT_MAX_ITEM_BYTES.max(item_log_bytes(args.key_bytes, args.value_bytes.1));
+    match args.memory_mib {
+        Some(mib) => PartitionConfig {
+            memory_bytes: mib << 20,
+            index_buckets: None,
+            max_item_bytes,
+            expected_item_bytes: args.key_bytes + data.mean_value_bytes() as usize,
+        },
+        None => {
+            // Two index slots per item, and a log with 15% room beyond the items (overwrites
+            // leave dead copies behind until the tail comes round).
+            let buckets = (args.items as usize).div_ceil(4).next_power_of_two().max(2);
+            let log_bytes = (args.items as f64 * mean_item as f64 * 1.15) as usize + 2 * max_item_bytes;
+            PartitionConfig {
+                memory_bytes: buckets * 64 + log_bytes + max_item_bytes,
+                index_buckets: Some(buckets),
+                max_item_bytes,
+                expected_item_bytes: args.key_bytes + data.mean_value_bytes() as usize,
+            }
+        }
+    }
+}
+
+struct Figures {
+    fields: Vec<(&'static str, String)>,
+}
+
+impl Figures {
+    fn put(&mut self, name: &'static str, value: impl std::fmt::Display) {
+        self.fields.push((name, value.to_string()));
+    }
+
+    fn put_str(&mut self, name: &'static str, value: &str) {
+        self.fields.push((name, format!("\"{value}\"")));
+    }
+
+    fn json(&self) -> String {
+        let body: Vec<String> = self.fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", body.join(","))
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(message) = validate(&args) {
+        eprintln!("engine-bench: {message}");
+        std::process::exit(2);
+    }
+    let data = Dataset::new(&args);
+    let config = engine_config(&args, &data);
+    let mut engine = match Partition::new(&config) {
+        Ok(engine) => engine,
+        Err(error) => {
+            eprintln!("engine-bench: cannot create the partition: {error}");
+            std::process::exit(2);
+        }
+    };
+    eprintln!(
+        "engine-bench: {} items, key {} B, value {:?} B, {}, batch {}, index {} MiB, log {} MiB",
+        args.items,
+        args.key_bytes,
+        args.value_bytes,
+        args.dist,
+        args.batch,
+        engine.index_bytes() >> 20,
+        engine.log_bytes() >> 20
+    );
+    let batch = args.batch;
+    let mut figures = Figures { fields: Vec::new() };
+
+    // Preload every key once, in key order.
+    let start = Instant::now();
+    let mut requests: Vec<SetRequest<'_>> = Vec::with_capacity(batch);
+    let mut errors = 0u64;
+    let mut key_buffer = vec![0u8; batch * args.key_bytes];
+    for first in (0..args.items as u32).step_by(batch) {
+        let last = (first + batch as u32).min(args.items as u32);
+        for (i, key) in (first..last).zip(key_buffer.chunks_exact_mut(args.key_bytes)) {
+            write_key(u64::from(i), key);
+        }
+        let preload: Vec<SetRequest<'_>> = (first..last)
+            .zip(key_buffer.chunks_exact(args.key_bytes))
+            .map(|(i, key)| SetRequest { key, value: data.value(i), flags: 0, exptime: 0 })
+            .collect();
+        engine.set_batch(&preload, |_, result| errors += u64::from(result.is_err()));
+    }
+    let preload = start.elapsed();
+    let resident_items = engine.resident_items();
+    let mismatches = verify(&mut engine, &data, &args);
+    eprintln!("preload: {:.2} Mops, {resident_items} resident, {mismatches} wrong values", mops(args.items, preload));
+
+    // Engine GET.
+    let (mut hits, mut checksum) = (0u64, 0u64);
+    let mut keys: Vec<&[u8]> = Vec::with_capacity(batch);
+    let (get_ops, get_time) = timed(args.seconds, |round| {
+        keys.clear();
+        let base = round * batch;
+        keys.extend((0..batch).map(|j| data.request(base + j).0));
+        engine.get_batch(&keys, |_, result| {
+            if let Ok(Some(Item { value, .. })) = result {
+                hits += 1;
+                checksum = fold(checksum, value);
+            }
+        });
+        batch
+    });
+    let get_mops = mops(get_ops, get_time);
+    let hit_ratio = hits as f64 / get_ops as f64;
+    eprintln!("engine GET: {get_mops:.2} Mops, hit ratio {hit_ratio:.4}, checksum {checksum:016x}");
+
+    // HashMap GET.
+    let mut map: Option<BoxedMap> = None;
+    let (mut map_get_mops, mut map_checksum) = (f64::NAN, 0u64);
+    if !args.no_hashmap {
+        let mut m = HashMap::with_capacity(args.items as usize);
+        let mut key = [0u8; tierkv_engine::MAX_KEY_BYTES];
+        for i in 0..args.items as u32 {
+            m.insert(Box::from(data.key_into(i, &mut key)), Box::from(data.value(i)));
+        }
+        let (ops, time) = timed(args.seconds, |round| {
+            let base = round * batch;
+            for j in 0..batch {
+                if let Some(value) = m.get(data.request(base + j).0) {
+                    map_checksum = fold(map_checksum, value);
+                }
+            }
+            batch
+        });
+        map_get_mops = mops(ops, time);
+        eprintln!("HashMap GET: {map_get_mops:.2} Mops, checksum {map_checksum:016x}");
+        map = Some(m);
+    }
+
+    // Engine SET (overwrites with the same values, along the same sequence).
+    let offset = get_ops as usize;
+    let set_seconds = if args.no_sets { 1e-9 } else { args.seconds };
+    let (set_ops, set_time) = timed(set_seconds, |round| {
+        requests.clear();
+        let base = offset + round * batch;
+        for j in 0..batch {
+            let (key, i) = data.request(base + j);
+            requests.push(SetRequest { key, value: data.value(i), flags: 0, exptime: 0 });
+        }
+        engine.set_batch(&requests, |_, result| errors += u64::from(result.is_err()));
+        batch
+    });
+    let set_mops = mops(set_ops, set_time);
+    eprintln!("engine SET: {set_mops:.2} Mops");
+
+    let mut map_set_mops = f64::NAN;
+    if let Some(m) = map.as_mut().filter(|_| !args.no_sets) {
+        let (ops, time) = timed(args.seconds, |round| {
+            let base = offset + round * batch;
+            for j in 0..batch {
+                let (key, i) = data.request(base + j);
+                match m.get_mut(key) {
+                    Some(value) => *value = Box::from(data.value(i)),
+                    None => {
+                        m.insert(Box::from(key), Box::from(data.value(i)));
+                    }
+                }
+            }
+            batch
+        });
+        map_set_mops = mops(ops, time);
+        eprintln!("HashMap SET: {map_set_mops:.2} Mops");
+    }
+    drop(map);
+
+    let allocated = engine.allocated_bytes();
+    let payload = (args.key_bytes as f64 + data.mean_value_bytes()) * resident_items as f64;
+    let overhead = (allocated as f64 - payload) / resident_items.max(1) as f64;
+    let stats = engine.stats();
+    let key_bytes = args.key_bytes;
+    let mean_value = data.mean_value_bytes().round() as usize;
+    let model = engine.memory_overhead(key_bytes, mean_value);
+    eprintln!(
+        "memory: {allocated} bytes allocated, {overhead:.2} bytes/item overhead at {resident_items} resident \
+         (model when full: header {} + index {:.2} -> {:.2} bytes/item)",
+        model.header_bytes, model.index_bytes_per_item, model.total_bytes_per_item
+    );
+    figures.put("get_mops", format!("{get_mops:.3}"));
+    figures.put("set_mops", format!("{set_mops:.3}"));
+    figures.put("hashmap_get_mops", json_float(map_get_mops));
+    figures.put("hashmap_set_mops", json_float(map_set_mops));
+    figures.put("hit_ratio", format!("{hit_ratio:.5}"));
+    figures.put("resident_items", resident_items);
+    figures.put("resident_items_after_sets", engine.resident_items());
+    figures.put("allocated_bytes", allocated);
+    figures.put("overhead_bytes_per_item", format!("{overhead:.3}"));
+    figures.put("index_bytes", engine.index_bytes());
+    figures.put("log_bytes", engine.log_bytes());
+    figures.put("header_bytes", model.header_bytes);
+    figures.put("preload_mops", format!("{:.3}", mops(args.items, preload)));
+    figures.put("index_evictions", stats.index_evictions);
+    figures.put("reappends", stats.reappends);
+    figures.put("checksum", format!("\"{checksum:016x}\""));
+    figures.put("hashmap_checksum", format!("\"{map_checksum:016x}\""));
+    figures.put("errors", errors + mismatches);
+    figures.put("items", args.items);
+    figures.put("key_bytes", key_bytes);
+    figures.put_str("value_bytes", &format!("{}..{}", args.value_bytes.0, args.value_bytes.1));
+    figures.put_str("dist", &args.dist.to_string());
+    figures.put("batch", batch);
+    figures.put("seconds", args.seconds);
+    if args.json {
+        println!("{}", figures.json());
+    }
+    if errors + mismatches > 0 {
+        eprintln!("engine-bench: {errors} failed operations, {mismatches} wrong values");
+        std::process::exit(1);
+    }
+}
+
+fn json_float(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:.3}")
+    } else {
+        "null".to_string()
+    }
+}
+
+fn validate(args: &Args) -> Result<(), String> {
+    if args.items == 0 || args.items > u64::from(u32::MAX) {
+        return Err("--items must be between 1 and 2^32 - 1".into());
+    }
+    if args.key_bytes == 0 || args.key_bytes > tierkv_engine::MAX_KEY_BYTES {
+        return Err("--key-bytes must be between 1 and 250".into());
+    }
+    if args.key_bytes < 8 && args.items > 1u64 << (8 * args.key_bytes) {
+        return Err(format!("{} items need keys of more than {} bytes", args.items, args.key_bytes));
+    }
+    if args.batch == 0 || args.batch > 4096 {
+        return Err("--batch must be between 1 and 4096".into());
+    }
+    if args.seconds.is_nan() || args.seconds <= 0.0 {
+        return Err("--seconds must be positive".into());
+    }
+    Ok(())
+}
+
+/// Reads back a sample of keys and counts values that differ from what was written (misses
+/// are allowed: the index is lossy).
+fn verify(engine: &mut Partition, data: &Dataset, args: &Args) -> u64 {
+    let mut rng = Rng::new(args.seed ^ 0xC0FFEE);
+    let mut wrong = 0;
+    let mut key = [0u8; tierkv_engine::MAX_KEY_BYTES];
+    for _ in 0..100_000.min(args.items) {
+        let i = rng.below(args.items) as u32;
+        if let Ok(Some(item)) = engine.get(data.key_into(i, &mut key)) {
+            wrong += u64::from(item.value != data.value(i));
+        }
+    }
+    wrong
+}
