@@ -1,0 +1,344 @@
+//! Property tests: random operation sequences against a partition and a plain HashMap model.
+//!
+//! - roomy: log and index far larger than the key space, so nothing is evicted or dropped; the
+//!   partition must match the model exactly (values, flags, CAS behaviour, expiry, flush).
+//! - tiny: a few KiB that wrap constantly; every hit must be the latest value written for that
+//!   key (never stale, never foreign), and a miss is allowed only through eviction.
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use tierkv_engine::*;
+
+const START: u32 = 1_700_000_000;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Get(u8),
+    Store(StoreMode, u8, Vec<u8>, u32, i64),
+    /// Cas with the item's current CAS (true) or a wrong one (false).
+    Cas(u8, Vec<u8>, bool),
+    Delete(u8, bool),
+    Arith(u8, u64, bool),
+    SetNumber(u8, u64),
+    Touch(u8, i64),
+    GetAndTouch(u8, i64),
+    Advance(u32),
+    Flush(i64),
+    GetBatch(Vec<u8>),
+}
+
+fn key_of(k: u8) -> Vec<u8> {
+    match k % 4 {
+        0 => format!("key{k}").into_bytes(),
+        1 => vec![k; 1 + k as usize % 20],
+        2 => vec![b'x'; 240 + k as usize % 11],
+        _ => vec![0, k, b' ', b'\n'],
+    }
+}
+
+fn exptime() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        4 => Just(0i64),
+        2 => 1i64..4,
+        1 => Just(-1i64),
+        1 => (1i64..4).prop_map(|d| i64::from(START) + 1000 + d),
+    ]
+}
+
+fn op(keys: u8, max_value: usize) -> impl Strategy<Value = Op> {
+    let key = 0..keys;
+    let value = proptest::collection::vec(any::<u8>(), 0..max_value);
+    let mode = prop_oneof![
+        Just(StoreMode::Set),
+        Just(StoreMode::Add),
+        Just(StoreMode::Replace),
+        Just(StoreMode::Append),
+        Just(StoreMode::Prepend)
+    ];
+    prop_oneof![
+        6 => key.clone().prop_map(Op::Get),
+        6 => (mode, key.clone(), value.clone(), prop_oneof![Just(0u32), any::<u32>()], exptime())
+            .prop_map(|(m, k, v, f, e)| Op::Store(m, k, v, f, e)),
+        2 => (key.clone(), value, any::<bool>()).prop_map(|(k, v, ok)| Op::Cas(k, v, ok)),
+        2 => (key.clone(), any::<bool>()).prop_map(|(k, with_cas)| Op::Delete(k, with_cas)),
+        2 => (key.clone(), prop_oneof![0u64..1000, any::<u64>()], any::<bool>()).prop_map(|(k, d, dec)| Op::Arith(k, d, dec)),
+        1 => (key.clone(), prop_oneof![0u64..1000, any::<u64>()]).prop_map(|(k, n)| Op::SetNumber(k, n)),
+        1 => (key.clone(), exptime()).prop_map(|(k, e)| Op::Touch(k, e)),
+        1 => (key.clone(), exptime()).prop_map(|(k, e)| Op::GetAndTouch(k, e)),
+        1 => (0u32..3).prop_map(Op::Advance),
+        1 => prop_oneof![Just(0i64), 1i64..3].prop_map(Op::Flush),
+        1 => proptest::collection::vec(key, 0..80).prop_map(Op::GetBatch),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct ModelItem {
+    value: Vec<u8>,
+    flags: u32,
+    expiry: u32,
+    cas: u64,
+}
+
+/// The reference: a HashMap plus memcached's rules written out plainly.
+struct Model {
+    items: HashMap<Vec<u8>, ModelItem>,
+    now: u32,
+    flush_at: Option<u32>,
+    /// Every CAS handed out so far must be new.
+    last_cas: u64,
+}
+
+impl Model {
+    fn live(&mut self, key: &[u8]) -> Option<&ModelItem> {
+        let now = self.now;
+        if self.items.get(key).is_some_and(|item| item.expiry != 0 && item.expiry <= now) {
+            self.items.remove(key);
+        }
+        self.items.get(key)
+    }
+
+    fn expiry(&self, exptime: i64) -> u32 {
+        match exptime {
+            0 => 0,
+            e if e < 0 => 1,
+            e if e <= 2_592_000 => self.now + e as u32,
+            e => e as u32,
+        }
+    }
+
+    fn record(&mut self, key: &[u8], value: Vec<u8>, flags: u32, expiry: u32, cas: u64) {
+        assert!(cas > self.last_cas, "CAS {cas} is not new (last {})", self.last_cas);
+        self.last_cas = cas;
+        self.items.insert(key.to_vec(), ModelItem { value, flags, expiry, cas });
+    }
+}
+
+fn view(item: Option<Item<'_>>) -> Option<ModelItem> {
+    item.map(|i| ModelItem { value: i.value.to_vec(), flags: i.flags, expiry: i.expiry, cas: i.cas })
+}
+
+fn run_exact(ops: &[Op]) {
+    let config = PartitionConfig {
+        memory_bytes: 4 << 20,
+        index_buckets: Some(1 << 12),
+        max_item_bytes: 4096,
+        expected_item_bytes: 64,
+    };
+    let mut p = Partition::new(&config).unwrap();
+    p.set_clock(START);
+    let mut m = Model { items: HashMap::new(), now: START, flush_at: None, last_cas: 0 };
+    for op in ops {
+        match op {
+            Op::Get(k) => {
+                let key = key_of(*k);
+                let expected = m.live(&key).cloned();
+                assert_eq!(view(p.get(&key).unwrap()), expected, "get {key:?}");
+            }
+            Op::Store(mode, k, value, flags, exptime) => {
+                let key = key_of(*k);
+                let request = StoreRequest { mode: *mode, key: &key, value, flags: *flags, exptime: *exptime, cas: 0 };
+                let outcome = p.store(&request).unwrap();
+                let present = m.live(&key).cloned();
+                match (mode, present) {
+                    (StoreMode::Add, Some(_)) | (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                        assert_eq!(outcome, StoreOutcome::NotStored)
+                    }
+                    (StoreMode::Append | StoreMode::Prepend, Some(old)) => {
+                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                        let value = if *mode == StoreMode::Append {
+                            [old.value.as_slice(), value].concat()
+                        } else {
+                            [value.as_slice(), old.value.as_slice()].concat()
+                        };
+                        m.record(&key, value, old.flags, old.expiry, cas);
+                    }
+                    _ => {
+                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                        let expiry = m.expiry(*exptime);
+                        m.record(&key, value.clone(), *flags, expiry, cas);
+                    }
+                }
+            }
+            Op::Cas(k, value, correct) => {
+                let key = key_of(*k);
+                let present = m.live(&key).cloned();
+                let cas = match (&present, correct) {
+                    (Some(item), true) => item.cas,
+                    (Some(item), false) => item.cas + 1,
+                    (None, _) => 1,
+                };
+                let request = StoreRequest { mode: StoreMode::Cas, key: &key, value, flags: 5, exptime: 0, cas };
+                let outcome = p.store(&request).unwrap();
+                match (present, correct) {
+                    (None, _) => assert_eq!(outcome, StoreOutcome::NotFound),
+                    (Some(_), false) => assert_eq!(outcome, StoreOutcome::Exists),
+                    (Some(_), true) => {
+                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                        m.record(&key, value.clone(), 5, 0, cas);
+                    }
+                }
+            }
+            Op::Delete(k, with_cas) => {
+                let key = key_of(*k);
+                let cas = if *with_cas { m.live(&key).map_or(7, |item| item.cas) } else { 0 };
+                let expected = if m.live(&key).is_some() { DeleteOutcome::Deleted } else { DeleteOutcome::NotFound };
+                assert_eq!(p.delete(&key, cas).unwrap(), expected);
+                m.items.remove(&key);
+            }
+            Op::Arith(k, delta, decrement) => {
+                let key = key_of(*k);
+                let request = ArithRequest { delta: *delta, decrement: *decrement, cas: 0, initial: None };
+                let result = p.arith(&key, &request);
+                match m.live(&key).cloned() {
+                    None => assert_eq!(result, Ok(ArithOutcome::NotFound)),
+                    Some(old) => match parse_counter(&old.value) {
+                        None => assert_eq!(result, Err(EngineError::NonNumeric)),
+                        Some(current) => {
+                            let value = apply_delta(current, *delta, *decrement);
+                            let Ok(ArithOutcome::Value { value: got, cas }) = result else { panic!("{result:?}") };
+                            assert_eq!(got, value);
+                            let counter = CounterValue::new(value, old.value.len());
+                            let mut bytes = vec![0; counter.value_len];
+                            counter.write(&mut bytes);
+                            m.record(&key, bytes, old.flags, old.expiry, cas);
+                        }
+                    },
+                }
+            }
+            Op::SetNumber(k, n) => {
+                let key = key_of(*k);
+                let value = n.to_string().into_bytes();
+                let cas = p.set(&key, &value, 0, 0).unwrap();
+                m.record(&key, value, 0, 0, cas);
+            }
+            Op::Touch(k, exptime) | Op::GetAndTouch(k, exptime) => {
+                let key = key_of(*k);
+                let expiry = m.expiry(*exptime);
+                let expected = m.live(&key).cloned().map(|item| ModelItem { expiry, ..item });
+                if matches!(op, Op::Touch(..)) {
+                    assert_eq!(p.touch(&key, *exptime).unwrap(), expected.is_some());
+                } else {
+                    assert_eq!(view(p.get_and_touch(&key, *exptime).unwrap()), expected);
+                }
+                if let Some(item) = expected {
+                    m.items.insert(key, item);
+                }
+            }
+            Op::Advance(seconds) => {
+                m.now += seconds;
+                p.set_clock(m.now);
+                if m.flush_at.is_some_and(|at| m.now >= at) {
+                    m.items.clear();
+                    m.flush_at = None;
+                }
+            }
+            Op::Flush(delay) => {
+                p.flush_all(*delay);
+                if *delay == 0 {
+                    m.items.clear();
+                    m.flush_at = None;
+                } else {
+                    m.flush_at = Some(m.now + *delay as u32);
+                }
+            }
+            Op::GetBatch(ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
+                let mut got = Vec::new();
+                p.get_batch(&keys, |i, result| got.push((i, view(result.unwrap()))));
+                let expected: Vec<_> = keys.iter().enumerate().map(|(i, key)| (i, m.live(key).cloned())).collect();
+                assert_eq!(got, expected);
+            }
+        }
+    }
+    assert_eq!(p.stats().index_evictions, 0, "the roomy partition must never drop an entry");
+}
+
+/// What the tiny partition may answer for a key.
+#[derive(Clone, Debug, PartialEq)]
+enum Known {
+    /// Absent for sure (deleted, never written, or evicted and seen missing).
+    Absent,
+    /// The latest value written; a read may hit it or miss (eviction).
+    Latest(Vec<u8>),
+}
+
+fn run_tiny(ops: &[Op]) {
+    let config =
+        PartitionConfig { memory_bytes: 4096, index_buckets: Some(4), max_item_bytes: 512, expected_item_bytes: 64 };
+    let mut p = Partition::new(&config).unwrap();
+    p.set_clock(START);
+    let mut known: HashMap<Vec<u8>, Known> = HashMap::new();
+    let mut check = |key: &[u8], got: Option<&[u8]>, known: &mut HashMap<Vec<u8>, Known>| {
+        let entry = known.entry(key.to_vec()).or_insert(Known::Absent);
+        match (got, &*entry) {
+            (None, _) => *entry = Known::Absent,
+            (Some(value), Known::Latest(latest)) => assert_eq!(value, latest.as_slice(), "stale or foreign value"),
+            (Some(value), Known::Absent) => panic!("{key:?} came back with {value:?} after it was gone"),
+        }
+    };
+    for op in ops {
+        match op {
+            Op::Get(k) | Op::Touch(k, _) | Op::GetAndTouch(k, _) => {
+                let key = key_of(*k);
+                let got = p.get_and_touch(&key, 0).unwrap().map(|item| item.value.to_vec());
+                check(&key, got.as_deref(), &mut known);
+            }
+            Op::Store(mode, k, value, _, _) => {
+                let key = key_of(*k);
+                let value = &value[..value.len().min(200)];
+                let request = StoreRequest { mode: *mode, key: &key, value, flags: 0, exptime: 0, cas: 0 };
+                let before = known.get(&key).cloned().unwrap_or(Known::Absent);
+                match p.store(&request) {
+                    Ok(StoreOutcome::Stored { .. }) => {
+                        let new_value = match (mode, before) {
+                            (StoreMode::Append, Known::Latest(old)) => [old.as_slice(), value].concat(),
+                            (StoreMode::Prepend, Known::Latest(old)) => [value, old.as_slice()].concat(),
+                            (StoreMode::Append | StoreMode::Prepend, Known::Absent) => {
+                                panic!("append/prepend found a key the model says is gone")
+                            }
+                            _ => value.to_vec(),
+                        };
+                        known.insert(key, Known::Latest(new_value));
+                    }
+                    Ok(StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
+                        assert!(matches!(before, Known::Latest(_)), "add refused for an absent key");
+                    }
+                    Ok(StoreOutcome::NotStored) => {
+                        known.insert(key, Known::Absent);
+                    }
+                    Ok(other) => panic!("{other:?}"),
+                    Err(EngineError::ItemTooLarge { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            Op::Delete(k, _) => {
+                let key = key_of(*k);
+                p.delete(&key, 0).unwrap();
+                known.insert(key, Known::Absent);
+            }
+            Op::GetBatch(ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
+                let mut got = Vec::new();
+                p.get_batch(&keys, |_, result| got.push(result.unwrap().map(|item| item.value.to_vec())));
+                for (key, value) in keys.iter().zip(got) {
+                    check(key, value.as_deref(), &mut known);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn roomy_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300), 1..400)) {
+        run_exact(&ops);
+    }
+
+    #[test]
+    fn tiny_partition_never_returns_stale_values(ops in proptest::collection::vec(op(24, 300), 1..600)) {
+        run_tiny(&ops);
+    }
+}
