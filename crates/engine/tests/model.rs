@@ -268,7 +268,7 @@ fn run_tiny(ops: &[Op]) {
     let mut p = Partition::new(&config).unwrap();
     p.set_clock(START);
     let mut known: HashMap<Vec<u8>, Known> = HashMap::new();
-    let mut check = |key: &[u8], got: Option<&[u8]>, known: &mut HashMap<Vec<u8>, Known>| {
+    let check = |key: &[u8], got: Option<&[u8]>, known: &mut HashMap<Vec<u8>, Known>| {
         let entry = known.entry(key.to_vec()).or_insert(Known::Absent);
         match (got, &*entry) {
             (None, _) => *entry = Known::Absent,

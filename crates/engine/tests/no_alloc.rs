@@ -68,10 +68,10 @@ fn no_allocation_after_creation() {
         partition.set(key(i % 5000, &mut k1), value, i as u32, 0).unwrap();
         written += value.len();
         hits += u64::from(partition.get(key(i % 4000, &mut k1)).unwrap().is_some());
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             partition.delete(key(i % 3000, &mut k1), 0).unwrap();
         }
-        if i % 11 == 0 {
+        if i.is_multiple_of(11) {
             let request = StoreRequest {
                 mode: StoreMode::Append,
                 key: key(i % 5000, &mut k1),
@@ -86,12 +86,12 @@ fn no_allocation_after_creation() {
             let incr = ArithRequest { delta: 1, decrement: false, cas: 0, initial: None };
             partition.arith(b"counter", &incr).unwrap();
         }
-        if i % 101 == 0 {
+        if i.is_multiple_of(101) {
             let keys = [key(i % 5000, &mut k1), key((i + 1) % 5000, &mut k2), b"counter"];
             partition.get_batch(&keys, |_, result| hits += u64::from(matches!(result, Ok(Some(_)))));
             let sets = [SetRequest { key: b"batch", value: &values[..40], flags: 0, exptime: 0 }; 3];
             partition.set_batch(&sets, |_, result| assert!(result.is_ok()));
-            partition.flush_all(if i % 202 == 0 { 0 } else { 5 });
+            partition.flush_all(if i.is_multiple_of(202) { 0 } else { 5 });
             partition.set_clock(partition.now() + 1);
         }
         i += 1;
