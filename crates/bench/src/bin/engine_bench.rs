@@ -83,9 +83,11 @@ type BoxedMap = HashMap<Box<[u8]>, Box<[u8]>>;
 
 impl Dataset {
     fn new(args: &Args) -> Dataset {
-        // At most 2^24 requests or 256 MiB of keys, whichever is less; the loops cycle.
-        let length = (1usize << 24).min((256usize << 20) / args.key_bytes).next_power_of_two() / 2;
-        let length = length.max(1024);
+        // 2^24 requests, or fewer so the keys take at most 256 MiB; the loops cycle through it.
+        let mut length = 1usize << 24;
+        while length > 1024 && length * args.key_bytes > 256 << 20 {
+            length /= 2;
+        }
         let sequence = key_sequence(args.dist, args.items, length, args.seed);
         let mut request_keys = vec![0u8; length * args.key_bytes];
         for (key, &i) in request_keys.chunks_exact_mut(args.key_bytes).zip(&sequence) {
