@@ -104,31 +104,40 @@ impl ItemHeader {
     }
 
     /// Reads a header from the front of `bytes`, which must start at an item written by
-    /// `encode` (asserted through the marker bits).
+    /// `encode` (asserted through the marker bits); returns it with its encoded length.
     #[inline]
-    pub(crate) fn decode(bytes: &[u8]) -> ItemHeader {
+    pub(crate) fn decode(bytes: &[u8]) -> (ItemHeader, usize) {
         let control = bytes[0];
         assert_eq!(control & MARKER_MASK, MARKER, "index points outside an item");
         let key_len = usize::from(bytes[1]);
         let value_len_bytes = usize::from(control & 0b11) + 1;
-        let mut at = 2;
-        let mut value_len = [0u8; 4];
-        value_len[..value_len_bytes].copy_from_slice(&bytes[at..at + value_len_bytes]);
-        at += value_len_bytes;
-        let mut header =
-            ItemHeader { key_len, value_len: u32::from_le_bytes(value_len) as usize, flags: 0, expiry: 0, cas: None };
-        if control & HAS_FLAGS != 0 {
-            header.flags = read_u32(bytes, at);
-            at += 4;
+        let value_len = match bytes.get(2..6) {
+            // One unaligned 4-byte read, masked to the field's width.
+            Some(word) => u32::from_le_bytes(word.try_into().unwrap()) & (u32::MAX >> (32 - 8 * value_len_bytes)),
+            None => {
+                let mut field = [0u8; 4];
+                field[..value_len_bytes].copy_from_slice(&bytes[2..2 + value_len_bytes]);
+                u32::from_le_bytes(field)
+            }
+        } as usize;
+        let mut header = ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None };
+        let mut at = 2 + value_len_bytes;
+        if control & (HAS_FLAGS | HAS_EXPIRY | HAS_CAS) != 0 {
+            if control & HAS_FLAGS != 0 {
+                header.flags = read_u32(bytes, at);
+                at += 4;
+            }
+            if control & HAS_EXPIRY != 0 {
+                header.expiry = read_u32(bytes, at);
+                at += 4;
+            }
+            if control & HAS_CAS != 0 {
+                header.cas = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
+                at += 8;
+            }
         }
-        if control & HAS_EXPIRY != 0 {
-            header.expiry = read_u32(bytes, at);
-            at += 4;
-        }
-        if control & HAS_CAS != 0 {
-            header.cas = Some(u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
-        }
-        header
+        debug_assert_eq!(at, header.header_len());
+        (header, at)
     }
 }
 
@@ -150,7 +159,8 @@ mod tests {
         let mut buf = [0u8; MAX_HEADER_BYTES];
         let n = h.encode(&mut buf);
         assert_eq!(n, h.header_len());
-        assert_eq!(ItemHeader::decode(&buf), h);
+        assert_eq!(ItemHeader::decode(&buf), (h, n));
+        assert_eq!(ItemHeader::decode(&buf[..n]), (h, n), "decodes without bytes beyond the header");
         if let Some(at) = h.expiry_field() {
             assert_eq!(read_u32(&buf, at), h.expiry);
         }

@@ -259,6 +259,8 @@ struct Found {
     position: u64,
     ring_index: usize,
     header: ItemHeader,
+    /// Encoded length of `header`.
+    header_len: usize,
 }
 
 impl Found {
@@ -267,7 +269,11 @@ impl Found {
     }
 
     fn payload_start(&self) -> usize {
-        self.ring_index + self.header.header_len()
+        self.ring_index + self.header_len
+    }
+
+    fn total_len(&self) -> usize {
+        self.header_len + self.header.key_len + self.header.value_len
     }
 }
 
@@ -443,12 +449,17 @@ impl Partition {
                 let position = self.log.tail() - age;
                 let ring_index = self.log.ring_index(position);
                 let bytes = self.log.bytes_from(ring_index);
-                let header = ItemHeader::decode(bytes);
-                let key_start = header.header_len();
-                if header.key_len != key.len() || !keys_equal(&bytes[key_start..key_start + key.len()], key) {
+                let (header, header_len) = ItemHeader::decode(bytes);
+                if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
                     return None;
                 }
-                return Some(Found { slot: Slot { bucket, entry: entry_no }, position, ring_index, header });
+                return Some(Found {
+                    slot: Slot { bucket, entry: entry_no },
+                    position,
+                    ring_index,
+                    header,
+                    header_len,
+                });
             }
         }
         None
@@ -601,7 +612,7 @@ impl Partition {
         let tag = entry_tag(self.index.get(found.slot));
         self.index.set(found.slot, make_entry(tag, position));
         self.sweep_to_tail();
-        Found { slot: found.slot, position, ring_index, header: *header }
+        Found { slot: found.slot, position, ring_index, header: *header, header_len }
     }
 
     /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
@@ -635,7 +646,7 @@ impl Partition {
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
         let mut found = self.find_live(key, hash)?;
-        self.item_bytes_hint = (self.item_bytes_hint * 7 + found.header.total_len()) / 8;
+        self.item_bytes_hint = (self.item_bytes_hint * 7 + found.total_len()) / 8;
         if self.log.tail() - found.position > self.reappend_age {
             let header = ItemHeader { cas: Some(found.cas()), ..found.header };
             found = self.rewrite(&found, &header, true);

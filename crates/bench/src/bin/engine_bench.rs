@@ -108,9 +108,14 @@ impl Dataset {
     /// The key of request `r` (modulo the cycle) and its key number.
     #[inline]
     fn request(&self, r: usize) -> (&[u8], u32) {
-        let r = r & (self.sequence.len() - 1);
-        let start = r * self.key_bytes;
-        (&self.request_keys[start..start + self.key_bytes], self.sequence[r])
+        (self.request_key(r), self.sequence[r & (self.sequence.len() - 1)])
+    }
+
+    /// The key of request `r` (modulo the cycle).
+    #[inline]
+    fn request_key(&self, r: usize) -> &[u8] {
+        let start = (r & (self.sequence.len() - 1)) * self.key_bytes;
+        &self.request_keys[start..start + self.key_bytes]
     }
 
     /// Key number `i` written into `out`.
@@ -267,7 +272,7 @@ fn main() {
     let (get_ops, get_time) = timed(args.seconds, |round| {
         keys.clear();
         let base = round * batch;
-        keys.extend((0..batch).map(|j| data.request(base + j).0));
+        keys.extend((0..batch).map(|j| data.request_key(base + j)));
         engine.get_batch(&keys, |_, result| {
             if let Ok(Some(Item { value, .. })) = result {
                 hits += 1;
@@ -292,7 +297,7 @@ fn main() {
         let (ops, time) = timed(args.seconds, |round| {
             let base = round * batch;
             for j in 0..batch {
-                if let Some(value) = m.get(data.request(base + j).0) {
+                if let Some(value) = m.get(data.request_key(base + j)) {
                     map_checksum = fold(map_checksum, value);
                 }
             }
