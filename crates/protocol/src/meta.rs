@@ -1,0 +1,140 @@
+//! Meta command flags (`mg`, `ms`, `md`, `ma`): parsed values for the server, plus the tokens as
+//! sent so replies can return flags in request order.
+
+use crate::number::{strtol32, strtoul32, strtoull};
+
+/// Longest opaque token memcached returns (including the `O`).
+pub const MAX_OPAQUE_BYTES: usize = 32;
+
+/// The flags of one meta request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetaFlags<'a> {
+    /// The flag tokens as sent (space separated), for replies.
+    pub tokens: &'a [u8],
+    /// One bit per flag letter present (bit = letter - b'A').
+    present: u64,
+    /// `O`: opaque token (without the letter).
+    pub opaque: Option<&'a [u8]>,
+    /// `T`: new TTL.
+    pub ttl: Option<i64>,
+    /// `N`: vivify on miss with this TTL.
+    pub vivify_ttl: Option<i64>,
+    /// `R`: recache when the TTL left is below this.
+    pub recache_ttl: Option<i64>,
+    /// `F`: client flags (ms).
+    pub client_flags: Option<u32>,
+    /// `C`: compare CAS.
+    pub cas: Option<u64>,
+    /// `M`: mode letter (ms, ma).
+    pub mode: Option<u8>,
+    /// `J`: initial value (ma).
+    pub initial: Option<u64>,
+    /// `D`: delta (ma).
+    pub delta: Option<u64>,
+}
+
+impl<'a> MetaFlags<'a> {
+    /// Whether flag `letter` was sent.
+    pub fn has(&self, letter: u8) -> bool {
+        letter_bit(letter).is_some_and(|bit| self.present & bit != 0)
+    }
+
+    /// `q`: suppress the nominal reply.
+    pub fn quiet(&self) -> bool {
+        self.has(b'q')
+    }
+
+    /// `b`: the key is base64.
+    pub fn base64(&self) -> bool {
+        self.has(b'b')
+    }
+
+    /// The flag tokens in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.tokens.split(|&b| b == b' ').filter(|token| !token.is_empty())
+    }
+}
+
+fn letter_bit(letter: u8) -> Option<u64> {
+    letter.is_ascii_alphabetic().then(|| 1u64 << (letter - b'A'))
+}
+
+/// Parses the flag tokens of a meta command the way memcached 1.6's `_meta_flag_preparse` does.
+/// Errors carry memcached's reply text (after `CLIENT_ERROR `).
+pub fn parse_flags(tokens: &[u8]) -> Result<MetaFlags<'_>, &'static str> {
+    let mut flags = MetaFlags { tokens, ..MetaFlags::default() };
+    let mut seen = [false; 128];
+    let mut error = None;
+    for token in tokens.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+        let letter = token[0];
+        if letter >= 127 || seen[letter as usize] {
+            return Err("duplicate flag");
+        }
+        seen[letter as usize] = true;
+        let value = &token[1..];
+        let bad_token = "bad token in command line format";
+        match letter {
+            b'N' => flags.vivify_ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
+            b'T' => flags.ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
+            b'R' => flags.recache_ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
+            b'F' => flags.client_flags = parse_or(strtoul32(value), &mut error, bad_token),
+            b'C' => flags.cas = parse_or(strtoull(value), &mut error, bad_token),
+            b'J' => flags.initial = parse_or(strtoull(value), &mut error, "invalid numeric initial value"),
+            b'D' => flags.delta = parse_or(strtoull(value), &mut error, "invalid numeric delta value"),
+            b'M' => {
+                if token.len() != 2 {
+                    error = error.or(Some("incorrect length for M token"));
+                } else {
+                    flags.mode = Some(token[1]);
+                }
+            }
+            b'O' => flags.opaque = Some(value),
+            b'b' | b'l' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'I' => {}
+            _ => return Err("invalid flag"),
+        }
+        flags.present |= letter_bit(letter).unwrap_or(0);
+    }
+    match error {
+        Some(message) => Err(message),
+        None => Ok(flags),
+    }
+}
+
+fn parse_or<T>(value: Option<T>, error: &mut Option<&'static str>, message: &'static str) -> Option<T> {
+    if value.is_none() && error.is_none() {
+        *error = Some(message);
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_values_and_keeps_order() {
+        let flags = parse_flags(b"v T30 F7 C99 O123 k q MS N5 R1 J4 D2 b").unwrap();
+        assert_eq!(flags.ttl, Some(30));
+        assert_eq!(flags.client_flags, Some(7));
+        assert_eq!(flags.cas, Some(99));
+        assert_eq!(flags.opaque, Some(&b"123"[..]));
+        assert_eq!((flags.mode, flags.vivify_ttl, flags.recache_ttl), (Some(b'S'), Some(5), Some(1)));
+        assert_eq!((flags.initial, flags.delta), (Some(4), Some(2)));
+        assert!(flags.has(b'v') && flags.quiet() && flags.base64() && flags.has(b'k') && !flags.has(b'c'));
+        let order: Vec<&[u8]> = flags.iter().collect();
+        assert_eq!(order[0], b"v");
+        assert_eq!(order[5], b"k");
+    }
+
+    #[test]
+    fn errors_use_memcached_messages() {
+        assert_eq!(parse_flags(b"v v"), Err("duplicate flag"));
+        assert_eq!(parse_flags(b"Tx"), Err("bad token in command line format"));
+        assert_eq!(parse_flags(b"MSS"), Err("incorrect length for M token"));
+        assert_eq!(parse_flags(b"Jx"), Err("invalid numeric initial value"));
+        assert_eq!(parse_flags(b"D-1"), Err("invalid numeric delta value"));
+        assert_eq!(parse_flags(b"z"), Err("invalid flag"));
+        assert_eq!(parse_flags(b"\xff"), Err("duplicate flag"), "memcached's reply for bytes >= 127");
+        assert_eq!(parse_flags(b""), Ok(MetaFlags::default()));
+    }
+}

@@ -1,0 +1,182 @@
+//! The request types every protocol decodes into, so the server handles each command once.
+
+use crate::meta::MetaFlags;
+
+/// A key as it arrived: raw bytes, or base64 text (meta `b` flag) that `decode_into` turns into
+/// the key's bytes without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key<'a> {
+    /// The bytes on the wire.
+    pub raw: &'a [u8],
+    /// Whether `raw` is base64.
+    pub base64: bool,
+}
+
+impl<'a> Key<'a> {
+    /// A plain key.
+    pub fn plain(raw: &'a [u8]) -> Key<'a> {
+        Key { raw, base64: false }
+    }
+
+    /// The key's bytes: `raw` itself, or `raw` base64-decoded into `buffer`. None if the base64
+    /// is invalid or decodes to more than `buffer` holds.
+    pub fn decode_into<'b>(&self, buffer: &'b mut [u8]) -> Option<&'b [u8]>
+    where
+        'a: 'b,
+    {
+        if !self.base64 {
+            return Some(self.raw);
+        }
+        let len = crate::base64::decode(self.raw, buffer)?;
+        Some(&buffer[..len])
+    }
+}
+
+/// Space-separated keys of a text retrieval command, validated by the decoder (count and
+/// lengths), iterated without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys<'a> {
+    raw: &'a [u8],
+    count: usize,
+}
+
+impl<'a> Keys<'a> {
+    pub(crate) fn new(raw: &'a [u8], count: usize) -> Keys<'a> {
+        Keys { raw, count }
+    }
+
+    /// One key.
+    pub fn one(key: &'a [u8]) -> Keys<'a> {
+        Keys { raw: key, count: 1 }
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are no keys (never true for a decoded request).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The keys in request order.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.raw.split(|&b| b == b' ').filter(|token| !token.is_empty())
+    }
+}
+
+/// memcached's storage modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreMode {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    /// Store only if the CAS matches (text `cas`, meta `ms` with `C` in set/replace mode).
+    Cas,
+}
+
+/// What a request asks for, whatever protocol carried it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// get, gets, gat, gats, mg, binary GET* / GAT*.
+    Get {
+        keys: Keys<'a>,
+        /// gets/gats: include the CAS in the reply.
+        return_cas: bool,
+        /// gat/gats/binary GAT/meta `T`: the new exptime.
+        touch: Option<i64>,
+        /// Meta `b`: keys are base64 (only for mg, which has one key).
+        base64: bool,
+    },
+    /// set, add, replace, append, prepend, cas, ms, binary SET/ADD/REPLACE/APPEND/PREPEND.
+    Store {
+        mode: StoreMode,
+        key: Key<'a>,
+        flags: u32,
+        exptime: i64,
+        value: &'a [u8],
+        cas: u64,
+    },
+    /// delete, md, binary DELETE.
+    Delete {
+        key: Key<'a>,
+        cas: u64,
+    },
+    /// incr, decr, ma, binary INCREMENT/DECREMENT.
+    Arith {
+        key: Key<'a>,
+        delta: u64,
+        decrement: bool,
+        initial: Option<ArithInitial>,
+        cas: u64,
+    },
+    /// touch, binary TOUCH.
+    Touch {
+        key: Key<'a>,
+        exptime: i64,
+    },
+    /// flush_all [delay], binary FLUSH.
+    FlushAll {
+        delay: i64,
+    },
+    /// stats [group ...]: the raw arguments (empty for plain `stats`).
+    Stats {
+        args: &'a [u8],
+    },
+    Version,
+    Verbosity {
+        level: u32,
+    },
+    Quit,
+    /// mn, binary NOOP.
+    Noop,
+    /// me <key>.
+    MetaDebug {
+        key: Key<'a>,
+    },
+    /// Binary SASL opcodes (a server without authentication answers them as memcached does).
+    Sasl {
+        opcode: u8,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+}
+
+/// The value and exptime an incr/decr creates on a miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArithInitial {
+    pub value: u64,
+    pub exptime: i64,
+}
+
+/// How the reply must be shaped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyStyle<'a> {
+    /// Classic text protocol; `noreply` suppresses the reply.
+    Text { noreply: bool },
+    /// Meta protocol with its flags (returned in request order).
+    Meta(MetaFlags<'a>),
+    /// Binary protocol.
+    Binary(BinaryRequestInfo),
+}
+
+/// What a binary reply echoes from its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryRequestInfo {
+    pub opcode: u8,
+    pub opaque: u32,
+    /// Quiet variant: success replies (and, for gets, misses) are suppressed.
+    pub quiet: bool,
+    /// GETK/GETKQ/GATK/GATKQ: the key goes back in the reply.
+    pub return_key: bool,
+}
+
+/// One decoded request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub command: Command<'a>,
+    pub style: ReplyStyle<'a>,
+}

@@ -1,0 +1,464 @@
+//! The text protocol (classic commands and meta commands) on the server side: one request line,
+//! then for storage commands a data block, decoded into `Request`.
+
+// The helpers return a finished `Decoded` as their error so callers can pass it straight on;
+// it is large, but boxing it would allocate on the error path for no gain.
+#![allow(clippy::result_large_err)]
+
+use crate::meta::{parse_flags, MAX_OPAQUE_BYTES};
+use crate::number::{strtol32, strtoul32, strtoull};
+use crate::{
+    ArithInitial, Command, Decoded, ErrorReply, Key, Keys, Limits, ProtocolError, ReplyStyle, Request, StoreMode,
+};
+
+const BAD_FORMAT: &str = "bad command line format";
+/// Most leading spaces memcached tolerates before a long retrieval line.
+const MAX_LEADING_SPACES: usize = 100;
+
+/// Decodes the text or meta request at the front of `input`.
+pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
+    let Some(newline) = memchr::memchr(b'\n', input) else {
+        return incomplete_line(input, limits);
+    };
+    let line_end = if newline > 0 && input[newline - 1] == b'\r' { newline - 1 } else { newline };
+    let line = Line { bytes: &input[..line_end], consumed: newline + 1 };
+    let mut tokens = split(line.bytes);
+    let Some(command) = tokens.next() else {
+        return line.error(ErrorReply::Error);
+    };
+    match command {
+        b"get" => line.retrieval(false, false, limits),
+        b"gets" => line.retrieval(true, false, limits),
+        b"gat" => line.retrieval(false, true, limits),
+        b"gats" => line.retrieval(true, true, limits),
+        b"set" => line.storage(input, StoreMode::Set, limits),
+        b"add" => line.storage(input, StoreMode::Add, limits),
+        b"replace" => line.storage(input, StoreMode::Replace, limits),
+        b"append" => line.storage(input, StoreMode::Append, limits),
+        b"prepend" => line.storage(input, StoreMode::Prepend, limits),
+        b"cas" => line.storage(input, StoreMode::Cas, limits),
+        b"delete" => line.delete(limits),
+        b"incr" => line.arith(false, limits),
+        b"decr" => line.arith(true, limits),
+        b"touch" => line.touch(limits),
+        b"flush_all" => line.flush_all(),
+        b"stats" => line.ok(Command::Stats { args: rest_after(line.bytes, 1) }, false),
+        b"version" => line.ok(Command::Version, false),
+        b"quit" => line.ok(Command::Quit, false),
+        b"verbosity" => line.verbosity(),
+        b"mn" => line.meta_ok(Command::Noop, b""),
+        b"mg" => line.meta_get(limits),
+        b"ms" => line.meta_set(input, limits),
+        b"md" => line.meta_delete(limits),
+        b"ma" => line.meta_arith(limits),
+        b"me" => line.meta_debug(limits),
+        _ => line.error(ErrorReply::Error),
+    }
+}
+
+/// No newline yet: wait, unless the line is already too long (memcached closes the connection
+/// then, except for retrieval lines, which may be long).
+fn incomplete_line<'a>(input: &[u8], limits: &Limits) -> Decoded<'a> {
+    if input.len() <= limits.max_line_bytes {
+        return Decoded::Incomplete { needed: 0 };
+    }
+    let spaces = input.iter().take_while(|&&b| b == b' ').count();
+    let rest = &input[spaces..];
+    let retrieval = spaces <= MAX_LEADING_SPACES && (rest.starts_with(b"get ") || rest.starts_with(b"gets "));
+    if retrieval && input.len() <= limits.max_retrieval_line_bytes() {
+        return Decoded::Incomplete { needed: 0 };
+    }
+    Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, input.len()))
+}
+
+/// Space-separated tokens (memcached splits on spaces only).
+fn split(line: &[u8]) -> impl Iterator<Item = &[u8]> {
+    line.split(|&b| b == b' ').filter(|token| !token.is_empty())
+}
+
+/// The bytes after the first `skip` tokens (and the spaces after them).
+fn rest_after(line: &[u8], skip: usize) -> &[u8] {
+    let mut at = 0;
+    for _ in 0..skip {
+        at += line[at..].iter().take_while(|&&b| b == b' ').count();
+        at += line[at..].iter().take_while(|&&b| b != b' ').count();
+    }
+    at += line[at..].iter().take_while(|&&b| b == b' ').count();
+    &line[at..]
+}
+
+/// memcached's `set_noreply_maybe`: the last token is exactly "noreply".
+fn noreply(tokens: &[&[u8]]) -> bool {
+    tokens.last() == Some(&&b"noreply"[..])
+}
+
+/// Most tokens a non-retrieval line may have before it is plainly malformed (memcached's
+/// tokenizer stops at 24).
+const MAX_TOKENS: usize = 24;
+
+struct Line<'a> {
+    bytes: &'a [u8],
+    consumed: usize,
+}
+
+impl<'a> Line<'a> {
+    fn tokens(&self) -> ([&'a [u8]; MAX_TOKENS], usize) {
+        let mut tokens: [&[u8]; MAX_TOKENS] = [&[]; MAX_TOKENS];
+        let mut count = 0;
+        for token in split(self.bytes) {
+            if count == MAX_TOKENS {
+                return (tokens, MAX_TOKENS + 1);
+            }
+            tokens[count] = token;
+            count += 1;
+        }
+        (tokens, count)
+    }
+
+    fn error(&self, reply: ErrorReply) -> Decoded<'a> {
+        Decoded::Error(ProtocolError::new(reply, self.consumed))
+    }
+
+    fn client_error(&self, message: &'static str, noreply: bool) -> Decoded<'a> {
+        Decoded::Error(ProtocolError { noreply, ..ProtocolError::new(ErrorReply::Client(message), self.consumed) })
+    }
+
+    fn ok(&self, command: Command<'a>, noreply: bool) -> Decoded<'a> {
+        let request = Request { command, style: ReplyStyle::Text { noreply } };
+        Decoded::Request { request, consumed: self.consumed }
+    }
+
+    fn retrieval(&self, return_cas: bool, touch: bool, limits: &Limits) -> Decoded<'a> {
+        let mut tokens = split(self.bytes).skip(1);
+        let exptime = if touch {
+            let Some(token) = tokens.next() else { return self.error(ErrorReply::Error) };
+            match strtol32(token) {
+                Some(exptime) => Some(i64::from(exptime)),
+                None if tokens.next().is_none() => return self.error(ErrorReply::Error),
+                None => return self.client_error("invalid exptime argument", false),
+            }
+        } else {
+            None
+        };
+        let keys_raw = rest_after(self.bytes, if touch { 2 } else { 1 });
+        let mut count = 0;
+        for key in split(keys_raw) {
+            count += 1;
+            if key.len() > limits.max_key_bytes || count > limits.max_keys_per_get {
+                return self.client_error(BAD_FORMAT, false);
+            }
+        }
+        if count == 0 {
+            return self.error(ErrorReply::Error);
+        }
+        self.ok(Command::Get { keys: Keys::new(keys_raw, count), return_cas, touch: exptime, base64: false }, false)
+    }
+
+    fn storage(&self, input: &'a [u8], mode: StoreMode, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        let fields = if mode == StoreMode::Cas { 6 } else { 5 };
+        if count != fields && count != fields + 1 {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        let key = tokens[1];
+        if key.len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        let parsed = (strtoul32(tokens[2]), strtol32(tokens[3]), strtol32(tokens[4]));
+        let (Some(flags), Some(exptime), Some(length)) = parsed else {
+            return self.client_error(BAD_FORMAT, noreply);
+        };
+        let cas = if mode == StoreMode::Cas {
+            match strtoull(tokens[5]) {
+                Some(cas) => cas,
+                None => return self.client_error(BAD_FORMAT, noreply),
+            }
+        } else {
+            0
+        };
+        if !(0..=i32::MAX - 2).contains(&length) {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        let value = match self.data_block(input, length as usize, limits, noreply) {
+            Ok(value) => value,
+            Err(decoded) => return decoded,
+        };
+        let command = Command::Store { mode, key: Key::plain(key), flags, exptime: i64::from(exptime), value, cas };
+        let request = Request { command, style: ReplyStyle::Text { noreply } };
+        Decoded::Request { request, consumed: self.consumed + length as usize + 2 }
+    }
+
+    /// The `length`-byte data block after the line, with its "\r\n".
+    fn data_block(
+        &self,
+        input: &'a [u8],
+        length: usize,
+        limits: &Limits,
+        noreply: bool,
+    ) -> Result<&'a [u8], Decoded<'a>> {
+        let total = self.consumed + length + 2;
+        if length > limits.max_value_bytes {
+            let error = ProtocolError::new(ErrorReply::Server("object too large for cache"), total);
+            return Err(Decoded::Error(ProtocolError { noreply, ..error }));
+        }
+        if input.len() < total {
+            return Err(Decoded::Incomplete { needed: total });
+        }
+        if &input[total - 2..total] != b"\r\n" {
+            let error = ProtocolError::new(ErrorReply::Client("bad data chunk"), total);
+            return Err(Decoded::Error(ProtocolError { noreply, ..error }));
+        }
+        Ok(&input[self.consumed..self.consumed + length])
+    }
+
+    fn delete(&self, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if !(2..=4).contains(&count) {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        if tokens[1].len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        if count > 2 {
+            let hold_is_zero = tokens[2] == b"0";
+            let valid = (count == 3 && (hold_is_zero || noreply)) || (count == 4 && hold_is_zero && noreply);
+            if !valid {
+                return self.client_error("bad command line format.  Usage: delete <key> [noreply]", noreply);
+            }
+        }
+        self.ok(Command::Delete { key: Key::plain(tokens[1]), cas: 0 }, noreply)
+    }
+
+    fn arith(&self, decrement: bool, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count != 3 && count != 4 {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        if tokens[1].len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        let Some(delta) = strtoull(tokens[2]) else {
+            return self.client_error("invalid numeric delta argument", noreply);
+        };
+        self.ok(Command::Arith { key: Key::plain(tokens[1]), delta, decrement, initial: None, cas: 0 }, noreply)
+    }
+
+    fn touch(&self, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count != 3 && count != 4 {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        if tokens[1].len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        let Some(exptime) = strtol32(tokens[2]) else {
+            return self.client_error("invalid exptime argument", noreply);
+        };
+        self.ok(Command::Touch { key: Key::plain(tokens[1]), exptime: i64::from(exptime) }, noreply)
+    }
+
+    fn flush_all(&self) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count > 3 {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        let mut delay = 0;
+        if count != if noreply { 2 } else { 1 } {
+            match strtol32(tokens[1]) {
+                Some(value) => delay = i64::from(value),
+                None => return self.client_error(BAD_FORMAT, noreply),
+            }
+        }
+        self.ok(Command::FlushAll { delay }, noreply)
+    }
+
+    fn verbosity(&self) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if !(2..=3).contains(&count) {
+            return self.error(ErrorReply::Error);
+        }
+        // memcached reads the level with a bare strtoul: leading digits, anything else is 0.
+        let digits = tokens[1].iter().take_while(|b| b.is_ascii_digit()).count();
+        let level = strtoul32(&tokens[1][..digits]).unwrap_or(0);
+        self.ok(Command::Verbosity { level }, noreply(&tokens[..count]))
+    }
+
+    // ----- meta commands -----
+
+    fn meta_ok(&self, command: Command<'a>, flag_tokens: &'a [u8]) -> Decoded<'a> {
+        match parse_flags(flag_tokens) {
+            Ok(flags) => {
+                let request = Request { command, style: ReplyStyle::Meta(flags) };
+                Decoded::Request { request, consumed: self.consumed }
+            }
+            Err(message) => self.client_error(message, false),
+        }
+    }
+
+    /// Key and flag tokens of a meta line, with memcached's checks on both.
+    fn meta_parts(&self, limits: &Limits, too_many: &'static str) -> Result<(&'a [u8], &'a [u8]), Decoded<'a>> {
+        let (tokens, count) = self.tokens();
+        if count < 2 {
+            return Err(self.error(ErrorReply::Error));
+        }
+        if tokens[1].len() > limits.max_key_bytes {
+            return Err(self.client_error(BAD_FORMAT, false));
+        }
+        if count > 2 + limits.max_meta_flags {
+            return Err(self.client_error(too_many, false));
+        }
+        Ok((tokens[1], rest_after(self.bytes, 2)))
+    }
+
+    fn meta_key(&self, raw: &'a [u8], base64: bool, limits: &Limits) -> Result<Key<'a>, Decoded<'a>> {
+        let key = Key { raw, base64 };
+        let mut buffer = [0u8; 256];
+        match key.decode_into(&mut buffer) {
+            Some(decoded) if !decoded.is_empty() && decoded.len() <= limits.max_key_bytes => Ok(key),
+            _ => Err(self.client_error("error decoding key", false)),
+        }
+    }
+
+    fn meta_get(&self, limits: &Limits) -> Decoded<'a> {
+        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags are too long") {
+            Ok(parts) => parts,
+            Err(decoded) => return decoded,
+        };
+        let flags = match parse_flags(flag_tokens) {
+            Ok(flags) => flags,
+            Err(message) => return self.client_error(message, false),
+        };
+        if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
+            return self.client_error("opaque token too long", false);
+        }
+        let key = match self.meta_key(raw_key, flags.base64(), limits) {
+            Ok(key) => key,
+            Err(decoded) => return decoded,
+        };
+        let command = Command::Get {
+            keys: Keys::one(key.raw),
+            return_cas: flags.has(b'c'),
+            touch: flags.ttl,
+            base64: key.base64,
+        };
+        Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
+    }
+
+    fn meta_set(&self, input: &'a [u8], limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count < 2 {
+            return self.error(ErrorReply::Error);
+        }
+        if tokens[1].len() > limits.max_key_bytes || count == 2 {
+            return self.client_error(BAD_FORMAT, false);
+        }
+        if count > 2 + limits.max_meta_flags {
+            return self.client_error("options flags too long", false);
+        }
+        let length = match strtol32(tokens[2]) {
+            Some(length) if (0..=i32::MAX - 2).contains(&length) => length as usize,
+            _ => return self.client_error(BAD_FORMAT, false),
+        };
+        // From here on memcached knows the data length, so errors swallow the data block.
+        let swallow = |message: &'static str| {
+            Decoded::Error(ProtocolError::new(ErrorReply::Client(message), self.consumed + length + 2))
+        };
+        let flag_tokens = rest_after(self.bytes, 3);
+        let flags = match parse_flags(flag_tokens) {
+            Ok(flags) => flags,
+            Err(message) => return swallow(message),
+        };
+        if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
+            return swallow("opaque token too long");
+        }
+        let mut mode = match flags.mode {
+            None | Some(b'S' | b's') => StoreMode::Set,
+            Some(b'E' | b'e') => StoreMode::Add,
+            Some(b'A' | b'a') => StoreMode::Append,
+            Some(b'P' | b'p') => StoreMode::Prepend,
+            Some(b'R' | b'r') => StoreMode::Replace,
+            Some(_) => return swallow("invalid mode for ms M token"),
+        };
+        if flags.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
+            mode = StoreMode::Cas;
+        }
+        let key = match self.meta_key(tokens[1], flags.base64(), limits) {
+            Ok(key) => key,
+            Err(_) => return swallow("error decoding key"),
+        };
+        let value = match self.data_block(input, length, limits, false) {
+            Ok(value) => value,
+            Err(decoded) => return decoded,
+        };
+        let command = Command::Store {
+            mode,
+            key,
+            flags: flags.client_flags.unwrap_or(0),
+            exptime: flags.ttl.unwrap_or(0),
+            value,
+            cas: flags.cas.unwrap_or(0),
+        };
+        let request = Request { command, style: ReplyStyle::Meta(flags) };
+        Decoded::Request { request, consumed: self.consumed + length + 2 }
+    }
+
+    fn meta_delete(&self, limits: &Limits) -> Decoded<'a> {
+        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags too long") {
+            Ok(parts) => parts,
+            Err(decoded) => return decoded,
+        };
+        let flags = match parse_flags(flag_tokens) {
+            Ok(flags) => flags,
+            Err(message) => return self.client_error(message, false),
+        };
+        let key = match self.meta_key(raw_key, flags.base64(), limits) {
+            Ok(key) => key,
+            Err(decoded) => return decoded,
+        };
+        let command = Command::Delete { key, cas: flags.cas.unwrap_or(0) };
+        Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
+    }
+
+    fn meta_arith(&self, limits: &Limits) -> Decoded<'a> {
+        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags too long") {
+            Ok(parts) => parts,
+            Err(decoded) => return decoded,
+        };
+        let flags = match parse_flags(flag_tokens) {
+            Ok(flags) => flags,
+            Err(message) => return self.client_error(message, false),
+        };
+        let decrement = match flags.mode {
+            None | Some(b'I' | b'i' | b'+') => false,
+            Some(b'D' | b'd' | b'-') => true,
+            Some(_) => return self.client_error("invalid mode for ma M token", false),
+        };
+        let key = match self.meta_key(raw_key, flags.base64(), limits) {
+            Ok(key) => key,
+            Err(decoded) => return decoded,
+        };
+        let initial = flags.vivify_ttl.map(|exptime| ArithInitial { value: flags.initial.unwrap_or(0), exptime });
+        let command =
+            Command::Arith { key, delta: flags.delta.unwrap_or(1), decrement, initial, cas: flags.cas.unwrap_or(0) };
+        Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
+    }
+
+    fn meta_debug(&self, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count < 2 || tokens[1].len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, false);
+        }
+        let base64 = count >= 3 && tokens[2] == b"b";
+        let key = match self.meta_key(tokens[1], base64, limits) {
+            Ok(key) => key,
+            Err(_) => return self.client_error(BAD_FORMAT, false),
+        };
+        let request = Request { command: Command::MetaDebug { key }, style: ReplyStyle::Meta(Default::default()) };
+        Decoded::Request { request, consumed: self.consumed }
+    }
+}
