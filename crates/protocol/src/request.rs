@@ -38,16 +38,24 @@ impl<'a> Key<'a> {
 pub struct Keys<'a> {
     raw: &'a [u8],
     count: usize,
+    /// Whether `raw` is a space-separated list (text) rather than one key of any bytes.
+    list: bool,
 }
 
 impl<'a> Keys<'a> {
     pub(crate) fn new(raw: &'a [u8], count: usize) -> Keys<'a> {
-        Keys { raw, count }
+        Keys { raw, count, list: true }
     }
 
-    /// One key.
+    /// Keys separated by single spaces, as a text retrieval line carries them.
+    pub fn from_line(raw: &'a [u8]) -> Keys<'a> {
+        let count = raw.split(|&b| b == b' ').filter(|token| !token.is_empty()).count();
+        Keys { raw, count, list: true }
+    }
+
+    /// One key of any bytes (binary and meta requests).
     pub fn one(key: &'a [u8]) -> Keys<'a> {
-        Keys { raw: key, count: 1 }
+        Keys { raw: key, count: 1, list: false }
     }
 
     /// Number of keys.
@@ -62,7 +70,8 @@ impl<'a> Keys<'a> {
 
     /// The keys in request order.
     pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.raw.split(|&b| b == b' ').filter(|token| !token.is_empty())
+        let (list, single) = if self.list { (self.raw, None) } else { (&self.raw[..0], Some(self.raw)) };
+        single.into_iter().chain(list.split(|&b| b == b' ').filter(|token| !token.is_empty()))
     }
 }
 

@@ -93,7 +93,8 @@ fn lines_without_newline_are_bounded() {
 #[test]
 fn storage_commands() {
     let r = request(b"set foo 5 10 3\r\nbar\r\n");
-    let set = |mode, flags, exptime, value, cas| Command::Store { mode, key: Key::plain(b"foo"), flags, exptime, value, cas };
+    let set =
+        |mode, flags, exptime, value, cas| Command::Store { mode, key: Key::plain(b"foo"), flags, exptime, value, cas };
     assert_eq!(r, text(set(StoreMode::Set, 5, 10, &b"bar"[..], 0), false));
     assert_eq!(request(b"add foo 0 0 0 noreply\r\n\r\n"), text(set(StoreMode::Add, 0, 0, b"", 0), true));
     assert_eq!(request(b"replace foo 0 -1 1\r\nx\r\n"), text(set(StoreMode::Replace, 0, -1, b"x", 0), false));
@@ -283,14 +284,20 @@ fn binary_commands() {
     assert_eq!(request(&binary_request(opcode::NOOP, 0, &[], b"", &[])).command, Command::Noop);
     assert_eq!(request(&binary_request(opcode::VERSION, 0, &[], b"", &[])).command, Command::Version);
     assert_eq!(request(&binary_request(opcode::QUITQ, 0, &[], b"", &[])).command, Command::Quit);
-    assert_eq!(request(&binary_request(opcode::STAT, 0, &[], b"settings", &[])).command, Command::Stats { args: b"settings" });
+    assert_eq!(
+        request(&binary_request(opcode::STAT, 0, &[], b"settings", &[])).command,
+        Command::Stats { args: b"settings" }
+    );
     let input = binary_request(opcode::TOUCH, 0, &[0, 0, 0, 30], b"foo", &[]);
     assert_eq!(request(&input).command, Command::Touch { key: Key::plain(b"foo"), exptime: 30 });
     let input = binary_request(opcode::GATKQ, 0, &[0, 0, 0, 30], b"foo", &[]);
     assert!(matches!(request(&input).command, Command::Get { touch: Some(30), .. }));
     let input = binary_request(opcode::SASL_AUTH, 0, &[], b"PLAIN", b"\0u\0p");
     assert_eq!(request(&input).command, Command::Sasl { opcode: opcode::SASL_AUTH, key: b"PLAIN", value: b"\0u\0p" });
-    assert!(matches!(request(&binary_request(opcode::SASL_LIST_MECHS, 0, &[], b"", &[])).command, Command::Sasl { .. }));
+    assert!(matches!(
+        request(&binary_request(opcode::SASL_LIST_MECHS, 0, &[], b"", &[])).command,
+        Command::Sasl { .. }
+    ));
 }
 
 #[test]
@@ -309,8 +316,14 @@ fn binary_errors() {
     assert!(matches!(e.reply, ErrorReply::Binary { status: status::E2BIG, .. }));
     assert_eq!((e.skip, e.close), (24 + 8 + 3 + (2 << 20), false), "a too-large value is swallowed");
     let header_only = &binary_request(opcode::SET, 0, &[0; 8], b"foo", &vec![0; 2 << 20])[..24];
-    assert!(matches!(error(header_only).reply, ErrorReply::Binary { status: status::E2BIG, .. }), "decided from the header alone");
-    assert!(matches!(decode(&binary_request(opcode::GET, 0, &[], b"foo", &[])[..23]), Decoded::Incomplete { needed: 24 }));
+    assert!(
+        matches!(error(header_only).reply, ErrorReply::Binary { status: status::E2BIG, .. }),
+        "decided from the header alone"
+    );
+    assert!(matches!(
+        decode(&binary_request(opcode::GET, 0, &[], b"foo", &[])[..23]),
+        Decoded::Incomplete { needed: 24 }
+    ));
 }
 
 #[test]
@@ -320,9 +333,7 @@ fn binary_responses_are_exact() {
     binary::write_response(&mut out, &info, status::SUCCESS, 99, &5u32.to_be_bytes(), b"k", b"v");
     assert_eq!(
         out,
-        [
-            0x81, 0x0c, 0, 1, 4, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 0, 5, b'k', b'v'
-        ]
+        [0x81, 0x0c, 0, 1, 4, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 0, 5, b'k', b'v']
     );
     out.clear();
     binary::write_error(&mut out, &info, status::KEY_ENOENT);
