@@ -14,11 +14,40 @@ need_component() {
 need_component fmt rustfmt
 need_component clippy clippy
 
+# The fuzz targets need a C++ compiler (libfuzzer-sys) and a pinned cargo-fuzz.
+if ! command -v g++ >/dev/null 2>&1; then
+    echo "test.sh: installing g++" >&2
+    apt-get update && apt-get install -y g++
+fi
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+    echo "test.sh: installing cargo-fuzz $CARGO_FUZZ_VERSION" >&2
+    cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace 2>&1 | tee "$log"
+# A short run of every fuzz target over its committed corpus (FUZZ_SECONDS each, default 30).
+# New inputs go to a scratch directory, so the committed corpora stay as they are.
+fuzz_seconds=${FUZZ_SECONDS:-30}
+fuzz_scratch=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$fuzz_scratch"' EXIT
+(
+    cd fuzz
+    export RUSTC_BOOTSTRAP=1
+    cargo fuzz build --sanitizer none
+    for target in text meta binary udp; do
+        mkdir -p "$fuzz_scratch/$target"
+        echo "fuzz: $target for ${fuzz_seconds}s" >&2
+        cargo fuzz run --sanitizer none "$target" "$fuzz_scratch/$target" "corpus/$target" -- \
+            -dict="dict/$target.dict" -max_total_time="$fuzz_seconds" -print_final_stats=1 2>&1 \
+            | grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec)|panicked|SUMMARY|ERROR"
+    done
+)
+
 # One closing line for the whole run (cargo prints one per test binary, the last often "0 passed").
 awk '/^test result:/ { passed += $4; failed += $6 } END { printf "tests: %d passed, %d failed\n", passed, failed }' "$log"
