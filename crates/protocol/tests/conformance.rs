@@ -340,3 +340,50 @@ fn binary_responses_are_exact() {
     assert_eq!(&out[24..], b"Not found");
     assert_eq!(u16::from_be_bytes([out[6], out[7]]), status::KEY_ENOENT);
 }
+
+#[test]
+fn every_fixed_text_reply_is_exact() {
+    use tierkv_protocol::reply::{self, Status};
+    let table: [(Status, &[u8]); 9] = [
+        (Status::End, b"END\r\n"),
+        (Status::Stored, b"STORED\r\n"),
+        (Status::NotStored, b"NOT_STORED\r\n"),
+        (Status::Exists, b"EXISTS\r\n"),
+        (Status::NotFound, b"NOT_FOUND\r\n"),
+        (Status::Deleted, b"DELETED\r\n"),
+        (Status::Touched, b"TOUCHED\r\n"),
+        (Status::Ok, b"OK\r\n"),
+        (Status::Reset, b"RESET\r\n"),
+    ];
+    for (status, bytes) in table {
+        let mut out = Vec::new();
+        reply::status(&mut out, status);
+        assert_eq!(out, bytes);
+        let decoded = client::decode_reply(&out, &Limits::default());
+        assert_eq!(decoded, client::ReplyDecoded::Reply { reply: client::Reply::Status(status), consumed: bytes.len() });
+    }
+}
+
+#[test]
+fn every_meta_code_is_exact() {
+    use tierkv_protocol::reply::{self, MetaCode, MetaReturn};
+    let flags = meta::parse_flags(b"O9 k c").unwrap();
+    let info = MetaReturn { key: Some(b"foo"), cas: Some(5), ..MetaReturn::default() };
+    let table: [(MetaCode, &[u8], &[u8]); 6] = [
+        (MetaCode::Hd, reply::returned::SET, b"HD O9 kfoo c5\r\n"),
+        (MetaCode::Ns, reply::returned::SET, b"NS O9 kfoo c5\r\n"),
+        (MetaCode::Ex, reply::returned::SET, b"EX O9 kfoo c5\r\n"),
+        (MetaCode::Nf, reply::returned::DELETE, b"NF O9 kfoo\r\n"),
+        (MetaCode::En, reply::returned::GET_MISS, b"EN O9 kfoo\r\n"),
+        (MetaCode::Mn, b"", b"MN\r\n"),
+    ];
+    for (code, letters, bytes) in table {
+        let mut out = Vec::new();
+        reply::meta(&mut out, code, &flags, letters, &info, None);
+        assert_eq!(out, bytes, "{code:?}");
+    }
+    let mut out = Vec::new();
+    let hit = MetaReturn { size: Some(2), ttl: Some(30), client_flags: Some(0), won: true, ..info };
+    reply::meta(&mut out, MetaCode::Va, &meta::parse_flags(b"s t f v").unwrap(), reply::returned::GET_HIT, &hit, Some(b"hi"));
+    assert_eq!(out, b"VA 2 s2 t30 f0 W\r\nhi\r\n");
+}
