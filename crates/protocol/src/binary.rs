@@ -134,9 +134,11 @@ impl Header {
     }
 }
 
-fn is_quiet(op: u8) -> bool {
+/// What a reply to a request with this opcode echoes: quiet and key-returning variants as the
+/// opcode says.
+pub fn request_info(op: u8, opaque: u32) -> BinaryRequestInfo {
     use opcode::*;
-    matches!(
+    let quiet = matches!(
         op,
         GETQ | GETKQ
             | SETQ
@@ -151,7 +153,8 @@ fn is_quiet(op: u8) -> bool {
             | PREPENDQ
             | GATQ
             | GATKQ
-    )
+    );
+    BinaryRequestInfo { opcode: op, opaque, quiet, return_key: matches!(op, GETK | GETKQ | GATK | GATKQ) }
 }
 
 /// The shape memcached requires of each opcode's body: (extras length, key required, value
@@ -190,12 +193,7 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
     if header.magic != REQUEST_MAGIC {
         return Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, input.len()));
     }
-    let info = BinaryRequestInfo {
-        opcode: header.opcode,
-        opaque: header.opaque,
-        quiet: is_quiet(header.opcode),
-        return_key: matches!(header.opcode, opcode::GETK | opcode::GETKQ | opcode::GATK | opcode::GATKQ),
-    };
+    let info = request_info(header.opcode, header.opaque);
     let key_len = usize::from(header.key_len);
     let extras_len = usize::from(header.extras_len);
     let body_len = header.body_len as usize;

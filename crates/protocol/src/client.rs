@@ -212,31 +212,7 @@ fn encode_binary(out: &mut Vec<u8>, command: &Command<'_>, info: &BinaryRequestI
     out.extend_from_slice(value);
 }
 
-/// A binary request header for `opcode` (quiet and key-returning variants as the opcode says).
-pub fn binary_info(op: u8, opaque: u32) -> BinaryRequestInfo {
-    use opcode::*;
-    BinaryRequestInfo {
-        opcode: op,
-        opaque,
-        quiet: matches!(
-            op,
-            GETQ | GETKQ
-                | SETQ
-                | ADDQ
-                | REPLACEQ
-                | DELETEQ
-                | INCREMENTQ
-                | DECREMENTQ
-                | QUITQ
-                | FLUSHQ
-                | APPENDQ
-                | PREPENDQ
-                | GATQ
-                | GATKQ
-        ),
-        return_key: matches!(op, GETK | GETKQ | GATK | GATKQ),
-    }
-}
+pub use crate::binary::request_info as binary_info;
 
 /// A reply as the client sees it, borrowing the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

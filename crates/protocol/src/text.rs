@@ -231,34 +231,39 @@ impl<'a> Line<'a> {
         self.ok(Command::Delete { key: Key::plain(tokens[1]), cas: 0 }, noreply)
     }
 
-    fn arith(&self, decrement: bool, limits: &Limits) -> Decoded<'a> {
+    /// `<command> <key> <argument> [noreply]`, with memcached's checks on the key.
+    fn key_and_argument(&self, limits: &Limits) -> Result<(&'a [u8], &'a [u8], bool), Decoded<'a>> {
         let (tokens, count) = self.tokens();
         if count != 3 && count != 4 {
-            return self.error(ErrorReply::Error);
+            return Err(self.error(ErrorReply::Error));
         }
         let noreply = noreply(&tokens[..count]);
         if tokens[1].len() > limits.max_key_bytes {
-            return self.client_error(BAD_FORMAT, noreply);
+            return Err(self.client_error(BAD_FORMAT, noreply));
         }
-        let Some(delta) = strtoull(tokens[2]) else {
+        Ok((tokens[1], tokens[2], noreply))
+    }
+
+    fn arith(&self, decrement: bool, limits: &Limits) -> Decoded<'a> {
+        let (key, argument, noreply) = match self.key_and_argument(limits) {
+            Ok(parts) => parts,
+            Err(decoded) => return decoded,
+        };
+        let Some(delta) = strtoull(argument) else {
             return self.client_error("invalid numeric delta argument", noreply);
         };
-        self.ok(Command::Arith { key: Key::plain(tokens[1]), delta, decrement, initial: None, cas: 0 }, noreply)
+        self.ok(Command::Arith { key: Key::plain(key), delta, decrement, initial: None, cas: 0 }, noreply)
     }
 
     fn touch(&self, limits: &Limits) -> Decoded<'a> {
-        let (tokens, count) = self.tokens();
-        if count != 3 && count != 4 {
-            return self.error(ErrorReply::Error);
-        }
-        let noreply = noreply(&tokens[..count]);
-        if tokens[1].len() > limits.max_key_bytes {
-            return self.client_error(BAD_FORMAT, noreply);
-        }
-        let Some(exptime) = strtol32(tokens[2]) else {
+        let (key, argument, noreply) = match self.key_and_argument(limits) {
+            Ok(parts) => parts,
+            Err(decoded) => return decoded,
+        };
+        let Some(exptime) = strtol32(argument) else {
             return self.client_error("invalid exptime argument", noreply);
         };
-        self.ok(Command::Touch { key: Key::plain(tokens[1]), exptime: i64::from(exptime) }, noreply)
+        self.ok(Command::Touch { key: Key::plain(key), exptime: i64::from(exptime) }, noreply)
     }
 
     fn flush_all(&self) -> Decoded<'a> {

@@ -360,7 +360,10 @@ fn every_fixed_text_reply_is_exact() {
         reply::status(&mut out, status);
         assert_eq!(out, bytes);
         let decoded = client::decode_reply(&out, &Limits::default());
-        assert_eq!(decoded, client::ReplyDecoded::Reply { reply: client::Reply::Status(status), consumed: bytes.len() });
+        assert_eq!(
+            decoded,
+            client::ReplyDecoded::Reply { reply: client::Reply::Status(status), consumed: bytes.len() }
+        );
     }
 }
 
@@ -384,6 +387,13 @@ fn every_meta_code_is_exact() {
     }
     let mut out = Vec::new();
     let hit = MetaReturn { size: Some(2), ttl: Some(30), client_flags: Some(0), won: true, ..info };
-    reply::meta(&mut out, MetaCode::Va, &meta::parse_flags(b"s t f v").unwrap(), reply::returned::GET_HIT, &hit, Some(b"hi"));
+    reply::meta(
+        &mut out,
+        MetaCode::Va,
+        &meta::parse_flags(b"s t f v").unwrap(),
+        reply::returned::GET_HIT,
+        &hit,
+        Some(b"hi"),
+    );
     assert_eq!(out, b"VA 2 s2 t30 f0 W\r\nhi\r\n");
 }
