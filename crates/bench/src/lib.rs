@@ -1,9 +1,12 @@
 //! tierkv-bench: benchmark programs that print figures (never tests that fail on time).
-//! `engine-bench` measures the engine in-process beside `std::collections::HashMap`; the
-//! network load generator `tierkv-bench` arrives with issue 4 and shares the key and workload
-//! generators here.
+//! `engine-bench` measures the engine in-process beside `std::collections::HashMap`,
+//! `protocol-bench` the request decoders, and `tierkv-bench` drives servers over the network
+//! (`run`) and serves the network floor (`floor`).
 //!
 //! It must never feed numbers back into the code it measures, and nothing here is used by the
 //! server.
 
+pub mod floor;
+pub mod loadgen;
+pub mod resp;
 pub mod workload;

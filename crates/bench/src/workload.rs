@@ -168,6 +168,22 @@ pub fn write_key(i: u64, out: &mut [u8]) {
     }
 }
 
+/// Writes key number `i` as `out.len()` printable bytes that a text protocol accepts: 16 hex
+/// digits of a bijective scramble of `i` (or, for keys shorter than 16 bytes, `i` itself in hex),
+/// then a fixed filler. Unique while `i` fits in the hex digits.
+pub fn write_text_key(i: u64, out: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let width = out.len().min(16);
+    let value = if width == 16 { mix64(i) } else { i };
+    for (position, byte) in out[..width].iter_mut().enumerate() {
+        let shift = 4 * (width - 1 - position);
+        *byte = HEX[((value >> shift) & 0xF) as usize];
+    }
+    for (j, byte) in out[width..].iter_mut().enumerate() {
+        *byte = b'a' + (j % 26) as u8;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +227,19 @@ mod tests {
         assert_eq!("zipf:0.99".parse::<Distribution>(), Ok(Distribution::Zipf(0.99)));
         assert!("zipf:1.5".parse::<Distribution>().is_err());
         assert!("pareto".parse::<Distribution>().is_err());
+    }
+
+    #[test]
+    fn text_keys_are_unique_and_printable() {
+        let mut seen = std::collections::HashSet::new();
+        for width in [4usize, 16, 24] {
+            let mut key = vec![0u8; width];
+            for i in 0..5000 {
+                write_text_key(i, &mut key);
+                assert!(key.iter().all(|b| b.is_ascii_graphic()));
+                assert!(seen.insert(key.clone()));
+            }
+        }
     }
 
     #[test]

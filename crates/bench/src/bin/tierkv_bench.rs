@@ -1,0 +1,201 @@
+//! tierkv-bench: drive a memcached-compatible (or redis) server with a YCSB-style workload and
+//! report throughput, latency and CPU per operation (`run`), or serve the network floor
+//! (`floor`). Prints figures; never fails on a time, only on wrong or missing replies.
+
+use clap::{Parser, Subcommand};
+use std::net::{SocketAddr, ToSocketAddrs};
+use tierkv_bench::floor::{self, FloorProtocol};
+use tierkv_bench::loadgen::{self, Protocol, RunConfig};
+use tierkv_bench::workload::Distribution;
+
+#[derive(Parser, Debug)]
+#[command(name = "tierkv-bench", about = "YCSB-style load generator and network floor for tierkv, memcached and redis")]
+struct Cli {
+    #[command(subcommand)]
+    command: Mode,
+}
+
+#[derive(Subcommand, Debug)]
+enum Mode {
+    /// Drive one server and report ops/s, latency percentiles and CPU per operation.
+    Run(RunArgs),
+    /// Serve canned replies with no storage: the network floor of this machine.
+    Floor {
+        /// Port to listen on (127.0.0.1).
+        #[arg(long)]
+        port: u16,
+        /// Protocol to answer.
+        #[arg(long, value_enum, default_value = "text")]
+        protocol: FloorProtocol,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Server address, HOST:PORT.
+    #[arg(long)]
+    target: String,
+    #[arg(long, value_enum, default_value = "text")]
+    protocol: Protocol,
+    /// YCSB workload: A (50% GET), B (95% GET), C (100% GET).
+    #[arg(long, default_value = "B")]
+    workload: String,
+    /// Share of GETs, 0..1 (overrides --workload).
+    #[arg(long)]
+    get_ratio: Option<f64>,
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 16)]
+    key_bytes: usize,
+    /// N, or MIN..MAX (uniform).
+    #[arg(long, default_value = "32", value_parser = parse_range)]
+    value_bytes: (usize, usize),
+    /// uniform or zipf:THETA.
+    #[arg(long, default_value = "zipf:0.99")]
+    dist: Distribution,
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    /// Single-key requests in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Write every key once before measuring.
+    #[arg(long)]
+    preload: bool,
+    /// The server's process id, for its CPU time per operation.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one compact JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_range(text: &str) -> Result<(usize, usize), String> {
+    let parse = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad size {t:?}"));
+    let (min, max) = match text.split_once("..") {
+        Some((a, b)) => (parse(a)?, parse(b)?),
+        None => (parse(text)?, parse(text)?),
+    };
+    if min > max || max > 1 << 20 {
+        return Err(format!("value size range {text:?} must be MIN..MAX with MAX <= 1048576"));
+    }
+    Ok((min, max))
+}
+
+fn fail(message: impl std::fmt::Display) -> ! {
+    eprintln!("tierkv-bench: {message}");
+    std::process::exit(1);
+}
+
+fn main() {
+    match Cli::parse().command {
+        Mode::Floor { port, protocol } => {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+                .unwrap_or_else(|e| fail(format!("cannot listen on 127.0.0.1:{port}: {e}")));
+            eprintln!("tierkv-bench floor: {protocol:?} on 127.0.0.1:{port}");
+            if let Err(e) = floor::serve(listener, protocol) {
+                fail(format!("floor server failed: {e}"));
+            }
+        }
+        Mode::Run(args) => run(args),
+    }
+}
+
+fn run(args: RunArgs) {
+    let target: SocketAddr = args
+        .target
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .unwrap_or_else(|| fail(format!("--target {:?} is not HOST:PORT", args.target)));
+    let get_ratio = match (args.get_ratio, args.workload.to_ascii_uppercase().as_str()) {
+        (Some(ratio), _) if (0.0..=1.0).contains(&ratio) => ratio,
+        (Some(ratio), _) => fail(format!("--get-ratio {ratio} must be between 0 and 1")),
+        (None, "A") => 0.5,
+        (None, "B") => 0.95,
+        (None, "C") => 1.0,
+        (None, other) => fail(format!("--workload {other:?} must be A, B or C")),
+    };
+    if args.keys == 0 || args.keys > u64::from(u32::MAX) || args.key_bytes == 0 || args.key_bytes > 250 {
+        fail("--keys must be 1..2^32-1 and --key-bytes 1..250");
+    }
+    if args.key_bytes < 16 && args.keys > 1u64 << (4 * args.key_bytes) {
+        fail(format!("{} keys need keys of more than {} bytes", args.keys, args.key_bytes));
+    }
+    if args.connections == 0 || args.connections > 10_000 || args.pipeline == 0 || args.pipeline > 4096 {
+        fail("--connections must be 1..10000 and --pipeline 1..4096");
+    }
+    if args.seconds.is_nan() || args.seconds <= 0.0 {
+        fail("--seconds must be positive");
+    }
+    let config = RunConfig {
+        target,
+        protocol: args.protocol,
+        get_ratio,
+        keys: args.keys,
+        key_bytes: args.key_bytes,
+        value_bytes: args.value_bytes,
+        dist: args.dist,
+        connections: args.connections,
+        pipeline: args.pipeline,
+        seconds: args.seconds,
+        preload: args.preload,
+        seed: args.seed,
+    };
+    if config.preload {
+        loadgen::preload(&config).unwrap_or_else(|e| fail(format!("preload failed: {e}")));
+    }
+    // CPU is measured around the measured interval only.
+    let server_before = args.server_pid.map(|pid| loadgen::process_cpu_seconds(pid).unwrap_or_else(|e| fail(e)));
+    let client_before = loadgen::process_cpu_seconds(std::process::id()).unwrap_or_else(|e| fail(e));
+    let result = loadgen::run(&config).unwrap_or_else(|e| fail(e));
+    report(&args, &config, &result, server_before, client_before);
+}
+
+fn report(
+    args: &RunArgs,
+    config: &RunConfig,
+    result: &loadgen::RunResult,
+    server_before: Option<f64>,
+    client_before: f64,
+) {
+    let ops = result.operations.max(1) as f64;
+    let server_cpu = args.server_pid.zip(server_before).map(|(pid, before)| {
+        let after = loadgen::process_cpu_seconds(pid).unwrap_or_else(|e| fail(e));
+        (after - before) * 1e6 / ops
+    });
+    let client_cpu =
+        (loadgen::process_cpu_seconds(std::process::id()).unwrap_or_else(|e| fail(e)) - client_before) * 1e6 / ops;
+    let ops_per_sec = result.operations as f64 / result.elapsed.as_secs_f64();
+    let hit_ratio = if result.gets == 0 { 1.0 } else { result.get_hits as f64 / result.gets as f64 };
+    let us = |q: f64| result.latency_ns.value_at_quantile(q) as f64 / 1000.0;
+    let (p50, p99, p999) = (us(0.5), us(0.99), us(0.999));
+    eprintln!(
+        "{} {:?} get_ratio {} pipeline {} connections {}: {:.0} ops/s, hit ratio {:.4}, p50 {p50:.1} us, p99 {p99:.1} us, \
+         p99.9 {p999:.1} us, server CPU {} us/op, bench CPU {client_cpu:.3} us/op",
+        config.target,
+        config.protocol,
+        config.get_ratio,
+        config.pipeline,
+        config.connections,
+        ops_per_sec,
+        hit_ratio,
+        server_cpu.map_or("n/a".to_string(), |c| format!("{c:.3}")),
+    );
+    if args.json {
+        println!(
+            "{{\"ops_per_sec\":{ops_per_sec:.1},\"operations\":{},\"get_hit_ratio\":{hit_ratio:.5},\"latency_us\":{{\"p50\":{p50:.2},\"p99\":{p99:.2},\"p999\":{p999:.2}}},\"server_cpu_us_per_op\":{},\"client_cpu_us_per_op\":{client_cpu:.4},\"errors\":0,\"protocol\":\"{:?}\",\"get_ratio\":{},\"pipeline\":{},\"connections\":{},\"keys\":{},\"dist\":\"{}\"}}",
+            result.operations,
+            server_cpu.map_or("null".to_string(), |c| format!("{c:.4}")),
+            config.protocol,
+            config.get_ratio,
+            config.pipeline,
+            config.connections,
+            config.keys,
+            config.dist,
+        );
+    }
+}

@@ -1,0 +1,413 @@
+//! The closed-loop load generator behind `tierkv-bench run`: many connections on one thread,
+//! each keeping `pipeline` single-key requests in flight, encoded into one buffer and sent with
+//! one write per round; every reply parsed in place and checked against its request.
+
+use crate::resp;
+use crate::workload::{key_sequence, write_text_key, Distribution, Rng};
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tierkv_protocol::client::{decode_reply, quick, Reply, ReplyDecoded};
+use tierkv_protocol::reply::{MetaCode, Status};
+use tierkv_protocol::{binary, Limits};
+
+/// The protocol the generator speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    Text,
+    Meta,
+    Binary,
+    Resp,
+}
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub target: SocketAddr,
+    pub protocol: Protocol,
+    pub get_ratio: f64,
+    pub keys: u64,
+    pub key_bytes: usize,
+    pub value_bytes: (usize, usize),
+    pub dist: Distribution,
+    pub connections: usize,
+    pub pipeline: usize,
+    pub seconds: f64,
+    pub preload: bool,
+    pub seed: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub operations: u64,
+    pub gets: u64,
+    pub get_hits: u64,
+    pub elapsed: Duration,
+    pub latency_ns: Histogram<u64>,
+}
+
+/// Longest a connection may wait for a reply before the run fails.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes a connection may buffer while waiting for the rest of a reply.
+const MAX_REPLY_BUFFER_BYTES: usize = 8 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Get,
+    Set,
+}
+
+struct Connection {
+    stream: TcpStream,
+    output: Vec<u8>,
+    written: usize,
+    input: Vec<u8>,
+    /// Requests of the current round, oldest first.
+    pending: VecDeque<Kind>,
+    /// A text GET hit whose END has not arrived yet.
+    awaiting_end: bool,
+    round_started: Instant,
+}
+
+/// Values: slices of one random pool.
+struct Values {
+    pool: Vec<u8>,
+    range: (usize, usize),
+}
+
+impl Values {
+    fn new(range: (usize, usize), seed: u64) -> Values {
+        let mut rng = Rng::new(seed);
+        Values { pool: (0..(1 << 16) + range.1).map(|_| rng.next_u64() as u8).collect(), range }
+    }
+
+    fn pick(&self, rng: &mut Rng) -> &[u8] {
+        let (min, max) = self.range;
+        let len = min + rng.below((max - min + 1) as u64) as usize;
+        let start = rng.below(1 << 16) as usize;
+        &self.pool[start..start + len]
+    }
+}
+
+fn encode(out: &mut Vec<u8>, protocol: Protocol, kind: Kind, key: &[u8], value: &[u8], opaque: u32) {
+    match (protocol, kind) {
+        (Protocol::Text, Kind::Get) => quick::get(out, key),
+        (Protocol::Text, Kind::Set) => quick::set(out, key, 0, 0, value),
+        (Protocol::Meta, Kind::Get) => {
+            out.extend_from_slice(b"mg ");
+            out.extend_from_slice(key);
+            out.extend_from_slice(b" v\r\n");
+        }
+        (Protocol::Meta, Kind::Set) => {
+            out.extend_from_slice(b"ms ");
+            out.extend_from_slice(key);
+            out.extend_from_slice(format!(" {}\r\n", value.len()).as_bytes());
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        (Protocol::Binary, Kind::Get) => quick::binary_getk(out, key, opaque),
+        (Protocol::Binary, Kind::Set) => {
+            binary::write_request(out, binary::opcode::SET, opaque, 0, &[0; 8], key, value)
+        }
+        (Protocol::Resp, Kind::Get) => resp::encode_get(out, key),
+        (Protocol::Resp, Kind::Set) => resp::encode_set(out, key, value),
+    }
+}
+
+/// Outcome of matching one reply against the oldest pending request.
+enum Matched {
+    /// The request is answered; hit for a GET.
+    Done { hit: bool },
+    /// A text VALUE line: the END follows.
+    NeedEnd,
+}
+
+fn check_reply(
+    protocol: Protocol,
+    kind: Kind,
+    awaiting_end: bool,
+    input: &[u8],
+    limits: &Limits,
+) -> Result<Option<(Matched, usize)>, String> {
+    if protocol == Protocol::Resp {
+        return match resp::decode_reply(input) {
+            resp::Decoded::Incomplete => Ok(None),
+            resp::Decoded::Invalid(why) => Err(format!("invalid RESP reply: {why}")),
+            resp::Decoded::Done(reply, used) => match (kind, reply) {
+                (Kind::Get, resp::Reply::Bulk(value)) => Ok(Some((Matched::Done { hit: value.is_some() }, used))),
+                (Kind::Set, resp::Reply::Simple(b"OK")) => Ok(Some((Matched::Done { hit: false }, used))),
+                (_, other) => Err(format!("{kind:?} got the RESP reply {other:?}")),
+            },
+        };
+    }
+    let (reply, used) = match decode_reply(input, limits) {
+        ReplyDecoded::Incomplete { .. } => return Ok(None),
+        ReplyDecoded::Invalid(why) => return Err(format!("invalid reply: {why}")),
+        ReplyDecoded::Reply { reply, consumed } => (reply, consumed),
+    };
+    let matched = match (protocol, kind, reply) {
+        (Protocol::Text, Kind::Get, Reply::Value { .. }) if !awaiting_end => Matched::NeedEnd,
+        (Protocol::Text, Kind::Get, Reply::Status(Status::End)) => Matched::Done { hit: awaiting_end },
+        (Protocol::Text, Kind::Set, Reply::Status(Status::Stored)) => Matched::Done { hit: false },
+        (Protocol::Meta, Kind::Get, Reply::Meta { code: MetaCode::Va, .. }) => Matched::Done { hit: true },
+        (Protocol::Meta, Kind::Get, Reply::Meta { code: MetaCode::En, .. }) => Matched::Done { hit: false },
+        (Protocol::Meta, Kind::Set, Reply::Meta { code: MetaCode::Hd, .. }) => Matched::Done { hit: false },
+        (Protocol::Binary, Kind::Get, Reply::Binary { header, .. })
+            if header.opcode == binary::opcode::GETK
+                && matches!(header.status_or_vbucket, binary::status::SUCCESS | binary::status::KEY_ENOENT) =>
+        {
+            Matched::Done { hit: header.status_or_vbucket == binary::status::SUCCESS }
+        }
+        (Protocol::Binary, Kind::Set, Reply::Binary { header, .. })
+            if header.opcode == binary::opcode::SET && header.status_or_vbucket == binary::status::SUCCESS =>
+        {
+            Matched::Done { hit: false }
+        }
+        (_, _, other) => return Err(format!("{kind:?} got the reply {}", describe(&other))),
+    };
+    Ok(Some((matched, used)))
+}
+
+fn describe(reply: &Reply<'_>) -> String {
+    match reply {
+        Reply::ClientError(message) => format!("CLIENT_ERROR {}", String::from_utf8_lossy(message)),
+        Reply::ServerError(message) => format!("SERVER_ERROR {}", String::from_utf8_lossy(message)),
+        Reply::Binary { header, .. } => {
+            format!("binary opcode {:#x} status {:#x}", header.opcode, header.status_or_vbucket)
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Runs the configured load for `config.seconds` (the preload, if wanted, is `preload`'s job);
+/// Err names what went wrong (nothing listening, a wrong or missing reply, a closed connection).
+pub fn run(config: &RunConfig) -> Result<RunResult, String> {
+    let values = Values::new(config.value_bytes, config.seed ^ 0x5EED);
+    let sequence = key_sequence(config.dist, config.keys, 1 << 20, config.seed);
+    let mut rng = Rng::new(config.seed ^ 0xA11CE);
+    drive(config, &values, config.seconds, |r| {
+        (u64::from(sequence[r & (sequence.len() - 1)]), rng.next_f64() < config.get_ratio)
+    })
+}
+
+/// Writes every key once, pipelined, before measuring.
+pub fn preload(config: &RunConfig) -> Result<(), String> {
+    let values = &Values::new(config.value_bytes, config.seed ^ 0x5EED);
+    let keys = config.keys;
+    let mut next = 0u64;
+    let preload_config = RunConfig { pipeline: config.pipeline.max(16), ..config.clone() };
+    let result = drive_until(&preload_config, values, || {
+        let key = next;
+        next += 1;
+        (key < keys).then_some((key, false))
+    })?;
+    if result.operations < keys {
+        return Err(format!("preload wrote {} of {keys} keys", result.operations));
+    }
+    Ok(())
+}
+
+fn drive(
+    config: &RunConfig,
+    values: &Values,
+    seconds: f64,
+    mut pick: impl FnMut(usize) -> (u64, bool),
+) -> Result<RunResult, String> {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut issued = 0usize;
+    drive_until(config, values, || {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        issued += 1;
+        Some(pick(issued))
+    })
+}
+
+/// The event loop: `next` gives (key number, is_get) for each request until it returns None.
+fn drive_until(
+    config: &RunConfig,
+    values: &Values,
+    mut next: impl FnMut() -> Option<(u64, bool)>,
+) -> Result<RunResult, String> {
+    let limits = Limits { max_value_bytes: config.value_bytes.1.max(1 << 20), ..Limits::default() };
+    let mut poll = Poll::new().map_err(|e| e.to_string())?;
+    let mut connections = Vec::with_capacity(config.connections);
+    for i in 0..config.connections {
+        let std_stream = std::net::TcpStream::connect_timeout(&config.target, Duration::from_secs(2))
+            .map_err(|e| format!("cannot connect to {}: {e}", config.target))?;
+        std_stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        std_stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::from_std(std_stream);
+        poll.registry()
+            .register(&mut stream, Token(i), Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| e.to_string())?;
+        connections.push(Connection {
+            stream,
+            output: Vec::with_capacity(config.pipeline * (64 + config.value_bytes.1)),
+            written: 0,
+            input: Vec::with_capacity(64 * 1024),
+            pending: VecDeque::with_capacity(config.pipeline),
+            awaiting_end: false,
+            round_started: Instant::now(),
+        });
+    }
+    let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+    let (mut operations, mut gets, mut get_hits) = (0u64, 0u64, 0u64);
+    let mut rng = Rng::new(config.seed ^ 0xFACE);
+    let mut key = vec![0u8; config.key_bytes];
+    let mut read_buffer = vec![0u8; 64 * 1024];
+    let mut finished = false;
+    let start = Instant::now();
+    // Start a round on every connection.
+    let mut active = 0usize;
+    for connection in connections.iter_mut() {
+        if start_round(connection, config, values, &mut rng, &mut key, &mut next) {
+            active += 1;
+        } else {
+            finished = true;
+        }
+    }
+    let mut events = Events::with_capacity(1024);
+    let mut last_progress = Instant::now();
+    while active > 0 {
+        poll.poll(&mut events, Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+        if events.is_empty() && last_progress.elapsed() > REPLY_TIMEOUT {
+            return Err(format!("no reply from {} within {} s", config.target, REPLY_TIMEOUT.as_secs()));
+        }
+        for event in events.iter() {
+            let connection = &mut connections[event.token().0];
+            if connection.pending.is_empty() {
+                continue;
+            }
+            flush(connection).map_err(|e| format!("write to {} failed: {e}", config.target))?;
+            if !event.is_readable() {
+                continue;
+            }
+            let closed =
+                fill(connection, &mut read_buffer).map_err(|e| format!("read from {} failed: {e}", config.target))?;
+            // Parse every complete reply.
+            let mut at = 0;
+            while let Some(&kind) = connection.pending.front() {
+                let Some((matched, used)) =
+                    check_reply(config.protocol, kind, connection.awaiting_end, &connection.input[at..], &limits)?
+                else {
+                    break;
+                };
+                at += used;
+                last_progress = Instant::now();
+                match matched {
+                    Matched::NeedEnd => connection.awaiting_end = true,
+                    Matched::Done { hit } => {
+                        connection.awaiting_end = false;
+                        connection.pending.pop_front();
+                        operations += 1;
+                        if kind == Kind::Get {
+                            gets += 1;
+                            get_hits += u64::from(hit);
+                        }
+                        let nanos = connection.round_started.elapsed().as_nanos().max(1) as u64;
+                        latency_ns.saturating_record(nanos);
+                    }
+                }
+            }
+            connection.input.drain(..at);
+            if connection.input.len() > MAX_REPLY_BUFFER_BYTES {
+                return Err("a reply exceeded the reply buffer limit".into());
+            }
+            if connection.pending.is_empty() {
+                if !connection.input.is_empty() {
+                    return Err(format!("{} sent bytes nobody asked for", config.target));
+                }
+                let more = !finished && start_round(connection, config, values, &mut rng, &mut key, &mut next);
+                if !more {
+                    finished = true;
+                    active -= 1;
+                }
+            } else if closed {
+                return Err(format!(
+                    "{} closed the connection with {} replies missing",
+                    config.target,
+                    connection.pending.len()
+                ));
+            }
+        }
+    }
+    Ok(RunResult { operations, gets, get_hits, elapsed: start.elapsed(), latency_ns })
+}
+
+/// Encodes the next round (up to `pipeline` requests) and writes it; false when `next` is done.
+fn start_round(
+    connection: &mut Connection,
+    config: &RunConfig,
+    values: &Values,
+    rng: &mut Rng,
+    key: &mut [u8],
+    next: &mut impl FnMut() -> Option<(u64, bool)>,
+) -> bool {
+    connection.output.clear();
+    connection.written = 0;
+    for i in 0..config.pipeline {
+        let Some((number, is_get)) = next() else { break };
+        write_text_key(number, key);
+        let kind = if is_get { Kind::Get } else { Kind::Set };
+        encode(&mut connection.output, config.protocol, kind, key, values.pick(rng), i as u32);
+        connection.pending.push_back(kind);
+    }
+    if connection.pending.is_empty() {
+        return false;
+    }
+    connection.round_started = Instant::now();
+    flush(connection).is_ok()
+}
+
+fn flush(connection: &mut Connection) -> io::Result<()> {
+    while connection.written < connection.output.len() {
+        match connection.stream.write(&connection.output[connection.written..]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "connection closed")),
+            Ok(n) => connection.written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads what is available; true if the peer closed the connection.
+fn fill(connection: &mut Connection, buffer: &mut [u8]) -> io::Result<bool> {
+    loop {
+        match connection.stream.read(buffer) {
+            Ok(0) => return Ok(true),
+            Ok(n) => {
+                connection.input.extend_from_slice(&buffer[..n]);
+                if n < buffer.len() {
+                    return Ok(false);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// User + system CPU seconds of process `pid` so far, from /proc.
+pub fn process_cpu_seconds(pid: u32) -> Result<f64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).ok_or("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).ok_or("malformed /proc stat");
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    let total = ticks(11)? + ticks(12)?;
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Ok(total as f64 / hz.max(1) as f64)
+}
