@@ -14,11 +14,18 @@ need_component() {
 need_component fmt rustfmt
 need_component clippy clippy
 
-# The fuzz targets need a C++ compiler (libfuzzer-sys) and a pinned cargo-fuzz.
-if ! command -v g++ >/dev/null 2>&1; then
-    echo "test.sh: installing g++" >&2
-    apt-get update && apt-get install -y g++
+# Debian packages: g++ for the fuzz targets (libfuzzer-sys), memcached and redis-server for the
+# side-by-side tests and benchmarks.
+missing=()
+for pair in g++:g++ memcached:memcached redis-server:redis-server; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "test.sh: installing ${missing[*]}" >&2
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
+
 CARGO_FUZZ_VERSION=0.13.2
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
     echo "test.sh: installing cargo-fuzz $CARGO_FUZZ_VERSION" >&2

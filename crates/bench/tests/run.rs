@@ -1,0 +1,199 @@
+//! tierkv-bench against real sockets: the floor server, Debian's memcached, and bad targets.
+//! Every server is started on a free loopback port and stopped at the end.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_tierkv-bench");
+
+/// A child process killed when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_bench(args: &[&str]) -> Output {
+    Command::new(BENCH).arg("run").args(args).stdin(Stdio::null()).output().expect("tierkv-bench runs")
+}
+
+/// The JSON line's number for `field` (the bench prints one flat object plus latency_us).
+fn number(json: &str, field: &str) -> f64 {
+    let at = json.find(&format!("\"{field}\":")).unwrap_or_else(|| panic!("{field} missing in {json}"));
+    let rest = &json[at + field.len() + 3..];
+    let end = rest.find(|c: char| c == ',' || c == '}').unwrap();
+    rest[..end].parse().unwrap_or_else(|_| panic!("{field} is not a number in {json}"))
+}
+
+fn assert_sane(output: &Output, expect_hits: bool) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "run failed: {stderr}");
+    let json = String::from_utf8(output.stdout.clone()).unwrap();
+    assert_eq!(json.lines().count(), 1, "exactly one JSON line: {json}");
+    assert!(number(&json, "operations") > 0.0 && number(&json, "ops_per_sec") > 0.0);
+    assert_eq!(number(&json, "errors"), 0.0);
+    let (p50, p99, p999) = (number(&json, "p50"), number(&json, "p99"), number(&json, "p999"));
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= p999, "{json}");
+    if expect_hits {
+        assert_eq!(number(&json, "get_hit_ratio"), 1.0, "{json}");
+    }
+    assert!(number(&json, "client_cpu_us_per_op") > 0.0);
+    json
+}
+
+#[test]
+fn against_the_floor_server() {
+    for (protocol, floor_protocol) in [("text", "text"), ("resp", "resp")] {
+        let port = free_port();
+        let server = Server(
+            Command::new(BENCH)
+                .args(["floor", "--port", &port.to_string(), "--protocol", floor_protocol])
+                .spawn()
+                .unwrap(),
+        );
+        wait_for_port(port);
+        let target = format!("127.0.0.1:{port}");
+        let pid = server.0.id().to_string();
+        let output = run_bench(&[
+            "--target",
+            &target,
+            "--protocol",
+            protocol,
+            "--workload",
+            "B",
+            "--keys",
+            "1000",
+            "--connections",
+            "4",
+            "--pipeline",
+            "8",
+            "--seconds",
+            "1",
+            "--server-pid",
+            &pid,
+            "--json",
+        ]);
+        let json = assert_sane(&output, true);
+        assert!(number(&json, "server_cpu_us_per_op") >= 0.0);
+    }
+}
+
+/// Debian's memcached on a free port, and that port.
+fn memcached() -> (Server, u16) {
+    let port = free_port();
+    let mut command = Command::new("memcached");
+    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
+    // SAFETY: geteuid only reads the process's user id.
+    if unsafe { libc::geteuid() } == 0 {
+        command.args(["-u", "root"]);
+    }
+    let child = command.spawn().expect("memcached is installed (bash scripts/test.sh installs Debian's memcached)");
+    let server = Server(child);
+    wait_for_port(port);
+    (server, port)
+}
+
+#[test]
+fn against_debian_memcached() {
+    let (server, port) = memcached();
+    let target = format!("127.0.0.1:{port}");
+    let pid = server.0.id().to_string();
+    for protocol in ["text", "meta", "binary"] {
+        let output = run_bench(&[
+            "--target",
+            &target,
+            "--protocol",
+            protocol,
+            "--workload",
+            "A",
+            "--keys",
+            "2000",
+            "--connections",
+            "4",
+            "--pipeline",
+            "4",
+            "--seconds",
+            "1",
+            "--preload",
+            "--server-pid",
+            &pid,
+            "--json",
+        ]);
+        let json = assert_sane(&output, true);
+        assert!(number(&json, "server_cpu_us_per_op") > 0.0, "{json}");
+    }
+}
+
+/// Runs the bench against `target` and returns its stderr, asserting a quick failure.
+fn fails_quickly(target: &str) -> String {
+    let start = Instant::now();
+    let output = run_bench(&["--target", target, "--seconds", "30", "--connections", "2", "--keys", "100"]);
+    assert!(!output.status.success(), "the run must fail");
+    assert!(start.elapsed() < Duration::from_secs(10), "it must fail within seconds, took {:?}", start.elapsed());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn bad_targets_fail_clearly() {
+    let port = free_port();
+    let stderr = fails_quickly(&format!("127.0.0.1:{port}"));
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+
+    // A server that closes every connection after reading.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut buffer = [0u8; 1024];
+            let _ = stream.read(&mut buffer);
+        }
+    });
+    let stderr = fails_quickly(&address.to_string());
+    assert!(stderr.contains("closed the connection"), "{stderr}");
+
+    // A server that answers another protocol.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut streams = Vec::new();
+        for stream in listener.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut buffer = [0u8; 1024];
+            let _ = stream.read(&mut buffer);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            streams.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(15));
+    });
+    let stderr = fails_quickly(&address.to_string());
+    assert!(stderr.contains("reply"), "{stderr}");
+
+    // A server that never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let streams: Vec<_> = listener.incoming().take(2).collect();
+        std::thread::sleep(Duration::from_secs(15));
+        drop(streams);
+    });
+    let stderr = fails_quickly(&address.to_string());
+    assert!(stderr.contains("no reply"), "{stderr}");
+}
