@@ -38,7 +38,7 @@ fn run_bench(args: &[&str]) -> Output {
 fn number(json: &str, field: &str) -> f64 {
     let at = json.find(&format!("\"{field}\":")).unwrap_or_else(|| panic!("{field} missing in {json}"));
     let rest = &json[at + field.len() + 3..];
-    let end = rest.find(|c: char| c == ',' || c == '}').unwrap();
+    let end = rest.find([',', '}']).unwrap();
     rest[..end].parse().unwrap_or_else(|_| panic!("{field} is not a number in {json}"))
 }
 
