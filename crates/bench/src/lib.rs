@@ -6,6 +6,7 @@
 //! It must never feed numbers back into the code it measures, and nothing here is used by the
 //! server.
 
+pub mod compare;
 pub mod floor;
 pub mod loadgen;
 pub mod resp;

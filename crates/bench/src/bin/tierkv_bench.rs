@@ -19,6 +19,8 @@ struct Cli {
 enum Mode {
     /// Drive one server and report ops/s, latency percentiles and CPU per operation.
     Run(RunArgs),
+    /// Start memcached, redis, the floor (and tierkv) in turn and compare them side by side.
+    Compare(CompareArgs),
     /// Serve canned replies with no storage: the network floor of this machine.
     Floor {
         /// Port to listen on (127.0.0.1).
@@ -73,6 +75,82 @@ struct RunArgs {
     json: bool,
 }
 
+#[derive(clap::Args, Debug)]
+struct CompareArgs {
+    /// Comma-separated: memcached, redis, floor, floor-resp, tierkv.
+    #[arg(long, default_value = "memcached,redis,floor")]
+    servers: String,
+    /// The tierkv binary, for --servers tierkv.
+    #[arg(long)]
+    tierkv_bin: Option<std::path::PathBuf>,
+    /// Comma-separated YCSB workloads (A, B, C).
+    #[arg(long, default_value = "B,A")]
+    workloads: String,
+    /// Comma-separated pipeline depths.
+    #[arg(long, default_value = "1,16")]
+    pipelines: String,
+    #[arg(long, default_value_t = 20)]
+    connections: usize,
+    #[arg(long, default_value_t = 1024)]
+    memory_mib: usize,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    #[arg(long, default_value_t = 16)]
+    key_bytes: usize,
+    #[arg(long, default_value_t = 32)]
+    value_bytes: usize,
+    #[arg(long, default_value = "zipf:0.99")]
+    dist: Distribution,
+    /// Directory for results.json, table.md and plot.svg.
+    #[arg(long, default_value = "compare-out")]
+    out: std::path::PathBuf,
+}
+
+fn compare(args: CompareArgs) {
+    let workloads: Vec<char> = args
+        .workloads
+        .split(',')
+        .map(|w| match w.trim().to_ascii_uppercase().as_str() {
+            "A" => 'A',
+            "B" => 'B',
+            "C" => 'C',
+            other => fail(format!("--workloads: {other:?} is not A, B or C")),
+        })
+        .collect();
+    let pipelines: Vec<usize> = args
+        .pipelines
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse()
+                .ok()
+                .filter(|p| (1..=4096).contains(p))
+                .unwrap_or_else(|| fail(format!("--pipelines: {p:?}")))
+        })
+        .collect();
+    if args.keys == 0 || args.keys > u64::from(u32::MAX) || args.key_bytes < 16 || args.key_bytes > 250 {
+        fail("--keys must be 1..2^32-1 and --key-bytes 16..250");
+    }
+    let config = tierkv_bench::compare::CompareConfig {
+        servers: args.servers.split(',').map(|s| s.trim().to_string()).collect(),
+        tierkv_bin: args.tierkv_bin,
+        workloads,
+        pipelines,
+        connections: args.connections.clamp(1, 10_000),
+        memory_mib: args.memory_mib,
+        seconds: args.seconds,
+        keys: args.keys,
+        key_bytes: args.key_bytes,
+        value_bytes: args.value_bytes.min(1 << 20),
+        dist: args.dist,
+        out: args.out,
+    };
+    let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));
+    print!("{}", tierkv_bench::compare::table(&rows));
+}
+
 fn parse_range(text: &str) -> Result<(usize, usize), String> {
     let parse = |t: &str| t.trim().parse::<usize>().map_err(|_| format!("bad size {t:?}"));
     let (min, max) = match text.split_once("..") {
@@ -101,6 +179,7 @@ fn main() {
             }
         }
         Mode::Run(args) => run(args),
+        Mode::Compare(args) => compare(args),
     }
 }
 
@@ -145,57 +224,21 @@ fn run(args: RunArgs) {
         preload: args.preload,
         seed: args.seed,
     };
-    if config.preload {
-        loadgen::preload(&config).unwrap_or_else(|e| fail(format!("preload failed: {e}")));
-    }
-    // CPU is measured around the measured interval only.
-    let server_before = args.server_pid.map(|pid| loadgen::process_cpu_seconds(pid).unwrap_or_else(|e| fail(e)));
-    let client_before = loadgen::process_cpu_seconds(std::process::id()).unwrap_or_else(|e| fail(e));
-    let result = loadgen::run(&config).unwrap_or_else(|e| fail(e));
-    report(&args, &config, &result, server_before, client_before);
-}
-
-fn report(
-    args: &RunArgs,
-    config: &RunConfig,
-    result: &loadgen::RunResult,
-    server_before: Option<f64>,
-    client_before: f64,
-) {
-    let ops = result.operations.max(1) as f64;
-    let server_cpu = args.server_pid.zip(server_before).map(|(pid, before)| {
-        let after = loadgen::process_cpu_seconds(pid).unwrap_or_else(|e| fail(e));
-        (after - before) * 1e6 / ops
-    });
-    let client_cpu =
-        (loadgen::process_cpu_seconds(std::process::id()).unwrap_or_else(|e| fail(e)) - client_before) * 1e6 / ops;
-    let ops_per_sec = result.operations as f64 / result.elapsed.as_secs_f64();
-    let hit_ratio = if result.gets == 0 { 1.0 } else { result.get_hits as f64 / result.gets as f64 };
-    let us = |q: f64| result.latency_ns.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999) = (us(0.5), us(0.99), us(0.999));
+    let measurement = loadgen::measure(&config, args.server_pid).unwrap_or_else(|e| fail(e));
     eprintln!(
-        "{} {:?} get_ratio {} pipeline {} connections {}: {:.0} ops/s, hit ratio {:.4}, p50 {p50:.1} us, p99 {p99:.1} us, \
-         p99.9 {p999:.1} us, server CPU {} us/op, bench CPU {client_cpu:.3} us/op",
+        "{} {:?} get_ratio {} pipeline {} connections {}: {}",
         config.target,
         config.protocol,
         config.get_ratio,
         config.pipeline,
         config.connections,
-        ops_per_sec,
-        hit_ratio,
-        server_cpu.map_or("n/a".to_string(), |c| format!("{c:.3}")),
+        measurement.summary()
     );
     if args.json {
-        println!(
-            "{{\"ops_per_sec\":{ops_per_sec:.1},\"operations\":{},\"get_hit_ratio\":{hit_ratio:.5},\"latency_us\":{{\"p50\":{p50:.2},\"p99\":{p99:.2},\"p999\":{p999:.2}}},\"server_cpu_us_per_op\":{},\"client_cpu_us_per_op\":{client_cpu:.4},\"errors\":0,\"protocol\":\"{:?}\",\"get_ratio\":{},\"pipeline\":{},\"connections\":{},\"keys\":{},\"dist\":\"{}\"}}",
-            result.operations,
-            server_cpu.map_or("null".to_string(), |c| format!("{c:.4}")),
-            config.protocol,
-            config.get_ratio,
-            config.pipeline,
-            config.connections,
-            config.keys,
-            config.dist,
+        let extra = format!(
+            "\"protocol\":\"{:?}\",\"get_ratio\":{},\"pipeline\":{},\"connections\":{},\"keys\":{},\"dist\":\"{}\"",
+            config.protocol, config.get_ratio, config.pipeline, config.connections, config.keys, config.dist
         );
+        println!("{}", measurement.json(&extra));
     }
 }

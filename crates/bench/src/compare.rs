@@ -1,0 +1,312 @@
+//! `tierkv-bench compare`: start each server on a free loopback port pinned to core 0, preload
+//! it, run every workload and pipeline depth against it from core 1, stop it, and write
+//! results.json, table.md and plot.svg.
+
+use crate::loadgen::{self, Measurement, Protocol, RunConfig};
+use crate::workload::Distribution;
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to compare.
+#[derive(Clone, Debug)]
+pub struct CompareConfig {
+    pub servers: Vec<String>,
+    pub tierkv_bin: Option<PathBuf>,
+    pub workloads: Vec<char>,
+    pub pipelines: Vec<usize>,
+    pub connections: usize,
+    pub memory_mib: usize,
+    pub seconds: f64,
+    pub keys: u64,
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    pub dist: Distribution,
+    pub out: PathBuf,
+}
+
+/// One row of the results.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub server: String,
+    pub workload: char,
+    pub pipeline: usize,
+    pub measurement: Measurement,
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn on_path(binary: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(binary).is_file()))
+}
+
+/// Starts `server` pinned to core 0; returns the process, its port and the protocol to use.
+fn start(server: &str, config: &CompareConfig) -> Result<(Running, u16, Protocol), String> {
+    let port = free_port()?;
+    let port_text = port.to_string();
+    let memory = config.memory_mib.to_string();
+    let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (program, args, protocol, package): (PathBuf, Vec<String>, Protocol, &str) = match server {
+        "memcached" => {
+            let mut args: Vec<String> =
+                ["-t", "1", "-m", &memory, "-U", "0", "-l", "127.0.0.1", "-p", &port_text].map(String::from).to_vec();
+            // SAFETY: geteuid only reads the process's user id.
+            if unsafe { libc::geteuid() } == 0 {
+                args.extend(["-u".to_string(), "root".to_string()]);
+            }
+            ("memcached".into(), args, Protocol::Text, "memcached")
+        }
+        "redis" => {
+            let maxmemory = format!("{}mb", config.memory_mib);
+            let args = [
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--maxmemory",
+                &maxmemory,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port_text,
+            ];
+            ("redis-server".into(), args.map(String::from).to_vec(), Protocol::Resp, "redis-server")
+        }
+        "floor" => (
+            self_exe,
+            ["floor", "--port", &port_text, "--protocol", "text"].map(String::from).to_vec(),
+            Protocol::Text,
+            "",
+        ),
+        "floor-resp" => (
+            self_exe,
+            ["floor", "--port", &port_text, "--protocol", "resp"].map(String::from).to_vec(),
+            Protocol::Resp,
+            "",
+        ),
+        "tierkv" => {
+            let bin = config.tierkv_bin.clone().ok_or("--servers tierkv needs --tierkv-bin PATH")?;
+            (
+                bin,
+                ["-t", "1", "-m", &memory, "-l", "127.0.0.1", "-p", &port_text].map(String::from).to_vec(),
+                Protocol::Text,
+                "",
+            )
+        }
+        other => return Err(format!("unknown server {other:?}: use memcached, redis, floor, floor-resp or tierkv")),
+    };
+    if !package.is_empty() && !on_path(&program.to_string_lossy()) {
+        return Err(format!("{} is not installed: apt-get install {package} (Debian's package)", program.display()));
+    }
+    let child = Command::new("taskset")
+        .arg("-c")
+        .arg("0")
+        .arg(&program)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let running = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("{server} did not listen on port {port} within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((running, port, protocol))
+}
+
+/// taskset starts the server with exec, so the pid is the server's.
+fn server_pid(running: &Running) -> u32 {
+    running.0.id()
+}
+
+/// Runs the whole comparison and writes its files.
+pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
+    if !loadgen::pin_to_cpu(1) {
+        eprintln!("tierkv-bench compare: could not pin to CPU 1; figures will be noisier");
+    }
+    std::fs::create_dir_all(&config.out).map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
+    let mut rows = Vec::new();
+    for server in &config.servers {
+        let (running, port, protocol) = start(server, config)?;
+        let target: SocketAddr = ([127, 0, 0, 1], port).into();
+        let base = RunConfig {
+            target,
+            protocol,
+            get_ratio: 1.0,
+            keys: config.keys,
+            key_bytes: config.key_bytes,
+            value_bytes: (config.value_bytes, config.value_bytes),
+            dist: config.dist,
+            connections: config.connections,
+            pipeline: 16,
+            seconds: config.seconds,
+            preload: true,
+            seed: 1,
+        };
+        eprintln!("{server}: preloading {} keys", config.keys);
+        loadgen::preload(&base)?;
+        for &workload in &config.workloads {
+            for &pipeline in &config.pipelines {
+                let get_ratio = match workload {
+                    'A' => 0.5,
+                    'B' => 0.95,
+                    _ => 1.0,
+                };
+                let run = RunConfig { get_ratio, pipeline, preload: false, ..base.clone() };
+                let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
+                eprintln!("{server} workload {workload} pipeline {pipeline}: {}", measurement.summary());
+                rows.push(Row { server: server.clone(), workload, pipeline, measurement });
+            }
+        }
+        drop(running);
+    }
+    write_files(config, &rows)?;
+    Ok(rows)
+}
+
+fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
+    let write = |name: &str, text: String| {
+        let path = config.out.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    let json: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let extra = format!(
+                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{}",
+                row.server, row.workload, row.pipeline
+            );
+            row.measurement.json(&extra)
+        })
+        .collect();
+    write("results.json", format!("[\n{}\n]\n", json.join(",\n")))?;
+    write("table.md", table(rows))?;
+    write("plot.svg", plot(rows))?;
+    eprintln!("wrote {}", Path::new(&config.out).join("{results.json,table.md,plot.svg}").display());
+    Ok(())
+}
+
+fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.server == "memcached" && r.workload == workload && r.pipeline == pipeline)
+        .and_then(|r| r.measurement.server_cpu_us_per_op)
+}
+
+/// The Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| server | workload | pipeline | ops/s | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for row in rows {
+        let m = &row.measurement;
+        let cpu = m.server_cpu_us_per_op.map_or("n/a".to_string(), |c| format!("{c:.3}"));
+        let ratio = match (m.server_cpu_us_per_op, memcached_cpu(rows, row.workload, row.pipeline)) {
+            (Some(cpu), Some(base)) if base > 0.0 => format!("{:.2}", cpu / base),
+            _ => "n/a".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
+            row.server,
+            row.workload,
+            row.pipeline,
+            m.ops_per_sec,
+            m.latency_us_p50,
+            m.latency_us_p99,
+            m.latency_us_p999
+        );
+    }
+    out
+}
+
+/// Bar charts: server CPU per operation and throughput, one group per workload and depth.
+pub fn plot(rows: &[Row]) -> String {
+    let groups: Vec<(char, usize)> = {
+        let mut groups: Vec<(char, usize)> = rows.iter().map(|r| (r.workload, r.pipeline)).collect();
+        groups.dedup();
+        groups.sort();
+        groups.dedup();
+        groups
+    };
+    let servers: Vec<&str> = {
+        let mut servers: Vec<&str> = Vec::new();
+        for row in rows {
+            if !servers.contains(&row.server.as_str()) {
+                servers.push(&row.server);
+            }
+        }
+        servers
+    };
+    let colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1"];
+    let (width, chart_height, bar) = (900.0, 260.0, 18.0);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+        2.0 * chart_height + 120.0
+    );
+    let charts: [(&str, fn(&Measurement) -> f64); 2] =
+        [("server CPU us per op", |m| m.server_cpu_us_per_op.unwrap_or(0.0)), ("ops per second", |m| m.ops_per_sec)];
+    for (chart, (title, value)) in charts.iter().enumerate() {
+        let top = 30.0 + chart as f64 * (chart_height + 50.0);
+        let max = rows.iter().map(|r| value(&r.measurement)).fold(0.0f64, f64::max).max(1e-9);
+        let _ = writeln!(svg, "<text x=\"10\" y=\"{}\" font-weight=\"bold\">{title}</text>", top - 10.0);
+        for (g, (workload, pipeline)) in groups.iter().enumerate() {
+            let group_x = 60.0 + g as f64 * (bar * servers.len() as f64 + 30.0);
+            for (s, server) in servers.iter().enumerate() {
+                let Some(row) =
+                    rows.iter().find(|r| r.server == *server && r.workload == *workload && r.pipeline == *pipeline)
+                else {
+                    continue;
+                };
+                let v = value(&row.measurement);
+                let h = v / max * (chart_height - 30.0);
+                let x = group_x + s as f64 * bar;
+                let y = top + chart_height - 30.0 - h;
+                let _ = writeln!(
+                    svg,
+                    "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{}\"><title>{server}: {v:.3}</title></rect>",
+                    bar - 2.0,
+                    colors[s % colors.len()]
+                );
+            }
+            let _ = writeln!(
+                svg,
+                "<text x=\"{group_x:.1}\" y=\"{:.1}\">{workload}/p{pipeline}</text>",
+                top + chart_height - 12.0
+            );
+        }
+        let _ = writeln!(svg, "<text x=\"10\" y=\"{:.1}\">max {max:.3}</text>", top + 5.0);
+    }
+    for (s, server) in servers.iter().enumerate() {
+        let y = 2.0 * chart_height + 100.0;
+        let x = 60.0 + s as f64 * 140.0;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>",
+            y - 10.0,
+            colors[s % colors.len()]
+        );
+        let _ = writeln!(svg, "<text x=\"{}\" y=\"{y}\">{server}</text>", x + 16.0);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
