@@ -239,6 +239,9 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// Reads one figure of a measurement.
+type Figure = fn(&Measurement) -> f64;
+
 /// Bar charts: server CPU per operation and throughput, one group per workload and depth.
 pub fn plot(rows: &[Row]) -> String {
     let groups: Vec<(char, usize)> = {
@@ -263,7 +266,7 @@ pub fn plot(rows: &[Row]) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n",
         2.0 * chart_height + 120.0
     );
-    let charts: [(&str, fn(&Measurement) -> f64); 2] =
+    let charts: [(&str, Figure); 2] =
         [("server CPU us per op", |m| m.server_cpu_us_per_op.unwrap_or(0.0)), ("ops per second", |m| m.ops_per_sec)];
     for (chart, (title, value)) in charts.iter().enumerate() {
         let top = 30.0 + chart as f64 * (chart_height + 50.0);
