@@ -161,6 +161,7 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
             seconds: config.seconds,
             preload: true,
             seed: 1,
+            rate: None,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
         loadgen::preload(&base)?;

@@ -39,6 +39,8 @@ pub struct RunConfig {
     pub seconds: f64,
     pub preload: bool,
     pub seed: u64,
+    /// Open loop at this many operations per second (None: closed loop).
+    pub rate: Option<f64>,
 }
 
 /// What a run measured.
@@ -67,11 +69,11 @@ struct Connection {
     output: Vec<u8>,
     written: usize,
     input: Vec<u8>,
-    /// Requests of the current round, oldest first.
-    pending: VecDeque<Kind>,
+    /// Requests in flight, oldest first, with the time each was meant to be sent (latency is
+    /// measured from it, so a late send counts against the server: no coordinated omission).
+    pending: VecDeque<(Kind, Instant)>,
     /// A text GET hit whose END has not arrived yet.
     awaiting_end: bool,
-    round_started: Instant,
 }
 
 /// Values: slices of one random pool.
@@ -200,7 +202,7 @@ pub fn preload(config: &RunConfig) -> Result<(), String> {
     let values = &Values::new(config.value_bytes, config.seed ^ 0x5EED);
     let keys = config.keys;
     let mut next = 0u64;
-    let preload_config = RunConfig { pipeline: config.pipeline.max(16), ..config.clone() };
+    let preload_config = RunConfig { pipeline: config.pipeline.max(16), rate: None, ..config.clone() };
     let result = drive_until(&preload_config, values, || {
         let key = next;
         next += 1;
@@ -254,7 +256,6 @@ fn drive_until(
             input: Vec::with_capacity(64 * 1024),
             pending: VecDeque::with_capacity(config.pipeline),
             awaiting_end: false,
-            round_started: Instant::now(),
         });
     }
     let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
@@ -264,21 +265,38 @@ fn drive_until(
     let mut read_buffer = vec![0u8; 64 * 1024];
     let mut finished = false;
     let start = Instant::now();
-    // Start a round on every connection.
     let mut active = 0usize;
-    for connection in connections.iter_mut() {
-        if start_round(connection, config, values, &mut rng, &mut key, &mut next) {
-            active += 1;
-        } else {
-            finished = true;
+    let mut open = config.rate.map(|rate| OpenLoop { rate, start, issued: 0, next_connection: 0 });
+    if open.is_none() {
+        // Closed loop: start a round on every connection.
+        for connection in connections.iter_mut() {
+            if start_round(connection, config, values, &mut rng, &mut key, &mut next, start) {
+                active += 1;
+            } else {
+                finished = true;
+            }
         }
     }
     let mut events = Events::with_capacity(1024);
     let mut last_progress = Instant::now();
-    while active > 0 {
-        poll.poll(&mut events, Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
-        if events.is_empty() && last_progress.elapsed() > REPLY_TIMEOUT {
+    loop {
+        if let Some(open) = open.as_mut() {
+            finished = open.top_up(&mut connections, config, values, &mut rng, &mut key, &mut next)?;
+            active = connections.iter().filter(|c| !c.pending.is_empty()).count();
+            if finished && active == 0 {
+                break;
+            }
+        } else if active == 0 {
+            break;
+        }
+        let timeout = if open.is_some() { Duration::from_micros(200) } else { Duration::from_millis(100) };
+        poll.poll(&mut events, Some(timeout)).map_err(|e| e.to_string())?;
+        let waiting = connections.iter().any(|c| !c.pending.is_empty());
+        if events.is_empty() && waiting && last_progress.elapsed() > REPLY_TIMEOUT {
             return Err(format!("no reply from {} within {} s", config.target, REPLY_TIMEOUT.as_secs()));
+        }
+        if !waiting {
+            last_progress = Instant::now();
         }
         for event in events.iter() {
             let connection = &mut connections[event.token().0];
@@ -293,7 +311,7 @@ fn drive_until(
                 fill(connection, &mut read_buffer).map_err(|e| format!("read from {} failed: {e}", config.target))?;
             // Parse every complete reply.
             let mut at = 0;
-            while let Some(&kind) = connection.pending.front() {
+            while let Some(&(kind, intended)) = connection.pending.front() {
                 let Some((matched, used)) =
                     check_reply(config.protocol, kind, connection.awaiting_end, &connection.input[at..], &limits)?
                 else {
@@ -311,7 +329,7 @@ fn drive_until(
                             gets += 1;
                             get_hits += u64::from(hit);
                         }
-                        let nanos = connection.round_started.elapsed().as_nanos().max(1) as u64;
+                        let nanos = intended.elapsed().as_nanos().max(1) as u64;
                         latency_ns.saturating_record(nanos);
                     }
                 }
@@ -324,7 +342,11 @@ fn drive_until(
                 if !connection.input.is_empty() {
                     return Err(format!("{} sent bytes nobody asked for", config.target));
                 }
-                let more = !finished && start_round(connection, config, values, &mut rng, &mut key, &mut next);
+                if open.is_some() {
+                    continue;
+                }
+                let now = Instant::now();
+                let more = !finished && start_round(connection, config, values, &mut rng, &mut key, &mut next, now);
                 if !more {
                     finished = true;
                     active -= 1;
@@ -341,7 +363,8 @@ fn drive_until(
     Ok(RunResult { operations, gets, get_hits, elapsed: start.elapsed(), latency_ns })
 }
 
-/// Encodes the next round (up to `pipeline` requests) and writes it; false when `next` is done.
+/// Encodes the next round (up to `pipeline` requests, all meant for `now`) and writes it;
+/// false when `next` is done.
 fn start_round(
     connection: &mut Connection,
     config: &RunConfig,
@@ -349,21 +372,77 @@ fn start_round(
     rng: &mut Rng,
     key: &mut [u8],
     next: &mut impl FnMut() -> Option<(u64, bool)>,
+    now: Instant,
 ) -> bool {
     connection.output.clear();
     connection.written = 0;
-    for i in 0..config.pipeline {
-        let Some((number, is_get)) = next() else { break };
-        write_text_key(number, key);
-        let kind = if is_get { Kind::Get } else { Kind::Set };
-        encode(&mut connection.output, config.protocol, kind, key, values.pick(rng), i as u32);
-        connection.pending.push_back(kind);
+    for _ in 0..config.pipeline {
+        let Some(request) = next() else { break };
+        queue(connection, config, values, rng, key, request, now);
     }
-    if connection.pending.is_empty() {
-        return false;
+    !connection.pending.is_empty() && flush(connection).is_ok()
+}
+
+/// Encodes one request into the connection's output and records it as pending.
+fn queue(
+    connection: &mut Connection,
+    config: &RunConfig,
+    values: &Values,
+    rng: &mut Rng,
+    key: &mut [u8],
+    (number, is_get): (u64, bool),
+    intended: Instant,
+) {
+    write_text_key(number, key);
+    let kind = if is_get { Kind::Get } else { Kind::Set };
+    let opaque = connection.pending.len() as u32;
+    encode(&mut connection.output, config.protocol, kind, key, values.pick(rng), opaque);
+    connection.pending.push_back((kind, intended));
+}
+
+/// Open-loop scheduling: request k is due at start + k / rate.
+struct OpenLoop {
+    rate: f64,
+    start: Instant,
+    issued: u64,
+    next_connection: usize,
+}
+
+impl OpenLoop {
+    /// Sends every due request to connections with room (each connection's new requests in one
+    /// write); true once `next` has run out.
+    fn top_up(
+        &mut self,
+        connections: &mut [Connection],
+        config: &RunConfig,
+        values: &Values,
+        rng: &mut Rng,
+        key: &mut [u8],
+        next: &mut impl FnMut() -> Option<(u64, bool)>,
+    ) -> Result<bool, String> {
+        let due = (self.start.elapsed().as_secs_f64() * self.rate) as u64;
+        let count = connections.len();
+        let mut visited = 0;
+        while self.issued < due && visited < count {
+            let connection = &mut connections[self.next_connection];
+            self.next_connection = (self.next_connection + 1) % count;
+            visited += 1;
+            if connection.pending.len() >= config.pipeline {
+                continue;
+            }
+            connection.output.drain(..connection.written);
+            connection.written = 0;
+            while self.issued < due && connection.pending.len() < config.pipeline {
+                let Some(request) = next() else { return Ok(true) };
+                let intended = self.start + Duration::from_secs_f64(self.issued as f64 / self.rate);
+                queue(connection, config, values, rng, key, request, intended);
+                self.issued += 1;
+            }
+            flush(connection).map_err(|e| format!("write to {} failed: {e}", config.target))?;
+            visited = 0;
+        }
+        Ok(false)
     }
-    connection.round_started = Instant::now();
-    flush(connection).is_ok()
 }
 
 fn flush(connection: &mut Connection) -> io::Result<()> {

@@ -211,7 +211,9 @@ fn compare_writes_table_json_and_plot() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert_eq!(table.lines().count(), 2 + 3 * 2 * 2, "{table}");
-    assert!(table.contains("| memcached | B | 1 |") && table.contains("| redis | A | 4 |") && table.contains("| floor |"));
+    assert!(
+        table.contains("| memcached | B | 1 |") && table.contains("| redis | A | 4 |") && table.contains("| floor |")
+    );
     let json = std::fs::read_to_string(out.join("results.json")).unwrap();
     assert_eq!(json.matches("\"server\":").count(), 12);
     assert!(std::fs::read_to_string(out.join("plot.svg")).unwrap().starts_with("<svg"));

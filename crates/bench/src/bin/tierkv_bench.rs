@@ -65,6 +65,13 @@ struct RunArgs {
     /// Write every key once before measuring.
     #[arg(long)]
     preload: bool,
+    /// Open loop at this many operations per second, latency measured from each request's
+    /// intended send time.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Open loop at each of these rates in turn (comma-separated ops/s); one result per rate.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<f64>,
     /// The server's process id, for its CPU time per operation.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -223,8 +230,21 @@ fn run(args: RunArgs) {
         seconds: args.seconds,
         preload: args.preload,
         seed: args.seed,
+        rate: args.rate,
     };
-    let measurement = loadgen::measure(&config, args.server_pid).unwrap_or_else(|e| fail(e));
+    let rates: Vec<Option<f64>> =
+        if args.sweep.is_empty() { vec![args.rate] } else { args.sweep.iter().map(|&r| Some(r)).collect() };
+    if rates.iter().flatten().any(|&r| r.is_nan() || r <= 0.0) {
+        fail("--rate and --sweep rates must be positive");
+    }
+    for (i, rate) in rates.into_iter().enumerate() {
+        let config = RunConfig { rate, preload: config.preload && i == 0, ..config.clone() };
+        measure_and_report(&args, &config);
+    }
+}
+
+fn measure_and_report(args: &RunArgs, config: &RunConfig) {
+    let measurement = loadgen::measure(config, args.server_pid).unwrap_or_else(|e| fail(e));
     eprintln!(
         "{} {:?} get_ratio {} pipeline {} connections {}: {}",
         config.target,
@@ -235,8 +255,9 @@ fn run(args: RunArgs) {
         measurement.summary()
     );
     if args.json {
+        let rate = config.rate.map_or("null".to_string(), |r| format!("{r}"));
         let extra = format!(
-            "\"protocol\":\"{:?}\",\"get_ratio\":{},\"pipeline\":{},\"connections\":{},\"keys\":{},\"dist\":\"{}\"",
+            "\"protocol\":\"{:?}\",\"get_ratio\":{},\"pipeline\":{},\"connections\":{},\"keys\":{},\"dist\":\"{}\",\"rate\":{rate}",
             config.protocol, config.get_ratio, config.pipeline, config.connections, config.keys, config.dist
         );
         println!("{}", measurement.json(&extra));
