@@ -162,6 +162,7 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
             preload: true,
             seed: 1,
             rate: None,
+            threads: 1,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
         loadgen::preload(&base)?;

@@ -41,6 +41,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// Open loop at this many operations per second (None: closed loop).
     pub rate: Option<f64>,
+    /// Load-generating threads; connections (and the open-loop rate) are split between them.
+    pub threads: usize,
 }
 
 /// What a run measured.
@@ -202,7 +204,7 @@ pub fn preload(config: &RunConfig) -> Result<(), String> {
     let values = &Values::new(config.value_bytes, config.seed ^ 0x5EED);
     let keys = config.keys;
     let mut next = 0u64;
-    let preload_config = RunConfig { pipeline: config.pipeline.max(16), rate: None, ..config.clone() };
+    let preload_config = RunConfig { pipeline: config.pipeline.max(16), rate: None, threads: 1, ..config.clone() };
     let result = drive_until(&preload_config, values, || {
         let key = next;
         next += 1;
@@ -491,6 +493,43 @@ pub fn process_cpu_seconds(pid: u32) -> Result<f64, String> {
     Ok(total as f64 / hz.max(1) as f64)
 }
 
+/// `run` on `config.threads` threads, each with its share of the connections and rate, merged.
+fn run_threads(config: &RunConfig) -> Result<RunResult, String> {
+    let threads = config.threads.clamp(1, config.connections);
+    if threads == 1 {
+        return run(config);
+    }
+    let shares: Vec<RunConfig> = (0..threads)
+        .map(|t| RunConfig {
+            connections: config.connections / threads + usize::from(t < config.connections % threads),
+            rate: config.rate.map(|r| r / threads as f64),
+            seed: config.seed.wrapping_add(t as u64 * 0x9E37_79B9),
+            threads: 1,
+            ..config.clone()
+        })
+        .collect();
+    let results: Vec<Result<RunResult, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shares.iter().map(|share| scope.spawn(move || run(share))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a load thread panicked".into()))).collect()
+    });
+    let mut merged: Option<RunResult> = None;
+    for result in results {
+        let result = result?;
+        merged = Some(match merged {
+            None => result,
+            Some(mut total) => {
+                total.operations += result.operations;
+                total.gets += result.gets;
+                total.get_hits += result.get_hits;
+                total.elapsed = total.elapsed.max(result.elapsed);
+                total.latency_ns.add(&result.latency_ns).map_err(|e| format!("{e:?}"))?;
+                total
+            }
+        });
+    }
+    merged.ok_or_else(|| "no load threads".to_string())
+}
+
 /// One measured run, as reported.
 #[derive(Clone, Debug)]
 pub struct Measurement {
@@ -512,7 +551,7 @@ pub fn measure(config: &RunConfig, server_pid: Option<u32>) -> Result<Measuremen
     }
     let server_before = server_pid.map(process_cpu_seconds).transpose()?;
     let client_before = process_cpu_seconds(std::process::id())?;
-    let result = run(config)?;
+    let result = run_threads(config)?;
     let ops = result.operations.max(1) as f64;
     let server_cpu_us_per_op = match (server_pid, server_before) {
         (Some(pid), Some(before)) => Some((process_cpu_seconds(pid)? - before) * 1e6 / ops),

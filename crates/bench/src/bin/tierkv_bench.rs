@@ -60,6 +60,9 @@ struct RunArgs {
     /// Single-key requests in flight per connection.
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
+    /// Load-generating threads (connections are split between them).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
     /// Write every key once before measuring.
@@ -231,6 +234,7 @@ fn run(args: RunArgs) {
         preload: args.preload,
         seed: args.seed,
         rate: args.rate,
+        threads: args.threads.clamp(1, 64),
     };
     let rates: Vec<Option<f64>> =
         if args.sweep.is_empty() { vec![args.rate] } else { args.sweep.iter().map(|&r| Some(r)).collect() };
