@@ -110,7 +110,9 @@ fn encode(out: &mut Vec<u8>, protocol: Protocol, kind: Kind, key: &[u8], value: 
         (Protocol::Meta, Kind::Set) => {
             out.extend_from_slice(b"ms ");
             out.extend_from_slice(key);
-            out.extend_from_slice(format!(" {}\r\n", value.len()).as_bytes());
+            out.push(b' ');
+            tierkv_protocol::write_u64(out, value.len() as u64);
+            out.extend_from_slice(b"\r\n");
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }

@@ -16,7 +16,7 @@ pub fn encode_set(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
 
 fn bulk(out: &mut Vec<u8>, data: &[u8]) {
     out.push(b'$');
-    out.extend_from_slice(data.len().to_string().as_bytes());
+    tierkv_protocol::write_u64(out, data.len() as u64);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
