@@ -5,7 +5,7 @@
 // it is large, but boxing it would allocate on the error path for no gain.
 #![allow(clippy::result_large_err)]
 
-use crate::meta::{parse_flags, MAX_OPAQUE_BYTES};
+use crate::meta::{parse_flags, MetaFlags, MAX_OPAQUE_BYTES};
 use crate::number::{strtol32, strtoul32, strtoull};
 use crate::{
     ArithInitial, Command, Decoded, ErrorReply, Key, Keys, Limits, ProtocolError, ReplyStyle, Request, StoreMode,
@@ -329,20 +329,21 @@ impl<'a> Line<'a> {
         }
     }
 
-    fn meta_get(&self, limits: &Limits) -> Decoded<'a> {
-        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags are too long") {
-            Ok(parts) => parts,
-            Err(decoded) => return decoded,
-        };
-        let flags = match parse_flags(flag_tokens) {
-            Ok(flags) => flags,
-            Err(message) => return self.client_error(message, false),
-        };
+    /// Key and flags of mg, md and ma, with memcached's checks on the line, the flags, the
+    /// opaque token and a base64 key.
+    fn meta_head(&self, limits: &Limits, too_many: &'static str) -> Result<(Key<'a>, MetaFlags<'a>), Decoded<'a>> {
+        let (raw_key, flag_tokens) = self.meta_parts(limits, too_many)?;
+        let flags = parse_flags(flag_tokens).map_err(|message| self.client_error(message, false))?;
         if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
-            return self.client_error("opaque token too long", false);
+            return Err(self.client_error("opaque token too long", false));
         }
-        let key = match self.meta_key(raw_key, flags.base64(), limits) {
-            Ok(key) => key,
+        let key = self.meta_key(raw_key, flags.base64(), limits)?;
+        Ok((key, flags))
+    }
+
+    fn meta_get(&self, limits: &Limits) -> Decoded<'a> {
+        let (key, flags) = match self.meta_head(limits, "options flags are too long") {
+            Ok(head) => head,
             Err(decoded) => return decoded,
         };
         let command = Command::Get {
@@ -413,16 +414,8 @@ impl<'a> Line<'a> {
     }
 
     fn meta_delete(&self, limits: &Limits) -> Decoded<'a> {
-        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags too long") {
-            Ok(parts) => parts,
-            Err(decoded) => return decoded,
-        };
-        let flags = match parse_flags(flag_tokens) {
-            Ok(flags) => flags,
-            Err(message) => return self.client_error(message, false),
-        };
-        let key = match self.meta_key(raw_key, flags.base64(), limits) {
-            Ok(key) => key,
+        let (key, flags) = match self.meta_head(limits, "options flags too long") {
+            Ok(head) => head,
             Err(decoded) => return decoded,
         };
         let command = Command::Delete { key, cas: flags.cas.unwrap_or(0) };
@@ -430,22 +423,14 @@ impl<'a> Line<'a> {
     }
 
     fn meta_arith(&self, limits: &Limits) -> Decoded<'a> {
-        let (raw_key, flag_tokens) = match self.meta_parts(limits, "options flags too long") {
-            Ok(parts) => parts,
+        let (key, flags) = match self.meta_head(limits, "options flags too long") {
+            Ok(head) => head,
             Err(decoded) => return decoded,
-        };
-        let flags = match parse_flags(flag_tokens) {
-            Ok(flags) => flags,
-            Err(message) => return self.client_error(message, false),
         };
         let decrement = match flags.mode {
             None | Some(b'I' | b'i' | b'+') => false,
             Some(b'D' | b'd' | b'-') => true,
             Some(_) => return self.client_error("invalid mode for ma M token", false),
-        };
-        let key = match self.meta_key(raw_key, flags.base64(), limits) {
-            Ok(key) => key,
-            Err(decoded) => return decoded,
         };
         let initial = flags.vivify_ttl.map(|exptime| ArithInitial { value: flags.initial.unwrap_or(0), exptime });
         let command =
