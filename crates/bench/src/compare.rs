@@ -25,6 +25,8 @@ pub struct CompareConfig {
     pub value_bytes: usize,
     pub dist: Distribution,
     pub out: PathBuf,
+    /// Open-loop rates to run for every workload and depth (empty: closed loop only).
+    pub sweep: Vec<f64>,
 }
 
 /// One row of the results.
@@ -33,6 +35,8 @@ pub struct Row {
     pub server: String,
     pub workload: char,
     pub pipeline: usize,
+    /// The open-loop rate, or None for the closed-loop run.
+    pub rate: Option<f64>,
     pub measurement: Measurement,
 }
 
@@ -173,10 +177,14 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
                     'B' => 0.95,
                     _ => 1.0,
                 };
-                let run = RunConfig { get_ratio, pipeline, preload: false, ..base.clone() };
-                let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
-                eprintln!("{server} workload {workload} pipeline {pipeline}: {}", measurement.summary());
-                rows.push(Row { server: server.clone(), workload, pipeline, measurement });
+                let rates = std::iter::once(None).chain(config.sweep.iter().map(|&r| Some(r)));
+                for rate in rates {
+                    let run = RunConfig { get_ratio, pipeline, preload: false, rate, ..base.clone() };
+                    let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
+                    let label = rate.map_or("closed loop".to_string(), |r| format!("{r:.0} ops/s offered"));
+                    eprintln!("{server} workload {workload} pipeline {pipeline} {label}: {}", measurement.summary());
+                    rows.push(Row { server: server.clone(), workload, pipeline, rate, measurement });
+                }
             }
         }
         drop(running);
@@ -193,8 +201,9 @@ fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
     let json: Vec<String> = rows
         .iter()
         .map(|row| {
+            let rate = row.rate.map_or("null".to_string(), |r| format!("{r}"));
             let extra = format!(
-                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{}",
+                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{},\"rate\":{rate}",
                 row.server, row.workload, row.pipeline
             );
             row.measurement.json(&extra)
@@ -209,15 +218,15 @@ fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
 
 fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize) -> Option<f64> {
     rows.iter()
-        .find(|r| r.server == "memcached" && r.workload == workload && r.pipeline == pipeline)
+        .find(|r| r.server == "memcached" && r.workload == workload && r.pipeline == pipeline && r.rate.is_none())
         .and_then(|r| r.measurement.server_cpu_us_per_op)
 }
 
 /// The Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| server | workload | pipeline | ops/s | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| server | workload | pipeline | offered ops/s | ops/s | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for row in rows {
         let m = &row.measurement;
@@ -245,7 +254,9 @@ pub fn table(rows: &[Row]) -> String {
 type Figure = fn(&Measurement) -> f64;
 
 /// Bar charts: server CPU per operation and throughput, one group per workload and depth.
-pub fn plot(rows: &[Row]) -> String {
+pub fn plot(all_rows: &[Row]) -> String {
+    let closed: Vec<Row> = all_rows.iter().filter(|r| r.rate.is_none()).cloned().collect();
+    let rows = closed.as_slice();
     let groups: Vec<(char, usize)> = {
         let mut groups: Vec<(char, usize)> = rows.iter().map(|r| (r.workload, r.pipeline)).collect();
         groups.dedup();
@@ -266,7 +277,7 @@ pub fn plot(rows: &[Row]) -> String {
     let (width, chart_height, bar) = (900.0, 260.0, 18.0);
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n",
-        2.0 * chart_height + 120.0
+        if all_rows.iter().any(|r| r.rate.is_some()) { 3.0 * chart_height + 160.0 } else { 2.0 * chart_height + 120.0 }
     );
     let charts: [(&str, Figure); 2] =
         [("server CPU us per op", |m| m.server_cpu_us_per_op.unwrap_or(0.0)), ("ops per second", |m| m.ops_per_sec)];
@@ -312,6 +323,47 @@ pub fn plot(rows: &[Row]) -> String {
         );
         let _ = writeln!(svg, "<text x=\"{}\" y=\"{y}\">{server}</text>", x + 16.0);
     }
+    sweep_chart(&mut svg, all_rows, &servers, 2.0 * chart_height + 130.0);
     svg.push_str("</svg>\n");
     svg
+}
+
+/// With a sweep: achieved throughput (x) against p99 latency (y), one line per server, for the
+/// first workload and depth.
+fn sweep_chart(svg: &mut String, rows: &[Row], servers: &[&str], top: f64) {
+    let Some(first) = rows.iter().find(|r| r.rate.is_some()) else { return };
+    let points: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.rate.is_some() && r.workload == first.workload && r.pipeline == first.pipeline)
+        .collect();
+    let max_x = points.iter().map(|r| r.measurement.ops_per_sec).fold(1.0f64, f64::max);
+    let max_y = points.iter().map(|r| r.measurement.latency_us_p99).fold(1.0f64, f64::max);
+    let (width, height) = (800.0, 240.0);
+    let _ = writeln!(
+        svg,
+        "<text x=\"10\" y=\"{}\" font-weight=\"bold\">p99 latency (us, up to {max_y:.0}) against throughput (ops/s, up to {max_x:.0}), workload {} pipeline {}</text>",
+        top - 10.0,
+        first.workload,
+        first.pipeline
+    );
+    let colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1"];
+    for (s, server) in servers.iter().enumerate() {
+        let coordinates: Vec<String> = points
+            .iter()
+            .filter(|r| r.server == *server)
+            .map(|r| {
+                let x = 60.0 + r.measurement.ops_per_sec / max_x * width;
+                let y = top + height - r.measurement.latency_us_p99 / max_y * height;
+                format!("{x:.1},{y:.1}")
+            })
+            .collect();
+        if !coordinates.is_empty() {
+            let _ = writeln!(
+                svg,
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"><title>{server}</title></polyline>",
+                colors[s % colors.len()],
+                coordinates.join(" ")
+            );
+        }
+    }
 }

@@ -203,19 +203,20 @@ fn compare_writes_table_json_and_plot() {
     let out = std::env::temp_dir().join(format!("tierkv-compare-test-{}", std::process::id()));
     let output = Command::new(BENCH)
         .args(["compare", "--servers", "memcached,redis,floor", "--workloads", "B,A", "--pipelines", "1,4"])
-        .args(["--seconds", "0.3", "--keys", "1000", "--connections", "4", "--memory-mib", "64"])
+        .args(["--seconds", "0.3", "--keys", "1000", "--connections", "4", "--memory-mib", "64", "--sweep", "5000"])
         .arg("--out")
         .arg(&out)
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
-    assert_eq!(table.lines().count(), 2 + 3 * 2 * 2, "{table}");
+    assert_eq!(table.lines().count(), 2 + 3 * 2 * 2 * 2, "{table}");
     assert!(
         table.contains("| memcached | B | 1 |") && table.contains("| redis | A | 4 |") && table.contains("| floor |")
     );
     let json = std::fs::read_to_string(out.join("results.json")).unwrap();
-    assert_eq!(json.matches("\"server\":").count(), 12);
+    assert_eq!(json.matches("\"server\":").count(), 24);
+    assert!(json.contains("\"rate\":5000"));
     assert!(std::fs::read_to_string(out.join("plot.svg")).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -116,6 +116,10 @@ struct CompareArgs {
     /// Directory for results.json, table.md and plot.svg.
     #[arg(long, default_value = "compare-out")]
     out: std::path::PathBuf,
+    /// Also run open loop at each of these rates (comma-separated ops/s) for every workload and
+    /// depth; the plot then shows throughput against p99 latency.
+    #[arg(long, value_delimiter = ',')]
+    sweep: Vec<f64>,
 }
 
 fn compare(args: CompareArgs) {
@@ -143,6 +147,9 @@ fn compare(args: CompareArgs) {
     if args.keys == 0 || args.keys > u64::from(u32::MAX) || args.key_bytes < 16 || args.key_bytes > 250 {
         fail("--keys must be 1..2^32-1 and --key-bytes 16..250");
     }
+    if args.sweep.iter().any(|&r| r.is_nan() || r <= 0.0) || args.seconds.is_nan() || args.seconds <= 0.0 {
+        fail("--sweep rates and --seconds must be positive");
+    }
     let config = tierkv_bench::compare::CompareConfig {
         servers: args.servers.split(',').map(|s| s.trim().to_string()).collect(),
         tierkv_bin: args.tierkv_bin,
@@ -156,6 +163,7 @@ fn compare(args: CompareArgs) {
         value_bytes: args.value_bytes.min(1 << 20),
         dist: args.dist,
         out: args.out,
+        sweep: args.sweep,
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));
     print!("{}", tierkv_bench::compare::table(&rows));
