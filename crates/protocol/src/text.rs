@@ -217,7 +217,8 @@ impl<'a> Line<'a> {
         if !(2..=4).contains(&count) {
             return self.error(ErrorReply::Error);
         }
-        let noreply = noreply(&tokens[..count]);
+        // memcached looks for "noreply" only after the key ("delete noreply" deletes that key).
+        let noreply = count > 2 && noreply(&tokens[..count]);
         if tokens[1].len() > limits.max_key_bytes {
             return self.client_error(BAD_FORMAT, noreply);
         }

@@ -131,6 +131,12 @@ fn other_commands() {
     assert_eq!(request(b"delete foo noreply\r\n"), text(Command::Delete { key, cas: 0 }, true));
     assert_eq!(request(b"delete foo 0\r\n"), text(Command::Delete { key, cas: 0 }, false));
     assert_eq!(request(b"delete foo 0 noreply\r\n"), text(Command::Delete { key, cas: 0 }, true));
+    let key_noreply = Key::plain(b"noreply");
+    assert_eq!(
+        request(b"delete noreply\r\n"),
+        text(Command::Delete { key: key_noreply, cas: 0 }, false),
+        "found by fuzzing"
+    );
     assert_eq!(
         error(b"delete foo 1\r\n").reply,
         ErrorReply::Client("bad command line format.  Usage: delete <key> [noreply]")
