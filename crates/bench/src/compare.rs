@@ -235,9 +235,10 @@ pub fn table(rows: &[Row]) -> String {
             (Some(cpu), Some(base)) if base > 0.0 => format!("{:.2}", cpu / base),
             _ => "n/a".to_string(),
         };
+        let offered = row.rate.map_or("closed loop".to_string(), |r| format!("{r:.0}"));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
+            "| {} | {} | {} | {offered} | {:.0} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
             row.server,
             row.workload,
             row.pipeline,
