@@ -57,7 +57,7 @@ fn digits_u64(digits: &[u8]) -> Option<u64> {
     Some(value)
 }
 
-/// Writes `value` in decimal at the end of `out`; returns the digits written.
+/// Appends `value` in decimal to `out`.
 pub fn write_u64(out: &mut Vec<u8>, value: u64) {
     let mut buffer = [0u8; 20];
     let mut at = buffer.len();
