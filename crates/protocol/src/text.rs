@@ -277,7 +277,8 @@ impl<'a> Line<'a> {
         if count != if noreply { 2 } else { 1 } {
             match strtol32(tokens[1]) {
                 Some(value) => delay = i64::from(value),
-                None => return self.client_error(BAD_FORMAT, noreply),
+                // Debian's memcached 1.6.18 answers this (newer sources say "bad command line format").
+                None => return self.client_error("invalid exptime argument", noreply),
             }
         }
         self.ok(Command::FlushAll { delay }, noreply)

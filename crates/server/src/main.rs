@@ -1,15 +1,28 @@
-//! tierkv: the memcached-compatible server (configuration, one worker per core, sockets,
-//! dispatch to the partition that owns each key, replies, stats, signals).
+//! tierkv: the memcached-compatible server (configuration, worker event loop, dispatch of
+//! decoded requests to the engine partition, replies).
 //!
 //! It must never parse protocol bytes itself (that is `tierkv-protocol`) nor reach into the
-//! engine's storage layout (that is `tierkv-engine`). The server arrives with issue 5; until
-//! then this binary says so and exits with an error, so nobody mistakes it for a running cache.
+//! engine's storage layout (that is `tierkv-engine`). This is the first, single-worker version
+//! (issue 5 in progress): the text protocol is served; meta, binary, stats and the limits of
+//! issue 5 are not complete yet.
+
+mod config;
+mod execute;
+mod worker;
+
+use clap::Parser;
 
 fn main() {
-    eprintln!(
-        "tierkv {}: the network server is not built yet (it arrives with issue 5); \
-         the engine and its benchmark are ready: see README.md",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::exit(2);
+    let config = config::Config::parse();
+    let settings = match config.settings() {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("tierkv: {message}");
+            std::process::exit(64);
+        }
+    };
+    if let Err(message) = worker::serve(&settings) {
+        eprintln!("tierkv: {message}");
+        std::process::exit(1);
+    }
 }

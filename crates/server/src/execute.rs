@@ -1,0 +1,151 @@
+//! Executes one decoded request on the partition and appends its reply (text protocol so far;
+//! meta and binary requests get a clear error until they are wired up).
+
+use tierkv_engine as engine;
+use tierkv_protocol::reply::{self, Status};
+use tierkv_protocol::{Command, ErrorReply, ReplyStyle, Request, StoreMode};
+
+/// What the connection does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    Close,
+}
+
+/// Counters for `stats`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub cmd_get: u64,
+    pub cmd_set: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
+}
+
+fn store_mode(mode: StoreMode) -> engine::StoreMode {
+    match mode {
+        StoreMode::Set => engine::StoreMode::Set,
+        StoreMode::Add => engine::StoreMode::Add,
+        StoreMode::Replace => engine::StoreMode::Replace,
+        StoreMode::Append => engine::StoreMode::Append,
+        StoreMode::Prepend => engine::StoreMode::Prepend,
+        StoreMode::Cas => engine::StoreMode::Cas,
+    }
+}
+
+/// Appends the reply to `request` to `out`.
+pub fn execute(
+    partition: &mut engine::Partition,
+    request: &Request<'_>,
+    out: &mut Vec<u8>,
+    counters: &mut Counters,
+) -> After {
+    let noreply = match request.style {
+        ReplyStyle::Text { noreply } => noreply,
+        ReplyStyle::Meta(_) => {
+            reply::error(out, &ErrorReply::Server("meta commands are not supported yet"));
+            return After::Continue;
+        }
+        ReplyStyle::Binary(info) => {
+            let status = tierkv_protocol::binary::status::UNKNOWN_COMMAND;
+            reply::error(out, &ErrorReply::Binary { status, info });
+            return After::Continue;
+        }
+    };
+    // Replies are written to a scratch position and dropped again for noreply.
+    let start = out.len();
+    let after = execute_text(partition, request, out, counters);
+    if noreply {
+        out.truncate(start);
+    }
+    after
+}
+
+fn execute_text(
+    partition: &mut engine::Partition,
+    request: &Request<'_>,
+    out: &mut Vec<u8>,
+    counters: &mut Counters,
+) -> After {
+    match request.command {
+        Command::Get { keys, return_cas, touch, .. } => {
+            for key in keys.iter() {
+                counters.cmd_get += 1;
+                let item = match touch {
+                    Some(exptime) => partition.get_and_touch(key, exptime),
+                    None => partition.get(key),
+                };
+                match item {
+                    Ok(Some(item)) => {
+                        counters.get_hits += 1;
+                        reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
+                    }
+                    Ok(None) | Err(_) => counters.get_misses += 1,
+                }
+            }
+            reply::status(out, Status::End);
+        }
+        Command::Store { mode, key, flags, exptime, value, cas } => {
+            counters.cmd_set += 1;
+            let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
+            match partition.store(&store) {
+                Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
+                Ok(engine::StoreOutcome::NotStored) => reply::status(out, Status::NotStored),
+                Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
+                Ok(engine::StoreOutcome::NotFound) => reply::status(out, Status::NotFound),
+                Err(engine::EngineError::ItemTooLarge { .. }) => {
+                    reply::error(out, &ErrorReply::Server("object too large for cache"))
+                }
+                Err(_) => reply::error(out, &ErrorReply::Client("bad command line format")),
+            }
+        }
+        Command::Delete { key, cas } => match partition.delete(key.raw, cas) {
+            Ok(engine::DeleteOutcome::Deleted) => reply::status(out, Status::Deleted),
+            Ok(engine::DeleteOutcome::Exists) => reply::status(out, Status::Exists),
+            Ok(engine::DeleteOutcome::NotFound) | Err(_) => reply::status(out, Status::NotFound),
+        },
+        Command::Arith { key, delta, decrement, cas, initial } => {
+            let arith = engine::ArithRequest {
+                delta,
+                decrement,
+                cas,
+                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
+            };
+            match partition.arith(key.raw, &arith) {
+                Ok(engine::ArithOutcome::Value { value, .. }) => reply::number(out, value),
+                Ok(engine::ArithOutcome::NotFound) => reply::status(out, Status::NotFound),
+                Ok(engine::ArithOutcome::Exists) => reply::status(out, Status::Exists),
+                Err(engine::EngineError::NonNumeric) => {
+                    reply::error(out, &ErrorReply::Client("cannot increment or decrement non-numeric value"))
+                }
+                Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
+            }
+        }
+        Command::Touch { key, exptime } => match partition.touch(key.raw, exptime) {
+            Ok(true) => reply::status(out, Status::Touched),
+            Ok(false) | Err(_) => reply::status(out, Status::NotFound),
+        },
+        Command::FlushAll { delay } => {
+            partition.flush_all(delay);
+            reply::status(out, Status::Ok);
+        }
+        Command::Version => reply::version(out, env!("CARGO_PKG_VERSION").as_bytes()),
+        Command::Verbosity { .. } => reply::status(out, Status::Ok),
+        Command::Quit => return After::Close,
+        Command::Stats { args: [] } => {
+            let now = partition.now().to_string();
+            reply::stat(out, b"pid", std::process::id().to_string().as_bytes());
+            reply::stat(out, b"time", now.as_bytes());
+            reply::stat(out, b"version", env!("CARGO_PKG_VERSION").as_bytes());
+            reply::stat(out, b"cmd_get", counters.cmd_get.to_string().as_bytes());
+            reply::stat(out, b"cmd_set", counters.cmd_set.to_string().as_bytes());
+            reply::stat(out, b"get_hits", counters.get_hits.to_string().as_bytes());
+            reply::stat(out, b"get_misses", counters.get_misses.to_string().as_bytes());
+            reply::stat(out, b"limit_maxbytes", partition.allocated_bytes().to_string().as_bytes());
+            reply::status(out, Status::End);
+        }
+        Command::Stats { .. } | Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => {
+            reply::error(out, &ErrorReply::Error)
+        }
+    }
+    After::Continue
+}

@@ -1,0 +1,128 @@
+//! Differential tests: the same request bytes go to Debian's memcached (1.6.18) and to tierkv,
+//! each started on a free loopback port; the replies must be the same bytes (CAS and version
+//! aside). Also tierkv-bench against tierkv.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
+
+struct Server(Child, u16);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start(mut command: Command, port: u16) -> Server {
+    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("server binary is installed");
+    let server = Server(child, port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+fn tierkv() -> Server {
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "64"]);
+    start(command, port)
+}
+
+fn memcached() -> Server {
+    let port = free_port();
+    let mut command = Command::new("memcached");
+    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
+    // SAFETY: geteuid only reads the process's user id.
+    if unsafe { libc::geteuid() } == 0 {
+        command.args(["-u", "root"]);
+    }
+    start(command, port)
+}
+
+/// Sends `request` on a fresh connection and collects the reply until the server is quiet.
+fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(request).unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0u8; 65536];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buffer[..n]);
+    }
+    reply
+}
+
+#[test]
+fn text_replies_match_memcached_byte_for_byte() {
+    let (ours, theirs) = (tierkv(), memcached());
+    let long_key = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
+    let cases: Vec<&[u8]> = vec![
+        b"set a 0 0 1\r\nx\r\nget a b a\r\n",
+        b"set a 7 0 2\r\nxy\r\nget a\r\n",
+        b"set a 0 0 1\r\nxy\r\n",
+        &long_key,
+        b"set n 0 0 3\r\n100\r\nincr n 5\r\ndecr n 200\r\nget n\r\nincr n 18446744073709551615\r\n",
+        b"set s 0 0 2\r\nab\r\nincr s 1\r\nincr zz 1\r\nincr s x\r\n",
+        b"delete a 5\r\ndelete a\r\ndelete a 0\r\ndelete nothing\r\n",
+        b"set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\nflush_all x\r\nflush_all 0 noreply\r\n",
+        b"add b 0 0 1 noreply\r\nb\r\nadd b 0 0 1\r\nc\r\nget b\r\n",
+        b"replace nope 0 0 1\r\nx\r\nappend nope 0 0 1\r\nx\r\nprepend nope 0 0 1\r\nx\r\n",
+        b"set c 0 0 1\r\nx\r\nappend c 0 0 2\r\nyz\r\nprepend c 0 0 1\r\nw\r\nget c\r\n",
+        b"cas nope 0 0 1 1\r\nc\r\n",
+        b"set d 0 0 1\r\nx\r\ntouch d 100\r\ntouch zz 1\r\ngat 100 d zz\r\n",
+        b"set q 0 0 -1\r\nset q 0 x 1\r\nset q\r\n",
+        b"\r\nget\r\nbogus\r\nGET a\r\n",
+        b"verbosity 1\r\nverbosity\r\nverbosity 1 noreply\r\n",
+        b"set e 0 -1 1\r\nx\r\nget e\r\n",
+        b"set f 4294967295 0 1\r\nx\r\nget f\r\n",
+        b"delete noreply\r\nset noreply 0 0 1\r\nx\r\ndelete noreply\r\n",
+        b"incr\r\ntouch a\r\ngat\r\ngat x a\r\n",
+    ];
+    for case in cases {
+        let (mine, reference) = (exchange(ours.1, case), exchange(theirs.1, case));
+        assert_eq!(
+            String::from_utf8_lossy(&mine),
+            String::from_utf8_lossy(&reference),
+            "request {:?}",
+            String::from_utf8_lossy(case)
+        );
+    }
+}
+
+#[test]
+fn gets_returns_a_cas_that_cas_accepts() {
+    let server = tierkv();
+    let reply = exchange(server.1, b"set k 0 0 1\r\nx\r\ngets k\r\n");
+    let text = String::from_utf8(reply).unwrap();
+    let cas = text.lines().nth(1).unwrap().split(' ').nth(4).unwrap().to_string();
+    let request = format!("cas k 0 0 1 {cas}\r\ny\r\ncas k 0 0 1 {cas}\r\nz\r\nget k\r\n");
+    let reply = exchange(server.1, request.as_bytes());
+    assert_eq!(reply, b"STORED\r\nEXISTS\r\nVALUE k 0 1\r\ny\r\nEND\r\n");
+}
+
+#[test]
+fn quit_closes_and_garbage_does_not_kill_the_server() {
+    let server = tierkv();
+    assert_eq!(
+        exchange(server.1, b"version\r\nquit\r\nversion\r\n"),
+        format!("VERSION {}\r\n", env!("CARGO_PKG_VERSION")).as_bytes()
+    );
+    let garbage: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    let _ = exchange(server.1, &garbage);
+    assert_eq!(exchange(server.1, b"set a 0 0 1\r\nx\r\nget a\r\n"), b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+}
