@@ -1,8 +1,9 @@
-//! Executes one decoded request on the partition and appends its reply (text protocol so far;
-//! meta and binary requests get a clear error until they are wired up).
+//! Executes one decoded request on the partition and appends its reply (text and meta so far;
+//! binary requests get UNKNOWN_COMMAND until they are wired up).
 
 use tierkv_engine as engine;
-use tierkv_protocol::reply::{self, Status};
+use tierkv_protocol::meta::MetaFlags;
+use tierkv_protocol::reply::{self, returned, MetaCode, MetaReturn, Status};
 use tierkv_protocol::{Command, ErrorReply, ReplyStyle, Request, StoreMode};
 
 /// What the connection does after a request.
@@ -41,8 +42,8 @@ pub fn execute(
 ) -> After {
     let noreply = match request.style {
         ReplyStyle::Text { noreply } => noreply,
-        ReplyStyle::Meta(_) => {
-            reply::error(out, &ErrorReply::Server("meta commands are not supported yet"));
+        ReplyStyle::Meta(flags) => {
+            execute_meta(partition, &request.command, &flags, out, counters);
             return After::Continue;
         }
         ReplyStyle::Binary(info) => {
@@ -148,4 +149,124 @@ fn execute_text(
         }
     }
     After::Continue
+}
+
+/// Seconds an item has left (-1 for never), as meta `t` reports it.
+fn ttl_left(expiry: u32, now: u32) -> i64 {
+    if expiry == 0 {
+        -1
+    } else {
+        i64::from(expiry) - i64::from(now)
+    }
+}
+
+/// The meta commands: mn, mg, ms, md, ma (memcached 1.6 replies; `q` drops the nominal reply).
+fn execute_meta(
+    partition: &mut engine::Partition,
+    command: &Command<'_>,
+    flags: &MetaFlags<'_>,
+    out: &mut Vec<u8>,
+    counters: &mut Counters,
+) {
+    let mut key_buffer = [0u8; 256];
+    let quiet = flags.quiet();
+    let now = partition.now();
+    match *command {
+        Command::Noop => reply::meta(out, MetaCode::Mn, flags, b"", &MetaReturn::default(), None),
+        Command::Get { keys, base64, .. } => {
+            let raw = keys.iter().next().unwrap_or_default();
+            let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
+            counters.cmd_get += 1;
+            let item = match flags.ttl {
+                Some(ttl) => partition.get_and_touch(key, ttl),
+                None => partition.get(key),
+            };
+            match item {
+                Ok(Some(item)) => {
+                    counters.get_hits += 1;
+                    let info = MetaReturn {
+                        key: Some(key),
+                        size: Some(item.value.len()),
+                        ttl: Some(ttl_left(item.expiry, now)),
+                        cas: Some(item.cas),
+                        client_flags: Some(item.flags),
+                        ..MetaReturn::default()
+                    };
+                    let (code, value) =
+                        if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
+                    reply::meta(out, code, flags, returned::GET_HIT, &info, value);
+                }
+                _ => {
+                    counters.get_misses += 1;
+                    if !quiet {
+                        let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+                        reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
+                    }
+                }
+            }
+        }
+        Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
+            counters.cmd_set += 1;
+            let key = key.decode_into(&mut key_buffer).unwrap_or_default();
+            let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
+            let (code, new_cas) = match partition.store(&store) {
+                Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
+                Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
+                Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
+                Ok(engine::StoreOutcome::NotFound) => (MetaCode::Nf, None),
+                Err(_) => return reply::error(out, &ErrorReply::Server("object too large for cache")),
+            };
+            if !(quiet && code == MetaCode::Hd) {
+                let info = MetaReturn { key: Some(key), cas: new_cas, ..MetaReturn::default() };
+                reply::meta(out, code, flags, returned::SET, &info, None);
+            }
+        }
+        Command::Delete { key, cas } => {
+            let key = key.decode_into(&mut key_buffer).unwrap_or_default();
+            let code = match partition.delete(key, cas) {
+                Ok(engine::DeleteOutcome::Deleted) => MetaCode::Hd,
+                Ok(engine::DeleteOutcome::Exists) => MetaCode::Ex,
+                Ok(engine::DeleteOutcome::NotFound) | Err(_) => MetaCode::Nf,
+            };
+            if !(quiet && code == MetaCode::Hd) {
+                let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+                reply::meta(out, code, flags, returned::DELETE, &info, None);
+            }
+        }
+        Command::Arith { key, delta, decrement, initial, cas } => {
+            let key = key.decode_into(&mut key_buffer).unwrap_or_default();
+            let arith = engine::ArithRequest {
+                delta,
+                decrement,
+                cas,
+                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
+            };
+            match partition.arith(key, &arith) {
+                Ok(engine::ArithOutcome::Value { value, cas }) => {
+                    let ttl = partition.get(key).ok().flatten().map(|item| ttl_left(item.expiry, now));
+                    let info = MetaReturn { key: Some(key), cas: Some(cas), ttl, ..MetaReturn::default() };
+                    if flags.has(b'v') {
+                        let digits = engine::CounterValue::new(value, 0);
+                        reply::meta(out, MetaCode::Va, flags, returned::ARITH, &info, Some(digits.digits()));
+                    } else if !quiet {
+                        reply::meta(out, MetaCode::Hd, flags, returned::ARITH, &info, None);
+                    }
+                }
+                Ok(engine::ArithOutcome::NotFound) => {
+                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+                    reply::meta(out, MetaCode::Nf, flags, returned::ARITH, &info, None);
+                }
+                Ok(engine::ArithOutcome::Exists) => {
+                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+                    reply::meta(out, MetaCode::Ex, flags, returned::ARITH, &info, None);
+                }
+                Err(engine::EngineError::NonNumeric) => {
+                    reply::error(out, &ErrorReply::Client("cannot increment or decrement non-numeric value"))
+                }
+                Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
+            }
+        }
+        // me (meta debug) and the rest are not served yet.
+        _ => reply::error(out, &ErrorReply::Error),
+    }
 }

@@ -68,7 +68,7 @@ fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn text_replies_match_memcached_byte_for_byte() {
+fn text_and_meta_replies_match_memcached_byte_for_byte() {
     let (ours, theirs) = (tierkv(), memcached());
     let long_key = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
     let cases: Vec<&[u8]> = vec![
@@ -92,6 +92,18 @@ fn text_replies_match_memcached_byte_for_byte() {
         b"set f 4294967295 0 1\r\nx\r\nget f\r\n",
         b"delete noreply\r\nset noreply 0 0 1\r\nx\r\ndelete noreply\r\n",
         b"incr\r\ntouch a\r\ngat\r\ngat x a\r\n",
+        // Meta commands.
+        b"mn\r\n",
+        b"ms a 2\r\nhi\r\nmg a v\r\nmg a s f t v\r\nmg zz v\r\nmg zz v q\r\nmn\r\n",
+        b"ms b 2 T100 F5 k Oxy\r\nhi\r\nmg b f t k Oab v\r\n",
+        b"ms c 1 MA\r\nx\r\nms c 1\r\ny\r\nms c 1 MA\r\nz\r\nmg c v\r\n",
+        b"md a\r\nmd a\r\nmd a q\r\nmn\r\n",
+        b"ms n 2\r\n10\r\nma n\r\nma n v\r\nma n MD D3 v\r\nma zz\r\n",
+        b"ms s 2\r\nab\r\nma s\r\n",
+        b"mg foo v v\r\nmg foo z\r\nms foo 2 MX\r\nhi\r\n",
+        b"ms e 2 ME\r\nhi\r\nms e 2 ME\r\nho\r\nmg e v\r\n",
+        b"mg Zm9v b v k\r\nms Zm9v 2 b\r\nhi\r\nmg Zm9v b v k\r\n",
+        b"ms q 2 q\r\nhi\r\nmg q v q\r\nmn\r\n",
     ];
     for case in cases {
         let (mine, reference) = (exchange(ours.1, case), exchange(theirs.1, case));
