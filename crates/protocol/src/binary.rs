@@ -203,8 +203,9 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         return invalid();
     }
     let Some((extras_allowed, key_presence, value_allowed)) = shape(header.opcode) else {
+        // Debian's memcached 1.6.18 answers an unknown opcode and then closes the connection.
         let reply = ErrorReply::Binary { status: status::UNKNOWN_COMMAND, info };
-        return Decoded::Error(ProtocolError::new(reply, total));
+        return Decoded::Error(ProtocolError::closing(reply, total));
     };
     let value_len = body_len.checked_sub(key_len + extras_len);
     let key_ok = match key_presence {

@@ -1,10 +1,11 @@
-//! Executes one decoded request on the partition and appends its reply (text and meta so far;
-//! binary requests get UNKNOWN_COMMAND until they are wired up).
+//! Executes one decoded request on the partition and appends its reply, in the protocol the
+//! request came in (text, meta or binary), as memcached 1.6.18 replies.
 
 use tierkv_engine as engine;
+use tierkv_protocol::binary::{self, status};
 use tierkv_protocol::meta::MetaFlags;
 use tierkv_protocol::reply::{self, returned, MetaCode, MetaReturn, Status};
-use tierkv_protocol::{Command, ErrorReply, ReplyStyle, Request, StoreMode};
+use tierkv_protocol::{BinaryRequestInfo, Command, ErrorReply, ReplyStyle, Request, StoreMode};
 
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,11 +47,7 @@ pub fn execute(
             execute_meta(partition, &request.command, &flags, out, counters);
             return After::Continue;
         }
-        ReplyStyle::Binary(info) => {
-            let status = tierkv_protocol::binary::status::UNKNOWN_COMMAND;
-            reply::error(out, &ErrorReply::Binary { status, info });
-            return After::Continue;
-        }
+        ReplyStyle::Binary(info) => return execute_binary(partition, &request.command, &info, out, counters),
     };
     // Replies are written to a scratch position and dropped again for noreply.
     let start = out.len();
@@ -269,4 +266,118 @@ fn execute_meta(
         // me (meta debug) and the rest are not served yet.
         _ => reply::error(out, &ErrorReply::Error),
     }
+}
+
+/// The binary protocol: memcached's statuses and bodies; quiet variants drop success replies
+/// (and misses of gets).
+fn execute_binary(
+    partition: &mut engine::Partition,
+    command: &Command<'_>,
+    info: &BinaryRequestInfo,
+    out: &mut Vec<u8>,
+    counters: &mut Counters,
+) -> After {
+    let error = |out: &mut Vec<u8>, code: u16| binary::write_error(out, info, code);
+    let success = |out: &mut Vec<u8>, cas: u64, value: &[u8]| {
+        if !info.quiet {
+            binary::write_response(out, info, status::SUCCESS, cas, &[], &[], value);
+        }
+    };
+    match *command {
+        Command::Get { keys, touch, .. } => {
+            let key = keys.iter().next().unwrap_or_default();
+            counters.cmd_get += 1;
+            let item = match touch {
+                Some(exptime) => partition.get_and_touch(key, exptime),
+                None => partition.get(key),
+            };
+            match item {
+                Ok(Some(item)) => {
+                    counters.get_hits += 1;
+                    let returned_key = if info.return_key { key } else { &[] };
+                    binary::write_response(
+                        out,
+                        info,
+                        status::SUCCESS,
+                        item.cas,
+                        &item.flags.to_be_bytes(),
+                        returned_key,
+                        item.value,
+                    );
+                }
+                _ => {
+                    counters.get_misses += 1;
+                    if info.return_key && !info.quiet {
+                        // memcached answers a GETK miss with the key and no message.
+                        binary::write_response(out, info, status::KEY_ENOENT, 0, &[], key, &[]);
+                    } else if !info.quiet {
+                        error(out, status::KEY_ENOENT);
+                    }
+                }
+            }
+        }
+        Command::Store { mode, key, flags, exptime, value, cas } => {
+            counters.cmd_set += 1;
+            let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
+            match partition.store(&store) {
+                Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
+                Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
+                    error(out, status::KEY_EEXISTS)
+                }
+                Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Replace) => {
+                    error(out, status::KEY_ENOENT)
+                }
+                Ok(engine::StoreOutcome::NotStored) => error(out, status::NOT_STORED),
+                Ok(engine::StoreOutcome::Exists) => error(out, status::KEY_EEXISTS),
+                Ok(engine::StoreOutcome::NotFound) => error(out, status::KEY_ENOENT),
+                Err(_) => error(out, status::E2BIG),
+            }
+        }
+        Command::Delete { key, cas } => match partition.delete(key.raw, cas) {
+            Ok(engine::DeleteOutcome::Deleted) => success(out, 0, &[]),
+            Ok(engine::DeleteOutcome::Exists) => error(out, status::KEY_EEXISTS),
+            Ok(engine::DeleteOutcome::NotFound) | Err(_) => error(out, status::KEY_ENOENT),
+        },
+        Command::Arith { key, delta, decrement, initial, cas } => {
+            let arith = engine::ArithRequest {
+                delta,
+                decrement,
+                cas,
+                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
+            };
+            match partition.arith(key.raw, &arith) {
+                Ok(engine::ArithOutcome::Value { value, cas }) => success(out, cas, &value.to_be_bytes()),
+                Ok(engine::ArithOutcome::NotFound) => error(out, status::KEY_ENOENT),
+                Ok(engine::ArithOutcome::Exists) => error(out, status::KEY_EEXISTS),
+                Err(engine::EngineError::NonNumeric) => error(out, status::DELTA_BADVAL),
+                Err(_) => error(out, status::ENOMEM),
+            }
+        }
+        Command::Touch { key, exptime } => match partition.get_and_touch(key.raw, exptime) {
+            // memcached's touch reply carries the item's flags as extras.
+            Ok(Some(item)) => {
+                binary::write_response(out, info, status::SUCCESS, 0, &item.flags.to_be_bytes(), &[], &[])
+            }
+            _ => error(out, status::KEY_ENOENT),
+        },
+        Command::FlushAll { delay } => {
+            partition.flush_all(delay);
+            success(out, 0, &[]);
+        }
+        Command::Noop => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]),
+        Command::Version => {
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], env!("CARGO_PKG_VERSION").as_bytes())
+        }
+        Command::Quit => {
+            success(out, 0, &[]);
+            return After::Close;
+        }
+        Command::Stats { .. } => {
+            // Only the terminating empty STAT packet for now.
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
+        }
+        // No authentication is configured: memcached answers SASL opcodes with UNKNOWN_COMMAND.
+        _ => error(out, status::UNKNOWN_COMMAND),
+    }
+    After::Continue
 }

@@ -3,8 +3,8 @@
 //!
 //! It must never parse protocol bytes itself (that is `tierkv-protocol`) nor reach into the
 //! engine's storage layout (that is `tierkv-engine`). This is the first, single-worker version
-//! (issue 5 in progress): the text and meta protocols are served; binary, full stats and the
-//! limits of issue 5 are not complete yet.
+//! (issue 5 in progress): the text, meta and binary protocols are served; full stats, the
+//! config file, signals and the limits of issue 5 are not complete yet.
 
 mod config;
 mod execute;

@@ -138,3 +138,77 @@ fn quit_closes_and_garbage_does_not_kill_the_server() {
     let _ = exchange(server.1, &garbage);
     assert_eq!(exchange(server.1, b"set a 0 0 1\r\nx\r\nget a\r\n"), b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
 }
+
+/// A binary request.
+fn bin(op: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    tierkv_protocol::binary::write_request(&mut out, op, 0x1122_3344, 0, extras, key, value);
+    out
+}
+
+/// Zeroes the CAS of every response packet (CAS values differ between servers by design).
+fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
+    let mut at = 0;
+    while at + 24 <= reply.len() {
+        let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
+        reply[at + 16..at + 24].fill(0);
+        at += 24 + body;
+    }
+    reply
+}
+
+#[test]
+fn binary_replies_match_memcached_byte_for_byte() {
+    use tierkv_protocol::binary::opcode::*;
+    let (ours, theirs) = (tierkv(), memcached());
+    let set_extras = [0, 0, 0, 5, 0, 0, 0, 0];
+    let arith = |delta: u64, initial: u64, expiry: u32| {
+        [delta.to_be_bytes().as_slice(), &initial.to_be_bytes(), &expiry.to_be_bytes()].concat()
+    };
+    let scripts: Vec<Vec<Vec<u8>>> = vec![
+        vec![
+            bin(SET, b"a", &set_extras, b"hi"),
+            bin(GET, b"a", &[], &[]),
+            bin(GETK, b"a", &[], &[]),
+            bin(GETK, b"zz", &[], &[]),
+            bin(GETKQ, b"zz", &[], &[]),
+            bin(GET, b"zz", &[], &[]),
+            bin(NOOP, b"", &[], &[]),
+        ],
+        vec![
+            bin(ADD, b"a", &set_extras, b"x"),
+            bin(ADD, b"a", &set_extras, b"y"),
+            bin(REPLACE, b"nope", &set_extras, b"y"),
+            bin(APPEND, b"nope", &[], b"z"),
+            bin(NOOP, b"", &[], &[]),
+        ],
+        vec![
+            bin(SET, b"n", &set_extras, b"10"),
+            bin(INCREMENT, b"n", &arith(5, 0, 0), &[]),
+            bin(DECREMENT, b"n", &arith(100, 0, 0), &[]),
+            bin(INCREMENT, b"m", &arith(1, 7, 0), &[]),
+            bin(INCREMENT, b"q", &arith(1, 7, u32::MAX), &[]),
+        ],
+        vec![
+            bin(DELETE, b"a", &[], &[]),
+            bin(DELETE, b"a", &[], &[]),
+            bin(DELETEQ, b"zz", &[], &[]),
+            bin(NOOP, b"", &[], &[]),
+        ],
+        vec![bin(SET, b"s", &set_extras, b"ab"), bin(INCREMENT, b"s", &arith(1, 0, 0), &[])],
+        vec![
+            bin(TOUCH, b"n", &100u32.to_be_bytes(), &[]),
+            bin(TOUCH, b"zz", &100u32.to_be_bytes(), &[]),
+            bin(GAT, b"n", &100u32.to_be_bytes(), &[]),
+        ],
+        vec![bin(FLUSH, b"", &[], &[]), bin(GET, b"n", &[], &[]), bin(FLUSHQ, b"", &[], &[]), bin(NOOP, b"", &[], &[])],
+        vec![bin(0x50, b"x", &[], &[]), bin(NOOP, b"", &[], &[])],
+        vec![bin(SASL_LIST_MECHS, b"", &[], &[]), bin(NOOP, b"", &[], &[])],
+        vec![bin(SETQ, b"a", &set_extras, b"hi"), bin(GETQ, b"a", &[], &[]), bin(NOOP, b"", &[], &[])],
+    ];
+    for script in scripts {
+        let request = script.concat();
+        let (mine, reference) = (mask_cas(exchange(ours.1, &request)), mask_cas(exchange(theirs.1, &request)));
+        assert_eq!(mine, reference, "binary script with opcodes {:?}", script.iter().map(|r| r[1]).collect::<Vec<_>>());
+    }
+}
