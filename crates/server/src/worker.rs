@@ -7,6 +7,7 @@ use crate::execute::{execute, After, Counters};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tierkv_engine::{unix_now, Partition, PartitionConfig};
 use tierkv_protocol::{decode_request, reply, Decoded, Limits};
@@ -26,8 +27,34 @@ struct Connection {
     closing: bool,
 }
 
-/// Serves until the process is stopped.
+/// Set by SIGINT/SIGTERM; the loop checks it every turn (at least once a second).
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn request_stop(_signal: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write.
+fn install_signal_handlers() -> Result<(), String> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
+        // sigaction struct is zero-initialised plain data with the handler and an empty mask.
+        let installed = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = request_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
+        };
+        if !installed {
+            return Err(format!("cannot install the handler for signal {signal}"));
+        }
+    }
+    Ok(())
+}
+
+/// Serves until SIGINT or SIGTERM.
 pub fn serve(settings: &Settings) -> Result<(), String> {
+    install_signal_handlers()?;
     let config = PartitionConfig {
         memory_bytes: settings.memory_bytes,
         index_buckets: None,
@@ -49,8 +76,12 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     let mut counters = Counters::default();
     let mut events = Events::with_capacity(1024);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    loop {
-        poll.poll(&mut events, Some(Duration::from_secs(1))).map_err(|e| e.to_string())?;
+    while !STOP.load(Ordering::Relaxed) {
+        match poll.poll(&mut events, Some(Duration::from_secs(1))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        }
         partition.set_clock(unix_now());
         for event in events.iter() {
             if event.token() == LISTENER {
@@ -68,6 +99,10 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
             }
         }
     }
+    if settings.verbose > 0 {
+        eprintln!("tierkv: stopping on signal");
+    }
+    Ok(())
 }
 
 fn accept(

@@ -212,3 +212,22 @@ fn binary_replies_match_memcached_byte_for_byte() {
         assert_eq!(mine, reference, "binary script with opcodes {:?}", script.iter().map(|r| r[1]).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn sigterm_and_sigint_stop_the_server_cleanly() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut server = tierkv();
+        assert_eq!(exchange(server.1, b"set a 0 0 1\r\nx\r\n"), b"STORED\r\n");
+        // SAFETY: kill only sends a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(server.0.id() as libc::pid_t, signal) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the server did not stop on signal {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "a signal stop exits 0, got {status:?}");
+    }
+}
