@@ -34,6 +34,45 @@ fn store_mode(mode: StoreMode) -> engine::StoreMode {
     }
 }
 
+/// GET or get-and-touch of one key, counted for `stats`.
+fn fetch<'p>(
+    partition: &'p mut engine::Partition,
+    key: &[u8],
+    touch: Option<i64>,
+    counters: &mut Counters,
+) -> Option<engine::Item<'p>> {
+    counters.cmd_get += 1;
+    let item = match touch {
+        Some(exptime) => partition.get_and_touch(key, exptime),
+        None => partition.get(key),
+    };
+    match item {
+        Ok(Some(item)) => {
+            counters.get_hits += 1;
+            Some(item)
+        }
+        _ => {
+            counters.get_misses += 1;
+            None
+        }
+    }
+}
+
+/// The engine's incr/decr request for a decoded one.
+fn arith_request(
+    delta: u64,
+    decrement: bool,
+    cas: u64,
+    initial: Option<tierkv_protocol::ArithInitial>,
+) -> engine::ArithRequest {
+    engine::ArithRequest {
+        delta,
+        decrement,
+        cas,
+        initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
+    }
+}
+
 /// Appends the reply to `request` to `out`.
 pub fn execute(
     partition: &mut engine::Partition,
@@ -67,17 +106,8 @@ fn execute_text(
     match request.command {
         Command::Get { keys, return_cas, touch, .. } => {
             for key in keys.iter() {
-                counters.cmd_get += 1;
-                let item = match touch {
-                    Some(exptime) => partition.get_and_touch(key, exptime),
-                    None => partition.get(key),
-                };
-                match item {
-                    Ok(Some(item)) => {
-                        counters.get_hits += 1;
-                        reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
-                    }
-                    Ok(None) | Err(_) => counters.get_misses += 1,
+                if let Some(item) = fetch(partition, key, touch, counters) {
+                    reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
                 }
             }
             reply::status(out, Status::End);
@@ -102,12 +132,7 @@ fn execute_text(
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => reply::status(out, Status::NotFound),
         },
         Command::Arith { key, delta, decrement, cas, initial } => {
-            let arith = engine::ArithRequest {
-                delta,
-                decrement,
-                cas,
-                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
-            };
+            let arith = arith_request(delta, decrement, cas, initial);
             match partition.arith(key.raw, &arith) {
                 Ok(engine::ArithOutcome::Value { value, .. }) => reply::number(out, value),
                 Ok(engine::ArithOutcome::NotFound) => reply::status(out, Status::NotFound),
@@ -173,14 +198,8 @@ fn execute_meta(
         Command::Get { keys, base64, .. } => {
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
-            counters.cmd_get += 1;
-            let item = match flags.ttl {
-                Some(ttl) => partition.get_and_touch(key, ttl),
-                None => partition.get(key),
-            };
-            match item {
-                Ok(Some(item)) => {
-                    counters.get_hits += 1;
+            match fetch(partition, key, flags.ttl, counters) {
+                Some(item) => {
                     let info = MetaReturn {
                         key: Some(key),
                         size: Some(item.value.len()),
@@ -193,13 +212,11 @@ fn execute_meta(
                         if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
                     reply::meta(out, code, flags, returned::GET_HIT, &info, value);
                 }
-                _ => {
-                    counters.get_misses += 1;
-                    if !quiet {
-                        let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
-                        reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
-                    }
+                None if !quiet => {
+                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+                    reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
                 }
+                None => {}
             }
         }
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
@@ -232,15 +249,15 @@ fn execute_meta(
         }
         Command::Arith { key, delta, decrement, initial, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
-            let arith = engine::ArithRequest {
-                delta,
-                decrement,
-                cas,
-                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
-            };
+            let arith = arith_request(delta, decrement, cas, initial);
             match partition.arith(key, &arith) {
                 Ok(engine::ArithOutcome::Value { value, cas }) => {
-                    let ttl = partition.get(key).ok().flatten().map(|item| ttl_left(item.expiry, now));
+                    // The TTL needs the item again; look it up only when `t` asks for it.
+                    let ttl = if flags.has(b't') {
+                        partition.get(key).ok().flatten().map(|item| ttl_left(item.expiry, now))
+                    } else {
+                        None
+                    };
                     let info = MetaReturn { key: Some(key), cas: Some(cas), ttl, ..MetaReturn::default() };
                     if flags.has(b'v') {
                         let digits = engine::CounterValue::new(value, 0);
@@ -286,14 +303,8 @@ fn execute_binary(
     match *command {
         Command::Get { keys, touch, .. } => {
             let key = keys.iter().next().unwrap_or_default();
-            counters.cmd_get += 1;
-            let item = match touch {
-                Some(exptime) => partition.get_and_touch(key, exptime),
-                None => partition.get(key),
-            };
-            match item {
-                Ok(Some(item)) => {
-                    counters.get_hits += 1;
+            match fetch(partition, key, touch, counters) {
+                Some(item) => {
                     let returned_key = if info.return_key { key } else { &[] };
                     binary::write_response(
                         out,
@@ -305,15 +316,12 @@ fn execute_binary(
                         item.value,
                     );
                 }
-                _ => {
-                    counters.get_misses += 1;
-                    if info.return_key && !info.quiet {
-                        // memcached answers a GETK miss with the key and no message.
-                        binary::write_response(out, info, status::KEY_ENOENT, 0, &[], key, &[]);
-                    } else if !info.quiet {
-                        error(out, status::KEY_ENOENT);
-                    }
+                // memcached answers a GETK miss with the key and no message.
+                None if info.return_key && !info.quiet => {
+                    binary::write_response(out, info, status::KEY_ENOENT, 0, &[], key, &[])
                 }
+                None if !info.quiet => error(out, status::KEY_ENOENT),
+                None => {}
             }
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
@@ -339,12 +347,7 @@ fn execute_binary(
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => error(out, status::KEY_ENOENT),
         },
         Command::Arith { key, delta, decrement, initial, cas } => {
-            let arith = engine::ArithRequest {
-                delta,
-                decrement,
-                cas,
-                initial: initial.map(|i| engine::ArithInitial { value: i.value, flags: 0, exptime: i.exptime }),
-            };
+            let arith = arith_request(delta, decrement, cas, initial);
             match partition.arith(key.raw, &arith) {
                 Ok(engine::ArithOutcome::Value { value, cas }) => success(out, cas, &value.to_be_bytes()),
                 Ok(engine::ArithOutcome::NotFound) => error(out, status::KEY_ENOENT),
