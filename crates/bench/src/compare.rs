@@ -5,7 +5,7 @@
 use crate::loadgen::{self, Measurement, Protocol, RunConfig};
 use crate::workload::Distribution;
 use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,18 +49,13 @@ impl Drop for Running {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
-}
-
 fn on_path(binary: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(binary).is_file()))
 }
 
 /// Starts `server` pinned to core 0; returns the process, its port and the protocol to use.
 fn start(server: &str, config: &CompareConfig) -> Result<(Running, u16, Protocol), String> {
-    let port = free_port()?;
+    let port = crate::ports::free_port()?;
     let port_text = port.to_string();
     let memory = config.memory_mib.to_string();
     let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;

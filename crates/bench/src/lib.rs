@@ -9,5 +9,6 @@
 pub mod compare;
 pub mod floor;
 pub mod loadgen;
+pub mod ports;
 pub mod resp;
 pub mod workload;

@@ -19,7 +19,7 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    tierkv_bench::ports::free_port().unwrap()
 }
 
 fn wait_for_port(port: u16) {

@@ -3,7 +3,7 @@
 //! aside). Also tierkv-bench against tierkv.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    tierkv_bench::ports::free_port().unwrap()
 }
 
 fn start(mut command: Command, port: u16) -> Server {

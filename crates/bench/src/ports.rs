@@ -1,0 +1,59 @@
+//! Free loopback ports for servers that tests and `compare` start.
+//!
+//! Asking the kernel for port 0 and handing the number to a child process races with every
+//! outgoing connection on the machine: the kernel gives those local ports from the same
+//! ephemeral range, so a load generator's connection can take the port before the child binds
+//! it. Ports here come from below the ephemeral range, where no outgoing connection lands, in a
+//! per-process sequence from a random start, and are checked free by binding them once.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The lowest port handed out; below it sit well-known and registered services.
+const LOWEST: u32 = 10_000;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .filter(|&low: &u32| low > LOWEST + 1000)
+        .unwrap_or(32_768)
+}
+
+/// A loopback TCP port that nothing listens on now and no outgoing connection will take.
+pub fn free_port() -> Result<u16, String> {
+    let span = ephemeral_start() - LOWEST;
+    if NEXT.load(Ordering::Relaxed) == 0 {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let seed = (std::process::id().wrapping_mul(2_654_435_761) ^ nanos) % span;
+        let _ = NEXT.compare_exchange(0, seed + 1, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..span.min(4096) {
+        let port = (LOWEST + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(format!("no free loopback port between {LOWEST} and {}", LOWEST + span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_below_the_ephemeral_range_distinct_and_bindable() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), ports.len(), "{ports:?}");
+        for port in ports {
+            assert!(u32::from(port) >= LOWEST && u32::from(port) < ephemeral_start());
+            TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+    }
+}
