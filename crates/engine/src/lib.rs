@@ -6,6 +6,7 @@
 //! per operation, or allocate after a partition is created.
 
 mod batch;
+mod census;
 mod hash;
 mod index;
 mod item;

@@ -1,6 +1,7 @@
 //! A cache-mode partition (MICA): one circular log plus one lossy index, owned by one thread,
 //! sized once at creation and never grown.
 
+use crate::census::Census;
 use crate::hash::KeyHash;
 use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
@@ -236,6 +237,14 @@ pub struct EngineStats {
     pub index_evictions: u64,
     /// Bytes consumed in the log so far.
     pub log_bytes_written: u64,
+    /// Items in the index and the log now, expired ones included until a read notices them
+    /// (memcached's `curr_items`; exact up to the eviction granularity of ~1/64 of the log).
+    pub live_items: u64,
+    /// Items stored since creation (memcached's `total_items`); copies forward not counted.
+    pub items_stored: u64,
+    /// Live items lost to memory pressure: overwritten by the log or dropped from a full index
+    /// pair (memcached's `evictions`).
+    pub evictions: u64,
 }
 
 /// The DRAM an item costs beyond its key and value when the partition is full of such items.
@@ -294,6 +303,7 @@ pub struct Partition {
     /// Running average of the size of items read, so batches prefetch whole items.
     item_bytes_hint: usize,
     stats: EngineStats,
+    census: Census,
 }
 
 /// Compares two keys of equal length; short keys (the common case) without a library call.
@@ -358,6 +368,7 @@ impl Partition {
             sweep_stride,
             item_bytes_hint: 64,
             stats: EngineStats::default(),
+            census: Census::new(capacity, 0),
         })
     }
 
@@ -368,6 +379,7 @@ impl Partition {
         if let Some(at) = self.pending_flush_at {
             if now >= at {
                 self.log.flush();
+                self.census.flushed();
                 self.pending_flush_at = None;
             }
         }
@@ -385,7 +397,13 @@ impl Partition {
 
     /// Counters of the engine's own work.
     pub fn stats(&self) -> EngineStats {
-        EngineStats { log_bytes_written: self.log.tail(), ..self.stats }
+        EngineStats {
+            log_bytes_written: self.log.tail(),
+            live_items: self.census.live(),
+            items_stored: self.census.stored_total(),
+            evictions: self.census.evicted() + self.stats.index_evictions,
+            ..self.stats
+        }
     }
 
     /// Bytes allocated at creation: index + log + scratch. Never changes.
@@ -471,6 +489,7 @@ impl Partition {
         let found = self.find(key, hash)?;
         if is_expired(found.header.expiry, self.now) {
             self.index.set(found.slot, 0);
+            self.census.removed(found.position);
             return None;
         }
         Some(found)
@@ -505,6 +524,7 @@ impl Partition {
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
         debug_assert_eq!(header.key_len, key.len());
         let (position, ring_index) = self.log.reserve(header.total_len());
+        self.census.advance(self.log.tail());
         let out = self.log.bytes_from_mut(ring_index);
         let key_start = header.encode(out);
         out[key_start..key_start + key.len()].copy_from_slice(key);
@@ -573,14 +593,25 @@ impl Partition {
                 }
             }
         }
-        let slot = match target.or(free) {
-            Some(slot) => slot,
-            None => {
+        let slot = match (target, free) {
+            (Some(slot), _) => {
+                // The entry with this tag dies now, unless the log already overwrote its item.
+                let age = self.log.age_of(entry_offset(self.index.get(slot)));
+                if age <= max_age {
+                    self.census.removed(self.log.tail() - age);
+                }
+                slot
+            }
+            (None, Some(slot)) => slot,
+            (None, None) => {
                 self.stats.index_evictions += 1;
-                oldest.expect("a full pair has an oldest entry").0
+                let (slot, age) = oldest.expect("a full pair has an oldest entry");
+                self.census.removed(self.log.tail() - age);
+                slot
             }
         };
         self.index.set(slot, make_entry(tag, position));
+        self.census.stored(position);
     }
 
     /// Copies `found` to the tail with `header` (which must keep its key and value lengths
@@ -600,7 +631,10 @@ impl Partition {
             let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
             scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
         }
+        self.census.removed(found.position);
         let (position, ring_index) = self.log.reserve(size);
+        self.census.advance(self.log.tail());
+        self.census.moved_in(position);
         let header_len = header.encode(self.log.bytes_from_mut(ring_index));
         let new_start = ring_index + header_len;
         if survives {
@@ -718,6 +752,7 @@ impl Partition {
             return Ok(DeleteOutcome::Exists);
         }
         self.index.set(found.slot, 0);
+        self.census.removed(found.position);
         Ok(DeleteOutcome::Deleted)
     }
 
@@ -787,6 +822,7 @@ impl Partition {
         let at = if delay <= 0 { 0 } else { expiry_from_exptime(delay, self.now) };
         if at <= self.now {
             self.log.flush();
+            self.census.flushed();
             self.pending_flush_at = None;
         } else {
             self.pending_flush_at = Some(at);

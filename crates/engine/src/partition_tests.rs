@@ -481,3 +481,55 @@ fn short_and_long_keys_compare_exactly() {
         assert_eq!(value(&mut p, &base), Some(b"base".to_vec()));
     }
 }
+
+/// Random operations over few keys, with a mix every item-killing path sees.
+fn churn(p: &mut Partition, rounds: u32, mut check: impl FnMut(&mut Partition)) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let key = ((x >> 8) % 300).to_le_bytes();
+        let key = &key[..2];
+        let len = (x >> 20) as usize % 50;
+        match x % 8 {
+            0 | 1 => drop(p.set(key, &vec![b'7'; len], 0, 0).unwrap()),
+            2 => drop(p.delete(key, 0).unwrap()),
+            3 => drop(store(p, StoreMode::Append, key, b"1", 0)),
+            4 => drop(incr(p, key, 3, false)),
+            5 => drop(p.touch(key, if x & 1 << 40 == 0 { 0 } else { 100 }).unwrap()),
+            6 => drop(p.set(key, b"gone", 0, -1).unwrap()),
+            _ => drop(p.get(key).unwrap()),
+        }
+        check(p);
+    }
+}
+
+#[test]
+fn live_item_count_matches_the_index_exactly_while_nothing_wraps() {
+    // 16 buckets for 300 keys: pairs overflow and drop entries too.
+    let mut p = partition(1 << 20, 16);
+    let mut stored = 0;
+    churn(&mut p, 5_000, |p| {
+        // Expired items are live until noticed, as resident_items counts them.
+        assert_eq!(p.stats().live_items, p.resident_items() as u64);
+        stored = p.stats().items_stored;
+    });
+    let stats = p.stats();
+    assert!(stored > 1_000 && stats.evictions == stats.index_evictions && stats.evictions > 0, "{stats:?}");
+    p.flush_all(0);
+    assert_eq!((p.stats().live_items, p.stats().evictions), (0, stats.evictions));
+}
+
+#[test]
+fn live_item_count_follows_the_log_around_within_one_segment() {
+    let mut p = partition(4096 + 512 * 3 + 64 * 64 * 4, 256);
+    let capacity = p.log_bytes();
+    let per_segment = (capacity / 64).next_power_of_two() / item_log_bytes(2, 0) + 1;
+    churn(&mut p, 40_000, |p| {
+        let (live, resident) = (p.stats().live_items as usize, p.resident_items());
+        assert!(live.abs_diff(resident) <= per_segment, "live {live}, resident {resident}");
+    });
+    assert!(p.stats().log_bytes_written > 4 * capacity as u64, "the log wrapped several times");
+    assert!(p.stats().evictions > p.stats().index_evictions, "{:?}", p.stats());
+}

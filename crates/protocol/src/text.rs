@@ -148,7 +148,8 @@ impl<'a> Line<'a> {
                 return self.client_error(BAD_FORMAT, false);
             }
         }
-        if count == 0 {
+        // memcached answers a gat with an exptime and no keys with a bare END.
+        if count == 0 && !touch {
             return self.error(ErrorReply::Error);
         }
         self.ok(Command::Get { keys: Keys::new(keys_raw, count), return_cas, touch: exptime, base64: false }, false)

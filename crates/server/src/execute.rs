@@ -7,6 +7,10 @@ use tierkv_protocol::meta::MetaFlags;
 use tierkv_protocol::reply::{self, returned, MetaCode, MetaReturn, Status};
 use tierkv_protocol::{BinaryRequestInfo, Command, ErrorReply, ReplyStyle, Request, StoreMode};
 
+/// The version tierkv reports: the memcached release whose protocol it speaks, then its own.
+/// Clients (libmemcached among them) read the leading number to pick features, so it leads.
+pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
+
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum After {
@@ -151,14 +155,14 @@ fn execute_text(
             partition.flush_all(delay);
             reply::status(out, Status::Ok);
         }
-        Command::Version => reply::version(out, env!("CARGO_PKG_VERSION").as_bytes()),
+        Command::Version => reply::version(out, VERSION.as_bytes()),
         Command::Verbosity { .. } => reply::status(out, Status::Ok),
         Command::Quit => return After::Close,
         Command::Stats { args: [] } => {
             let now = partition.now().to_string();
             reply::stat(out, b"pid", std::process::id().to_string().as_bytes());
             reply::stat(out, b"time", now.as_bytes());
-            reply::stat(out, b"version", env!("CARGO_PKG_VERSION").as_bytes());
+            reply::stat(out, b"version", VERSION.as_bytes());
             reply::stat(out, b"cmd_get", counters.cmd_get.to_string().as_bytes());
             reply::stat(out, b"cmd_set", counters.cmd_set.to_string().as_bytes());
             reply::stat(out, b"get_hits", counters.get_hits.to_string().as_bytes());
@@ -368,9 +372,7 @@ fn execute_binary(
             success(out, 0, &[]);
         }
         Command::Noop => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]),
-        Command::Version => {
-            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], env!("CARGO_PKG_VERSION").as_bytes())
-        }
+        Command::Version => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], VERSION.as_bytes()),
         Command::Quit => {
             success(out, 0, &[]);
             return After::Close;
