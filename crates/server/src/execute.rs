@@ -1,6 +1,7 @@
 //! Executes one decoded request on the partition and appends its reply, in the protocol the
 //! request came in (text, meta or binary), as memcached 1.6.18 replies.
 
+use crate::stats::{self, Counters, Group, State};
 use tierkv_engine as engine;
 use tierkv_protocol::binary::{self, status};
 use tierkv_protocol::meta::MetaFlags;
@@ -18,15 +19,6 @@ pub enum After {
     Close,
 }
 
-/// Counters for `stats`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Counters {
-    pub cmd_get: u64,
-    pub cmd_set: u64,
-    pub get_hits: u64,
-    pub get_misses: u64,
-}
-
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
     match mode {
         StoreMode::Set => engine::StoreMode::Set,
@@ -38,28 +30,96 @@ fn store_mode(mode: StoreMode) -> engine::StoreMode {
     }
 }
 
-/// GET or get-and-touch of one key, counted for `stats`.
+/// GET or get-and-touch of one key, counted for `stats` as memcached counts them (a gat is
+/// a touch, not a get).
 fn fetch<'p>(
     partition: &'p mut engine::Partition,
     key: &[u8],
     touch: Option<i64>,
     counters: &mut Counters,
 ) -> Option<engine::Item<'p>> {
-    counters.cmd_get += 1;
     let item = match touch {
         Some(exptime) => partition.get_and_touch(key, exptime),
         None => partition.get(key),
     };
-    match item {
-        Ok(Some(item)) => {
-            counters.get_hits += 1;
-            Some(item)
-        }
-        _ => {
-            counters.get_misses += 1;
-            None
-        }
+    let hit = matches!(item, Ok(Some(_)));
+    if touch.is_some() {
+        counters.cmd_touch += 1;
+        *(if hit { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
+    } else {
+        counters.cmd_get += 1;
+        *(if hit { &mut counters.get_hits } else { &mut counters.get_misses }) += 1;
     }
+    item.ok().flatten()
+}
+
+/// A store through the engine, counted for `stats`.
+fn counted_store(
+    partition: &mut engine::Partition,
+    request: &engine::StoreRequest<'_>,
+    counters: &mut Counters,
+) -> Result<engine::StoreOutcome, engine::EngineError> {
+    counters.cmd_set += 1;
+    let outcome = partition.store(request);
+    match (&outcome, request.mode) {
+        (Ok(engine::StoreOutcome::Stored { .. }), engine::StoreMode::Cas) => counters.cas_hits += 1,
+        (Ok(engine::StoreOutcome::Exists), engine::StoreMode::Cas) => counters.cas_badval += 1,
+        (Ok(engine::StoreOutcome::NotFound), engine::StoreMode::Cas) => counters.cas_misses += 1,
+        (Err(engine::EngineError::ItemTooLarge { .. }), _) => counters.store_too_large += 1,
+        _ => {}
+    }
+    outcome
+}
+
+/// A delete through the engine, counted for `stats`.
+fn counted_delete(
+    partition: &mut engine::Partition,
+    key: &[u8],
+    cas: u64,
+    counters: &mut Counters,
+) -> Result<engine::DeleteOutcome, engine::EngineError> {
+    let outcome = partition.delete(key, cas);
+    match outcome {
+        Ok(engine::DeleteOutcome::Deleted) => counters.delete_hits += 1,
+        Ok(engine::DeleteOutcome::NotFound) => counters.delete_misses += 1,
+        _ => {}
+    }
+    outcome
+}
+
+/// incr/decr through the engine, counted for `stats`.
+fn counted_arith(
+    partition: &mut engine::Partition,
+    key: &[u8],
+    request: &engine::ArithRequest,
+    counters: &mut Counters,
+) -> Result<engine::ArithOutcome, engine::EngineError> {
+    let outcome = partition.arith(key, request);
+    let (hits, misses) = if request.decrement {
+        (&mut counters.decr_hits, &mut counters.decr_misses)
+    } else {
+        (&mut counters.incr_hits, &mut counters.incr_misses)
+    };
+    match outcome {
+        Ok(engine::ArithOutcome::Value { .. }) => *hits += 1,
+        Ok(engine::ArithOutcome::NotFound) => *misses += 1,
+        _ => {}
+    }
+    outcome
+}
+
+/// touch through the engine, counted for `stats`.
+fn counted_touch(partition: &mut engine::Partition, key: &[u8], exptime: i64, counters: &mut Counters) -> bool {
+    counters.cmd_touch += 1;
+    let hit = matches!(partition.touch(key, exptime), Ok(true));
+    *(if hit { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
+    hit
+}
+
+/// flush_all, counted for `stats`.
+fn counted_flush_all(partition: &mut engine::Partition, delay: i64, counters: &mut Counters) {
+    counters.cmd_flush += 1;
+    partition.flush_all(delay);
 }
 
 /// The engine's incr/decr request for a decoded one.
@@ -82,19 +142,20 @@ pub fn execute(
     partition: &mut engine::Partition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
-    counters: &mut Counters,
+    state: &mut State,
 ) -> After {
     let noreply = match request.style {
         ReplyStyle::Text { noreply } => noreply,
         ReplyStyle::Meta(flags) => {
-            execute_meta(partition, &request.command, &flags, out, counters);
+            state.counters.cmd_meta += 1;
+            execute_meta(partition, &request.command, &flags, out, state);
             return After::Continue;
         }
-        ReplyStyle::Binary(info) => return execute_binary(partition, &request.command, &info, out, counters),
+        ReplyStyle::Binary(info) => return execute_binary(partition, &request.command, &info, out, state),
     };
     // Replies are written to a scratch position and dropped again for noreply.
     let start = out.len();
-    let after = execute_text(partition, request, out, counters);
+    let after = execute_text(partition, request, out, state);
     if noreply {
         out.truncate(start);
     }
@@ -105,21 +166,20 @@ fn execute_text(
     partition: &mut engine::Partition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
-    counters: &mut Counters,
+    state: &mut State,
 ) -> After {
     match request.command {
         Command::Get { keys, return_cas, touch, .. } => {
             for key in keys.iter() {
-                if let Some(item) = fetch(partition, key, touch, counters) {
+                if let Some(item) = fetch(partition, key, touch, &mut state.counters) {
                     reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
                 }
             }
             reply::status(out, Status::End);
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
-            counters.cmd_set += 1;
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match partition.store(&store) {
+            match counted_store(partition, &store, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
                 Ok(engine::StoreOutcome::NotStored) => reply::status(out, Status::NotStored),
                 Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
@@ -130,14 +190,14 @@ fn execute_text(
                 Err(_) => reply::error(out, &ErrorReply::Client("bad command line format")),
             }
         }
-        Command::Delete { key, cas } => match partition.delete(key.raw, cas) {
+        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, &mut state.counters) {
             Ok(engine::DeleteOutcome::Deleted) => reply::status(out, Status::Deleted),
             Ok(engine::DeleteOutcome::Exists) => reply::status(out, Status::Exists),
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => reply::status(out, Status::NotFound),
         },
         Command::Arith { key, delta, decrement, cas, initial } => {
             let arith = arith_request(delta, decrement, cas, initial);
-            match partition.arith(key.raw, &arith) {
+            match counted_arith(partition, key.raw, &arith, &mut state.counters) {
                 Ok(engine::ArithOutcome::Value { value, .. }) => reply::number(out, value),
                 Ok(engine::ArithOutcome::NotFound) => reply::status(out, Status::NotFound),
                 Ok(engine::ArithOutcome::Exists) => reply::status(out, Status::Exists),
@@ -147,32 +207,34 @@ fn execute_text(
                 Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
             }
         }
-        Command::Touch { key, exptime } => match partition.touch(key.raw, exptime) {
-            Ok(true) => reply::status(out, Status::Touched),
-            Ok(false) | Err(_) => reply::status(out, Status::NotFound),
+        Command::Touch { key, exptime } => match counted_touch(partition, key.raw, exptime, &mut state.counters) {
+            true => reply::status(out, Status::Touched),
+            false => reply::status(out, Status::NotFound),
         },
         Command::FlushAll { delay } => {
-            partition.flush_all(delay);
+            counted_flush_all(partition, delay, &mut state.counters);
             reply::status(out, Status::Ok);
         }
         Command::Version => reply::version(out, VERSION.as_bytes()),
-        Command::Verbosity { .. } => reply::status(out, Status::Ok),
+        Command::Verbosity { level } => {
+            state.verbosity = level;
+            reply::status(out, Status::Ok);
+        }
         Command::Quit => return After::Close,
-        Command::Stats { args: [] } => {
-            let now = partition.now().to_string();
-            reply::stat(out, b"pid", std::process::id().to_string().as_bytes());
-            reply::stat(out, b"time", now.as_bytes());
-            reply::stat(out, b"version", VERSION.as_bytes());
-            reply::stat(out, b"cmd_get", counters.cmd_get.to_string().as_bytes());
-            reply::stat(out, b"cmd_set", counters.cmd_set.to_string().as_bytes());
-            reply::stat(out, b"get_hits", counters.get_hits.to_string().as_bytes());
-            reply::stat(out, b"get_misses", counters.get_misses.to_string().as_bytes());
-            reply::stat(out, b"limit_maxbytes", partition.allocated_bytes().to_string().as_bytes());
-            reply::status(out, Status::End);
-        }
-        Command::Stats { .. } | Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => {
-            reply::error(out, &ErrorReply::Error)
-        }
+        Command::Stats { args } => match Group::parse(args) {
+            Some(Group::Reset) => {
+                state.reset(partition);
+                out.extend_from_slice(b"RESET\r\n");
+            }
+            Some(group) => {
+                stats::report(group, state, partition, &mut |name, value| {
+                    reply::stat(out, name.as_bytes(), value.as_bytes())
+                });
+                reply::status(out, Status::End);
+            }
+            None => reply::error(out, &ErrorReply::Error),
+        },
+        Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => reply::error(out, &ErrorReply::Error),
     }
     After::Continue
 }
@@ -192,7 +254,7 @@ fn execute_meta(
     command: &Command<'_>,
     flags: &MetaFlags<'_>,
     out: &mut Vec<u8>,
-    counters: &mut Counters,
+    state: &mut State,
 ) {
     let mut key_buffer = [0u8; 256];
     let quiet = flags.quiet();
@@ -202,7 +264,7 @@ fn execute_meta(
         Command::Get { keys, base64, .. } => {
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
-            match fetch(partition, key, flags.ttl, counters) {
+            match fetch(partition, key, flags.ttl, &mut state.counters) {
                 Some(item) => {
                     let info = MetaReturn {
                         key: Some(key),
@@ -224,10 +286,9 @@ fn execute_meta(
             }
         }
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
-            counters.cmd_set += 1;
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let (code, new_cas) = match partition.store(&store) {
+            let (code, new_cas) = match counted_store(partition, &store, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
                 Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
                 Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
@@ -241,7 +302,7 @@ fn execute_meta(
         }
         Command::Delete { key, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
-            let code = match partition.delete(key, cas) {
+            let code = match counted_delete(partition, key, cas, &mut state.counters) {
                 Ok(engine::DeleteOutcome::Deleted) => MetaCode::Hd,
                 Ok(engine::DeleteOutcome::Exists) => MetaCode::Ex,
                 Ok(engine::DeleteOutcome::NotFound) | Err(_) => MetaCode::Nf,
@@ -254,7 +315,7 @@ fn execute_meta(
         Command::Arith { key, delta, decrement, initial, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let arith = arith_request(delta, decrement, cas, initial);
-            match partition.arith(key, &arith) {
+            match counted_arith(partition, key, &arith, &mut state.counters) {
                 Ok(engine::ArithOutcome::Value { value, cas }) => {
                     // The TTL needs the item again; look it up only when `t` asks for it.
                     let ttl = if flags.has(b't') {
@@ -296,7 +357,7 @@ fn execute_binary(
     command: &Command<'_>,
     info: &BinaryRequestInfo,
     out: &mut Vec<u8>,
-    counters: &mut Counters,
+    state: &mut State,
 ) -> After {
     let error = |out: &mut Vec<u8>, code: u16| binary::write_error(out, info, code);
     let success = |out: &mut Vec<u8>, cas: u64, value: &[u8]| {
@@ -307,7 +368,7 @@ fn execute_binary(
     match *command {
         Command::Get { keys, touch, .. } => {
             let key = keys.iter().next().unwrap_or_default();
-            match fetch(partition, key, touch, counters) {
+            match fetch(partition, key, touch, &mut state.counters) {
                 Some(item) => {
                     let returned_key = if info.return_key { key } else { &[] };
                     binary::write_response(
@@ -329,9 +390,8 @@ fn execute_binary(
             }
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
-            counters.cmd_set += 1;
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match partition.store(&store) {
+            match counted_store(partition, &store, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
                 Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
                     error(out, status::KEY_EEXISTS)
@@ -345,14 +405,14 @@ fn execute_binary(
                 Err(_) => error(out, status::E2BIG),
             }
         }
-        Command::Delete { key, cas } => match partition.delete(key.raw, cas) {
+        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, &mut state.counters) {
             Ok(engine::DeleteOutcome::Deleted) => success(out, 0, &[]),
             Ok(engine::DeleteOutcome::Exists) => error(out, status::KEY_EEXISTS),
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => error(out, status::KEY_ENOENT),
         },
         Command::Arith { key, delta, decrement, initial, cas } => {
             let arith = arith_request(delta, decrement, cas, initial);
-            match partition.arith(key.raw, &arith) {
+            match counted_arith(partition, key.raw, &arith, &mut state.counters) {
                 Ok(engine::ArithOutcome::Value { value, cas }) => success(out, cas, &value.to_be_bytes()),
                 Ok(engine::ArithOutcome::NotFound) => error(out, status::KEY_ENOENT),
                 Ok(engine::ArithOutcome::Exists) => error(out, status::KEY_EEXISTS),
@@ -360,15 +420,13 @@ fn execute_binary(
                 Err(_) => error(out, status::ENOMEM),
             }
         }
-        Command::Touch { key, exptime } => match partition.get_and_touch(key.raw, exptime) {
+        Command::Touch { key, exptime } => match fetch(partition, key.raw, Some(exptime), &mut state.counters) {
             // memcached's touch reply carries the item's flags as extras.
-            Ok(Some(item)) => {
-                binary::write_response(out, info, status::SUCCESS, 0, &item.flags.to_be_bytes(), &[], &[])
-            }
-            _ => error(out, status::KEY_ENOENT),
+            Some(item) => binary::write_response(out, info, status::SUCCESS, 0, &item.flags.to_be_bytes(), &[], &[]),
+            None => error(out, status::KEY_ENOENT),
         },
         Command::FlushAll { delay } => {
-            partition.flush_all(delay);
+            counted_flush_all(partition, delay, &mut state.counters);
             success(out, 0, &[]);
         }
         Command::Noop => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]),
@@ -377,10 +435,19 @@ fn execute_binary(
             success(out, 0, &[]);
             return After::Close;
         }
-        Command::Stats { .. } => {
-            // Only the terminating empty STAT packet for now.
-            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
-        }
+        // One packet per stat (key = name, value = value), then an empty one.
+        Command::Stats { args } => match Group::parse(args) {
+            Some(group) => {
+                if group == Group::Reset {
+                    state.reset(partition);
+                }
+                stats::report(group, state, partition, &mut |name, value| {
+                    binary::write_response(out, info, status::SUCCESS, 0, &[], name.as_bytes(), value.as_bytes())
+                });
+                binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
+            }
+            None => error(out, status::KEY_ENOENT),
+        },
         // No authentication is configured: memcached answers SASL opcodes with UNKNOWN_COMMAND.
         _ => error(out, status::UNKNOWN_COMMAND),
     }

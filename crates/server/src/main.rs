@@ -8,6 +8,7 @@
 
 mod config;
 mod execute;
+mod stats;
 mod worker;
 
 use clap::Parser;

@@ -3,14 +3,15 @@
 //! connection's replies with one write.
 
 use crate::config::Settings;
-use crate::execute::{execute, After, Counters};
+use crate::execute::{execute, After};
+use crate::stats::State;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tierkv_engine::{unix_now, Partition, PartitionConfig};
-use tierkv_protocol::{decode_request, reply, Decoded, Limits};
+use tierkv_protocol::{decode_request, reply, Decoded, ErrorReply, Limits};
 
 const LISTENER: Token = Token(usize::MAX);
 /// Replies a connection may have waiting before the server stops reading its requests.
@@ -24,6 +25,8 @@ struct Connection {
     output: Vec<u8>,
     /// Bytes still to discard after an oversized request (memcached's swallow).
     swallow: usize,
+    /// The error reply sent once the swallow is over, as memcached sends it.
+    after_swallow: Option<ErrorReply>,
     closing: bool,
 }
 
@@ -72,8 +75,8 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     }
     let mut connections: Vec<Option<Connection>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
-    let mut open = 0usize;
-    let mut counters = Counters::default();
+    let mut state = State::new(settings, unix_now());
+    pin_to_first_allowed_cpu(settings.verbose > 0);
     let mut events = Events::with_capacity(1024);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     while !STOP.load(Ordering::Relaxed) {
@@ -85,17 +88,17 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
         partition.set_clock(unix_now());
         for event in events.iter() {
             if event.token() == LISTENER {
-                accept(&listener, &poll, &mut connections, &mut free, &mut open, settings)?;
+                accept(&listener, &poll, &mut connections, &mut free, &mut state)?;
                 continue;
             }
             let slot = event.token().0;
             let Some(connection) = connections.get_mut(slot).and_then(Option::as_mut) else { continue };
-            let alive = serve_connection(connection, &mut partition, &limits, &mut counters, &mut chunk);
+            let alive = serve_connection(connection, &mut partition, &limits, &mut state, &mut chunk);
             if !alive {
                 let _ = poll.registry().deregister(&mut connection.stream);
                 connections[slot] = None;
                 free.push(slot);
-                open -= 1;
+                state.curr_connections -= 1;
             }
         }
     }
@@ -110,8 +113,7 @@ fn accept(
     poll: &Poll,
     connections: &mut Vec<Option<Connection>>,
     free: &mut Vec<usize>,
-    open: &mut usize,
-    settings: &Settings,
+    state: &mut State,
 ) -> Result<(), String> {
     loop {
         let (mut stream, _) = match listener.accept() {
@@ -120,9 +122,10 @@ fn accept(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return Ok(()),
         };
-        if *open >= settings.conn_limit {
+        if state.curr_connections as usize >= state.settings.conn_limit {
             // memcached's reply, then the connection is closed.
             let _ = stream.write(b"ERROR Too many open connections\r\n");
+            state.counters.rejected_connections += 1;
             continue;
         }
         let slot = free.pop().unwrap_or_else(|| {
@@ -133,9 +136,16 @@ fn accept(
         poll.registry()
             .register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
             .map_err(|e| e.to_string())?;
-        connections[slot] =
-            Some(Connection { stream, input: Vec::new(), output: Vec::new(), swallow: 0, closing: false });
-        *open += 1;
+        connections[slot] = Some(Connection {
+            stream,
+            input: Vec::new(),
+            output: Vec::new(),
+            swallow: 0,
+            after_swallow: None,
+            closing: false,
+        });
+        state.curr_connections += 1;
+        state.counters.total_connections += 1;
     }
 }
 
@@ -144,18 +154,18 @@ fn serve_connection(
     connection: &mut Connection,
     partition: &mut Partition,
     limits: &Limits,
-    counters: &mut Counters,
+    state: &mut State,
     chunk: &mut [u8],
 ) -> bool {
-    if !flush(connection) {
+    if !flush(connection, state) {
         return false;
     }
     // A client that does not read its replies is not read from either, until it catches up
     // (a writable event brings it back here).
     if !connection.closing && connection.output.len() <= MAX_PENDING_OUTPUT_BYTES {
-        let Ok(eof) = read_some(connection, chunk) else { return false };
-        process(connection, partition, limits, counters);
-        if !flush(connection) || eof {
+        let Ok(eof) = read_some(connection, chunk, state) else { return false };
+        process(connection, partition, limits, state);
+        if !flush(connection, state) || eof {
             return false;
         }
     }
@@ -164,11 +174,12 @@ fn serve_connection(
 }
 
 /// Reads until a short read; true at end of stream.
-fn read_some(connection: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> {
+fn read_some(connection: &mut Connection, chunk: &mut [u8], state: &mut State) -> io::Result<bool> {
     loop {
         match connection.stream.read(chunk) {
             Ok(0) => return Ok(true),
             Ok(n) => {
+                state.counters.bytes_read += n as u64;
                 connection.input.extend_from_slice(&chunk[..n]);
                 if n < chunk.len() {
                     return Ok(false);
@@ -182,7 +193,7 @@ fn read_some(connection: &mut Connection, chunk: &mut [u8]) -> io::Result<bool> 
 }
 
 /// Decodes and executes every complete request in the input.
-fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limits, counters: &mut Counters) {
+fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limits, state: &mut State) {
     let input = &connection.input;
     let mut at = 0;
     loop {
@@ -193,6 +204,9 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
             if connection.swallow > 0 {
                 break;
             }
+            if let Some(error) = connection.after_swallow.take() {
+                reply::error(&mut connection.output, &error);
+            }
         }
         if connection.output.len() > MAX_PENDING_OUTPUT_BYTES || at == input.len() {
             break;
@@ -200,22 +214,30 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
         match decode_request(&input[at..], limits) {
             Decoded::Request { request, consumed } => {
                 at += consumed;
-                if execute(partition, &request, &mut connection.output, counters) == After::Close {
+                if execute(partition, &request, &mut connection.output, state) == After::Close {
                     connection.closing = true;
                     break;
                 }
             }
             Decoded::Incomplete { .. } => break,
             Decoded::Error(error) => {
-                if !error.noreply {
-                    reply::error(&mut connection.output, &error.reply);
+                if error.reply == ErrorReply::Server(TOO_LARGE)
+                    || matches!(error.reply, ErrorReply::Binary { status, .. } if status == tierkv_protocol::binary::status::E2BIG)
+                {
+                    state.counters.store_too_large += 1;
                 }
+                // memcached answers a request it swallows once the swallow is over.
+                let reply = (!error.noreply).then_some(error.reply);
                 let available = input.len() - at;
                 if error.skip > available {
                     at = input.len();
                     connection.swallow = error.skip - available;
+                    connection.after_swallow = reply;
                 } else {
                     at += error.skip;
+                    if let Some(reply) = reply {
+                        reply::error(&mut connection.output, &reply);
+                    }
                 }
                 if error.close {
                     connection.closing = true;
@@ -228,7 +250,7 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
 }
 
 /// Writes what the socket takes; false if the connection failed.
-fn flush(connection: &mut Connection) -> bool {
+fn flush(connection: &mut Connection, state: &mut State) -> bool {
     let mut written = 0;
     while written < connection.output.len() {
         match connection.stream.write(&connection.output[written..]) {
@@ -240,5 +262,30 @@ fn flush(connection: &mut Connection) -> bool {
         }
     }
     connection.output.drain(..written);
+    state.counters.bytes_written += written as u64;
     true
+}
+
+/// memcached's reply to a value beyond the item size limit.
+const TOO_LARGE: &str = "object too large for cache";
+
+/// Pins the calling thread (the worker) to the first CPU the process may run on, so a
+/// `taskset` or cgroup choice is honoured and the worker never migrates.
+fn pin_to_first_allowed_cpu(verbose: bool) {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it and sched_setaffinity reads
+    // it, both for the calling thread (pid 0) and within its size; CPU_ISSET/CPU_SET index
+    // inside the set (cpu < CPU_SETSIZE).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
+            return;
+        }
+        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|&cpu| libc::CPU_ISSET(cpu, &allowed)) else { return };
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        let pinned = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0;
+        if verbose && pinned {
+            eprintln!("tierkv: worker pinned to CPU {cpu}");
+        }
+    }
 }

@@ -2,70 +2,10 @@
 //! each started on a free loopback port; the replies must be the same bytes (CAS and version
 //! aside). Also tierkv-bench against tierkv.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{exchange, memcached, tierkv};
 use std::time::{Duration, Instant};
-
-const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
-
-struct Server(Child, u16);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    tierkv_bench::ports::free_port().unwrap()
-}
-
-fn start(mut command: Command, port: u16) -> Server {
-    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("server binary is installed");
-    let server = Server(child, port);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server
-}
-
-fn tierkv() -> Server {
-    let port = free_port();
-    let mut command = Command::new(TIERKV);
-    command.args(["-p", &port.to_string(), "-m", "64"]);
-    start(command, port)
-}
-
-fn memcached() -> Server {
-    let port = free_port();
-    let mut command = Command::new("memcached");
-    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
-    // SAFETY: geteuid only reads the process's user id.
-    if unsafe { libc::geteuid() } == 0 {
-        command.args(["-u", "root"]);
-    }
-    start(command, port)
-}
-
-/// Sends `request` on a fresh connection and collects the reply until the server is quiet.
-fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.write_all(request).unwrap();
-    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let mut reply = Vec::new();
-    let mut buffer = [0u8; 65536];
-    while let Ok(n) = stream.read(&mut buffer) {
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&buffer[..n]);
-    }
-    reply
-}
 
 #[test]
 fn text_and_meta_replies_match_memcached_byte_for_byte() {
@@ -132,7 +72,7 @@ fn quit_closes_and_garbage_does_not_kill_the_server() {
     let server = tierkv();
     assert_eq!(
         exchange(server.1, b"version\r\nquit\r\nversion\r\n"),
-        format!("VERSION {}\r\n", env!("CARGO_PKG_VERSION")).as_bytes()
+        format!("VERSION 1.6.18-tierkv-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes()
     );
     let garbage: Vec<u8> = (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect();
     let _ = exchange(server.1, &garbage);

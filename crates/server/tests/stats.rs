@@ -1,0 +1,139 @@
+//! `stats`: tierkv's names are memcached 1.6.18's, and its counters count what memcached's
+//! count, checked by running one script on both and comparing the numbers.
+
+mod common;
+
+use common::{exchange, memcached, tierkv};
+use std::collections::HashMap;
+
+/// The `STAT name value` lines of a reply.
+fn parse(reply: &[u8]) -> HashMap<String, String> {
+    let text = String::from_utf8_lossy(reply);
+    assert!(text.ends_with("END\r\n"), "stats reply ends with END: {text}");
+    text.lines()
+        .filter_map(|line| line.strip_prefix("STAT "))
+        .map(|line| {
+            let (name, value) = line.split_once(' ').unwrap();
+            (name.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+const SCRIPT: &[u8] = b"set a 0 0 1\r\n1\r\nget a b\r\ngets a\r\ngat 10 a b\r\ntouch a 5\r\ntouch b 5\r\n\
+mg a v\r\nmg b v\r\nms c 1\r\n1\r\nma a\r\nma b\r\nmd c\r\nmd c\r\n\
+cas a 0 0 1 999\r\n1\r\ncas zz 0 0 1 1\r\n1\r\nincr a 1\r\ndecr a 1\r\nincr zz 1\r\ndecr zz 1\r\n\
+add a 0 0 1\r\n2\r\nreplace a 0 0 1\r\n3\r\nappend a 0 0 1\r\n4\r\ndelete a\r\ndelete a\r\n\
+set big 0 0 2000000\r\n";
+
+/// Counters whose meaning tierkv shares with memcached exactly.
+const SHARED_COUNTERS: &[&str] = &[
+    "cmd_get",
+    "cmd_set",
+    "cmd_flush",
+    "cmd_touch",
+    "get_hits",
+    "get_misses",
+    "delete_misses",
+    "delete_hits",
+    "incr_misses",
+    "incr_hits",
+    "decr_misses",
+    "decr_hits",
+    "cas_misses",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+    "touch_misses",
+    "store_too_large",
+    "curr_items",
+    "curr_connections",
+    "rejected_connections",
+    "threads",
+    "limit_maxbytes",
+];
+
+fn run_script(port: u16) -> HashMap<String, String> {
+    let big = [SCRIPT, &vec![b'x'; 2_000_000], b"\r\nflush_all 0\r\n"].concat();
+    let _ = exchange(port, &big);
+    parse(&exchange(port, b"stats\r\n"))
+}
+
+#[test]
+fn counters_count_what_memcached_counts() {
+    let (ours, theirs) = (tierkv(), memcached());
+    let (mine, reference) = (run_script(ours.1), run_script(theirs.1));
+    for name in SHARED_COUNTERS {
+        assert_eq!(mine.get(*name), reference.get(*name), "stat {name}");
+    }
+    assert_eq!(mine["cmd_flush"], "1");
+    assert_eq!(mine["version"], format!("1.6.18-tierkv-{}", env!("CARGO_PKG_VERSION")));
+    // Bytes read include the 2 MB value; the stats request itself is counted too.
+    assert!(mine["bytes_read"].parse::<u64>().unwrap() > 2_000_000);
+    assert!(mine["cmd_meta"].parse::<u64>().unwrap() >= 6);
+}
+
+#[test]
+fn every_name_is_one_memcached_reports_in_the_same_group() {
+    let (ours, theirs) = (tierkv(), memcached());
+    for group in ["", " settings", " slabs", " items", " sizes"] {
+        let request = format!("stats{group}\r\n");
+        let (mine, reference) =
+            (parse(&exchange(ours.1, request.as_bytes())), parse(&exchange(theirs.1, request.as_bytes())));
+        for name in mine.keys() {
+            assert!(reference.contains_key(name), "stats{group}: memcached has no {name}");
+        }
+        if group.is_empty() || group == " settings" {
+            assert!(mine.len() >= 20, "stats{group} reports {} names", mine.len());
+        }
+    }
+    for bad in ["stats nonsense\r\n", "stats detailx\r\n"] {
+        assert_eq!(exchange(ours.1, bad.as_bytes()), exchange(theirs.1, bad.as_bytes()), "{bad}");
+    }
+}
+
+#[test]
+fn reset_zeroes_counters_but_not_items() {
+    let server = tierkv();
+    exchange(server.1, b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\n");
+    assert_eq!(exchange(server.1, b"stats reset\r\n"), b"RESET\r\n");
+    let stats = parse(&exchange(server.1, b"stats\r\n"));
+    assert_eq!((stats["cmd_get"].as_str(), stats["get_hits"].as_str(), stats["total_items"].as_str()), ("0", "0", "0"));
+    assert_eq!(stats["curr_items"], "1");
+    assert_eq!(stats["curr_connections"], "1");
+    assert_eq!(stats["total_connections"], "1", "connections accepted since the reset");
+}
+
+#[test]
+fn settings_follow_flags_and_verbosity() {
+    let server = tierkv();
+    exchange(server.1, b"verbosity 2\r\n");
+    let settings = parse(&exchange(server.1, b"stats settings\r\n"));
+    assert_eq!(settings["maxbytes"], (64u64 << 20).to_string());
+    assert_eq!(settings["tcpport"], server.1.to_string());
+    assert_eq!(settings["verbosity"], "2");
+    assert_eq!(settings["item_size_max"], (1u64 << 20).to_string());
+}
+
+#[test]
+fn binary_stat_sends_one_packet_per_stat() {
+    use tierkv_protocol::binary::opcode::STAT;
+    let server = tierkv();
+    let mut request = Vec::new();
+    tierkv_protocol::binary::write_request(&mut request, STAT, 7, 0, &[], b"", b"");
+    tierkv_protocol::binary::write_request(&mut request, STAT, 8, 0, &[], b"nonsense", b"");
+    let reply = exchange(server.1, &request);
+    let mut at = 0;
+    let mut names = Vec::new();
+    let mut statuses = Vec::new();
+    while at + 24 <= reply.len() {
+        let key_len = u16::from_be_bytes([reply[at + 2], reply[at + 3]]) as usize;
+        let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
+        statuses.push(u16::from_be_bytes([reply[at + 6], reply[at + 7]]));
+        names.push(String::from_utf8_lossy(&reply[at + 24..at + 24 + key_len]).to_string());
+        at += 24 + body;
+    }
+    assert_eq!(at, reply.len());
+    let end = names.iter().position(String::is_empty).expect("an empty packet ends the stats");
+    assert!(names[..end].iter().any(|n| n == "pid") && names[..end].iter().any(|n| n == "curr_items"));
+    assert_eq!(statuses[end + 1], 1, "an unknown group is KEY_ENOENT");
+}
