@@ -15,15 +15,22 @@ need_component fmt rustfmt
 need_component clippy clippy
 
 # Debian packages: g++ for the fuzz targets (libfuzzer-sys), memcached and redis-server for the
-# side-by-side tests and benchmarks.
+# side-by-side tests and benchmarks, memccapable (libmemcached-tools) for the conformance test.
 missing=()
-for pair in g++:g++ memcached:memcached redis-server:redis-server; do
+for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:libmemcached-tools; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+fi
+
+# pymemcache for the text-protocol client test.
+PYMEMCACHE_VERSION=4.0.0
+if ! python3 -c "import pymemcache, sys; sys.exit(pymemcache.__version__ != '$PYMEMCACHE_VERSION')" 2>/dev/null; then
+    echo "test.sh: installing pymemcache $PYMEMCACHE_VERSION" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "pymemcache==$PYMEMCACHE_VERSION"
 fi
 
 CARGO_FUZZ_VERSION=0.13.2
