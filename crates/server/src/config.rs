@@ -1,32 +1,77 @@
-//! Command-line flags, named as memcached 1.6 names them.
+//! Start-up settings: memcached 1.6's flags (short and long names), an optional TOML file whose
+//! keys are the long flag names, and the embedded defaults. The command line overrides the
+//! file, the file overrides the defaults. Every bad value stops start-up with a message that
+//! names its flag.
 
 use clap::Parser;
+use serde::Deserialize;
+use std::path::PathBuf;
 
 /// tierkv: a memcached-compatible cache server.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Default)]
 #[command(name = "tierkv", version, about = "A memcached-compatible cache server (MICA-style engine)")]
 pub struct Config {
-    /// TCP port to listen on.
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    pub port: u16,
-    /// Interface to listen on.
-    #[arg(short = 'l', long = "listen", default_value = "127.0.0.1")]
-    pub listen: String,
-    /// Worker threads (one for now).
-    #[arg(short = 't', long = "threads", default_value_t = 1)]
-    pub threads: usize,
-    /// Item memory in megabytes.
-    #[arg(short = 'm', long = "memory-limit", default_value_t = 1024)]
-    pub memory_mib: usize,
-    /// Most simultaneous connections.
-    #[arg(short = 'c', long = "conn-limit", default_value_t = 1024)]
-    pub conn_limit: usize,
-    /// Largest item: bytes, or with a k/m suffix (memcached's -I).
-    #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
-    pub max_item_size: String,
-    /// Verbose logging (repeat for more).
-    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    /// TCP port to listen on [default: 11211].
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Interface to listen on [default: 127.0.0.1].
+    #[arg(short = 'l', long = "listen")]
+    pub listen: Option<String>,
+    /// Worker threads [default: 1; only 1 so far].
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Item memory in megabytes [default: 1024].
+    #[arg(short = 'm', long = "memory-limit")]
+    pub memory_limit: Option<usize>,
+    /// Most simultaneous connections [default: 1024].
+    #[arg(short = 'c', long = "conn-limit")]
+    pub conn_limit: Option<usize>,
+    /// Largest item: bytes, or a number with k or m (memcached's -I) [default: 1m].
+    #[arg(short = 'I', long = "max-item-size")]
+    pub max_item_size: Option<String>,
+    /// Verbose logging to stderr (repeat for more).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// UDP port; only 0 (off, memcached's default) is accepted so far.
+    #[arg(short = 'U', long = "udp-port")]
+    pub udp_port: Option<u16>,
+    /// Write the process id to this file (removed again on a clean stop).
+    #[arg(short = 'P', long = "pidfile")]
+    pub pidfile: Option<PathBuf>,
+    /// Accepted for memcached.conf compatibility; tierkv does not change its user.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// Accepted for memcached.conf compatibility; tierkv stays in the foreground.
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// Read settings from a TOML file whose keys are the long flag names.
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+}
+
+/// The TOML file's keys: the long flag names.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    port: Option<u16>,
+    listen: Option<String>,
+    threads: Option<usize>,
+    memory_limit: Option<usize>,
+    conn_limit: Option<usize>,
+    max_item_size: Option<SizeValue>,
+    verbose: Option<u8>,
+    udp_port: Option<u16>,
+    pidfile: Option<PathBuf>,
+    user: Option<String>,
+    daemon: Option<bool>,
+}
+
+/// `max-item-size = 1048576` or `max-item-size = "1m"`.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
 }
 
 /// Validated settings.
@@ -37,6 +82,9 @@ pub struct Settings {
     pub conn_limit: usize,
     pub max_item_bytes: usize,
     pub verbose: u8,
+    pub pidfile: Option<PathBuf>,
+    /// Flags accepted but without effect, with why; logged at start-up.
+    pub notes: Vec<String>,
 }
 
 /// memcached's -I forms: bytes, or a number with k or m.
@@ -53,32 +101,76 @@ pub fn parse_size(text: &str) -> Option<usize> {
 }
 
 impl Config {
-    /// Checks every flag; the error names the bad one.
-    pub fn settings(&self) -> Result<Settings, String> {
-        if self.threads != 1 {
-            return Err(format!("-t/--threads {}: only one worker is supported so far", self.threads));
+    /// Fills every flag the command line left out from the `--config` file, if there is one.
+    fn merged(self) -> Result<Config, String> {
+        let Some(path) = &self.config else { return Ok(self) };
+        let text = std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+        let file: FileConfig = toml::from_str(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
+        let max_item_size = file.max_item_size.map(|size| match size {
+            SizeValue::Bytes(bytes) => bytes.to_string(),
+            SizeValue::Text(text) => text,
+        });
+        Ok(Config {
+            port: self.port.or(file.port),
+            listen: self.listen.or(file.listen),
+            threads: self.threads.or(file.threads),
+            memory_limit: self.memory_limit.or(file.memory_limit),
+            conn_limit: self.conn_limit.or(file.conn_limit),
+            max_item_size: self.max_item_size.or(max_item_size),
+            verbose: if self.verbose > 0 { self.verbose } else { file.verbose.unwrap_or(0) },
+            udp_port: self.udp_port.or(file.udp_port),
+            pidfile: self.pidfile.or(file.pidfile),
+            user: self.user.or(file.user),
+            daemon: self.daemon || file.daemon.unwrap_or(false),
+            config: self.config,
+        })
+    }
+
+    /// Checks every flag (after merging the file); the error names the bad one.
+    pub fn settings(self) -> Result<Settings, String> {
+        let config = self.merged()?;
+        let threads = config.threads.unwrap_or(1);
+        if threads != 1 {
+            return Err(format!("-t/--threads {threads}: only one worker is supported so far"));
         }
-        let address = format!("{}:{}", self.listen, self.port)
-            .parse()
-            .map_err(|_| format!("-l/--listen {:?} is not an IP address", self.listen))?;
-        let max_item_bytes = parse_size(&self.max_item_size)
+        if let Some(udp) = config.udp_port.filter(|&port| port != 0) {
+            return Err(format!("-U/--udp-port {udp}: UDP is not served yet; use -U 0"));
+        }
+        let listen = config.listen.as_deref().unwrap_or("127.0.0.1");
+        let port = config.port.unwrap_or(11211);
+        let ip: std::net::IpAddr =
+            listen.parse().map_err(|_| format!("-l/--listen {listen:?} is not an IP address"))?;
+        let address = std::net::SocketAddr::new(ip, port);
+        let max_item_text = config.max_item_size.as_deref().unwrap_or("1m");
+        let max_item_bytes = parse_size(max_item_text)
             .filter(|&n| (tierkv_engine::MIN_ITEM_BYTES..=tierkv_engine::MAX_ITEM_BYTES_CEILING).contains(&n))
-            .ok_or_else(|| format!("-I/--max-item-size {:?} must be 512 bytes to 1024m", self.max_item_size))?;
-        if self.memory_mib == 0 || self.memory_mib > 1 << 20 {
-            return Err(format!("-m/--memory-limit {} must be 1 to 1048576 megabytes", self.memory_mib));
+            .ok_or_else(|| format!("-I/--max-item-size {max_item_text:?} must be 512 bytes to 1024m"))?;
+        let memory_mib = config.memory_limit.unwrap_or(1024);
+        if memory_mib == 0 || memory_mib > 1 << 20 {
+            return Err(format!("-m/--memory-limit {memory_mib} must be 1 to 1048576 megabytes"));
         }
-        if max_item_bytes > self.memory_mib * (1 << 20) / 2 {
+        if max_item_bytes > memory_mib * (1 << 20) / 2 {
             return Err("-I/--max-item-size cannot be more than half of -m/--memory-limit".to_string());
         }
-        if self.conn_limit == 0 || self.conn_limit > 1 << 20 {
-            return Err(format!("-c/--conn-limit {} must be 1 to 1048576", self.conn_limit));
+        let conn_limit = config.conn_limit.unwrap_or(1024);
+        if conn_limit == 0 || conn_limit > 1 << 20 {
+            return Err(format!("-c/--conn-limit {conn_limit} must be 1 to 1048576"));
+        }
+        let mut notes = Vec::new();
+        if let Some(user) = &config.user {
+            notes.push(format!("-u/--user {user}: ignored; tierkv runs as the user that starts it"));
+        }
+        if config.daemon {
+            notes.push("-d/--daemon: ignored; tierkv stays in the foreground (use a service manager)".to_string());
         }
         Ok(Settings {
             address,
-            memory_bytes: self.memory_mib << 20,
-            conn_limit: self.conn_limit,
+            memory_bytes: memory_mib << 20,
+            conn_limit,
             max_item_bytes,
-            verbose: self.verbose,
+            verbose: config.verbose,
+            pidfile: config.pidfile,
+            notes,
         })
     }
 }
@@ -86,6 +178,10 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("tierkv").chain(args.iter().copied()))
+    }
 
     #[test]
     fn sizes_in_memcached_forms() {
@@ -97,15 +193,66 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_embedded() {
+        let settings = parse(&[]).unwrap().settings().unwrap();
+        assert_eq!(settings.address, "127.0.0.1:11211".parse().unwrap());
+        assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (1 << 30, 1024, 1 << 20));
+    }
+
+    #[test]
+    fn long_names_work_like_short_ones() {
+        let settings =
+            parse(&["--port", "1234", "--memory-limit", "64", "--conn-limit", "10", "--max-item-size", "512k"])
+                .unwrap()
+                .settings()
+                .unwrap();
+        assert_eq!(settings.address.port(), 1234);
+        assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 10, 512 << 10));
+    }
+
+    #[test]
     fn bad_flags_are_named() {
-        let parse = |args: &[&str]| Config::try_parse_from(std::iter::once("tierkv").chain(args.iter().copied()));
         assert!(parse(&["-p", "x"]).is_err());
-        let error = parse(&["-I", "5g"]).unwrap().settings().unwrap_err();
-        assert!(error.contains("-I/--max-item-size"), "{error}");
-        let error = parse(&["-l", "nowhere"]).unwrap().settings().unwrap_err();
-        assert!(error.contains("-l/--listen"), "{error}");
-        let error = parse(&["-m", "0"]).unwrap().settings().unwrap_err();
-        assert!(error.contains("-m/--memory-limit"), "{error}");
-        assert!(parse(&["-m", "64", "-I", "2m"]).unwrap().settings().is_ok());
+        assert!(parse(&["--bogus"]).is_err());
+        let named = |args: &[&str], flag: &str| {
+            let error = parse(args).unwrap().settings().unwrap_err();
+            assert!(error.contains(flag), "{error}");
+        };
+        named(&["-I", "5g"], "-I/--max-item-size");
+        named(&["-l", "nowhere"], "-l/--listen");
+        named(&["-m", "0"], "-m/--memory-limit");
+        named(&["-c", "0"], "-c/--conn-limit");
+        named(&["-t", "4"], "-t/--threads");
+        named(&["-U", "11211"], "-U/--udp-port");
+        named(&["--config", "/nonexistent/tierkv.toml"], "--config");
+        assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().is_ok());
+    }
+
+    #[test]
+    fn memcached_conf_flags_are_accepted_and_explained() {
+        let settings = parse(&["-d", "-u", "memcache", "-P", "/tmp/x.pid", "-m", "64"]).unwrap().settings().unwrap();
+        assert_eq!(settings.notes.len(), 2);
+        assert!(settings.notes[0].contains("-u/--user") && settings.notes[1].contains("-d/--daemon"));
+        assert_eq!(settings.pidfile.as_deref(), Some(std::path::Path::new("/tmp/x.pid")));
+    }
+
+    #[test]
+    fn the_file_fills_what_the_command_line_leaves_out() {
+        let dir = std::env::temp_dir().join(format!("tierkv-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tierkv.toml");
+        std::fs::write(&file, "port = 2000\nmemory-limit = 64\nmax-item-size = \"512k\"\nconn-limit = 7\n").unwrap();
+        let path = file.to_str().unwrap();
+        let settings = parse(&["--config", path, "-p", "3000"]).unwrap().settings().unwrap();
+        assert_eq!(settings.address.port(), 3000, "the command line wins");
+        assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 7, 512 << 10));
+        std::fs::write(&file, "max-item-size = 2048\n").unwrap();
+        assert_eq!(parse(&["--config", path]).unwrap().settings().unwrap().max_item_bytes, 2048);
+        std::fs::write(&file, "prot = 1\n").unwrap();
+        let error = parse(&["--config", path]).unwrap().settings().unwrap_err();
+        assert!(error.contains("--config") && error.contains("prot"), "{error}");
+        std::fs::write(&file, "memory-limit = 0\n").unwrap();
+        assert!(parse(&["--config", path]).unwrap().settings().unwrap_err().contains("-m/--memory-limit"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

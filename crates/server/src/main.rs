@@ -2,9 +2,8 @@
 //! decoded requests to the engine partition, replies).
 //!
 //! It must never parse protocol bytes itself (that is `tierkv-protocol`) nor reach into the
-//! engine's storage layout (that is `tierkv-engine`). This is the first, single-worker version
-//! (issue 5 in progress): the text, meta and binary protocols are served; full stats, the
-//! config file, signals and the limits of issue 5 are not complete yet.
+//! engine's storage layout (that is `tierkv-engine`). This is the single-worker version: one
+//! thread owns one partition and every connection.
 
 mod config;
 mod execute;
@@ -22,7 +21,20 @@ fn main() {
             std::process::exit(64);
         }
     };
-    if let Err(message) = worker::serve(&settings) {
+    for note in &settings.notes {
+        eprintln!("tierkv: {note}");
+    }
+    if let Some(path) = &settings.pidfile {
+        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+            eprintln!("tierkv: -P/--pidfile {}: {e}", path.display());
+            std::process::exit(64);
+        }
+    }
+    let result = worker::serve(&settings);
+    if let Some(path) = &settings.pidfile {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Err(message) = result {
         eprintln!("tierkv: {message}");
         std::process::exit(1);
     }
