@@ -17,6 +17,9 @@ pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
 pub enum After {
     Continue,
     Close,
+    /// The request is only partly answered (a multi-get filled the output); execute it again
+    /// later with the same `resume` count.
+    Pause,
 }
 
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
@@ -143,6 +146,7 @@ pub fn execute(
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
+    resume: &mut usize,
 ) -> After {
     let noreply = match request.style {
         ReplyStyle::Text { noreply } => noreply,
@@ -155,7 +159,7 @@ pub fn execute(
     };
     // Replies are written to a scratch position and dropped again for noreply.
     let start = out.len();
-    let after = execute_text(partition, request, out, state);
+    let after = execute_text(partition, request, out, state, resume);
     if noreply {
         out.truncate(start);
     }
@@ -167,14 +171,21 @@ fn execute_text(
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
+    resume: &mut usize,
 ) -> After {
     match request.command {
         Command::Get { keys, return_cas, touch, .. } => {
-            for key in keys.iter() {
+            let count = keys.len();
+            for (number, key) in keys.iter().enumerate().skip(*resume) {
                 if let Some(item) = fetch(partition, key, touch, &mut state.counters) {
                     reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
                 }
+                if out.len() > crate::worker::MAX_PENDING_OUTPUT_BYTES && number + 1 < count {
+                    *resume = number + 1;
+                    return After::Pause;
+                }
             }
+            *resume = 0;
             reply::status(out, Status::End);
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {

@@ -11,11 +11,12 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tierkv_engine::{unix_now, Partition, PartitionConfig};
-use tierkv_protocol::{decode_request, reply, Decoded, ErrorReply, Limits};
+use tierkv_protocol::{binary, decode_request, reply, Decoded, ErrorReply, Limits};
 
 const LISTENER: Token = Token(usize::MAX);
-/// Replies a connection may have waiting before the server stops reading its requests.
-const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
+/// Replies a connection may have waiting before the server stops executing its requests (it
+/// may exceed this by one reply of at most one item).
+pub const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
 /// Bytes read per read call.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 
@@ -27,6 +28,10 @@ struct Connection {
     swallow: usize,
     /// The error reply sent once the swallow is over, as memcached sends it.
     after_swallow: Option<ErrorReply>,
+    /// Keys of the first pending multi-get already answered (it paused for the output limit).
+    resume: usize,
+    /// The peer closed its side (or the socket failed): read to the end of stream.
+    hangup: bool,
     closing: bool,
 }
 
@@ -73,14 +78,23 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     if settings.verbose > 0 {
         eprintln!("tierkv: listening on {} with {} MiB", settings.address, settings.memory_bytes >> 20);
     }
-    let mut connections: Vec<Option<Connection>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut state = State::new(settings, unix_now());
+    let mut worker = Worker {
+        connections: Vec::new(),
+        free: Vec::new(),
+        state: State::new(settings, unix_now()),
+        chunk: vec![0u8; READ_CHUNK_BYTES],
+        input_limit: input_limit(&limits),
+        limits,
+    };
     pin_to_first_allowed_cpu(settings.verbose > 0);
     let mut events = Events::with_capacity(1024);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // Connections with work left over from their last turn (more input to read, or requests
+    // that waited for their replies to drain); served again without waiting for an event.
+    let mut again: Vec<usize> = Vec::new();
+    let mut next: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
-        match poll.poll(&mut events, Some(Duration::from_secs(1))) {
+        let timeout = if again.is_empty() { Duration::from_secs(1) } else { Duration::ZERO };
+        match poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.to_string()),
@@ -88,19 +102,21 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
         partition.set_clock(unix_now());
         for event in events.iter() {
             if event.token() == LISTENER {
-                accept(&listener, &poll, &mut connections, &mut free, &mut state)?;
-                continue;
-            }
-            let slot = event.token().0;
-            let Some(connection) = connections.get_mut(slot).and_then(Option::as_mut) else { continue };
-            let alive = serve_connection(connection, &mut partition, &limits, &mut state, &mut chunk);
-            if !alive {
-                let _ = poll.registry().deregister(&mut connection.stream);
-                connections[slot] = None;
-                free.push(slot);
-                state.curr_connections -= 1;
+                worker.accept(&listener, &poll)?;
+            } else {
+                // A short read normally means the socket is drained, but data and the peer's
+                // close can arrive in one edge; then the read must go on to the end of stream.
+                let hangup = event.is_read_closed() || event.is_error();
+                if let Some(Some(connection)) = worker.connections.get_mut(event.token().0) {
+                    connection.hangup |= hangup;
+                }
+                worker.turn(event.token().0, &mut partition, &poll, &mut next);
             }
         }
+        for slot in again.drain(..) {
+            worker.turn(slot, &mut partition, &poll, &mut next);
+        }
+        std::mem::swap(&mut again, &mut next);
     }
     if settings.verbose > 0 {
         eprintln!("tierkv: stopping on signal");
@@ -108,94 +124,184 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     Ok(())
 }
 
-fn accept(
-    listener: &TcpListener,
-    poll: &Poll,
-    connections: &mut Vec<Option<Connection>>,
-    free: &mut Vec<usize>,
-    state: &mut State,
-) -> Result<(), String> {
-    loop {
-        let (mut stream, _) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return Ok(()),
-        };
-        if state.curr_connections as usize >= state.settings.conn_limit {
-            // memcached's reply, then the connection is closed.
-            let _ = stream.write(b"ERROR Too many open connections\r\n");
-            state.counters.rejected_connections += 1;
-            continue;
+/// The most input a connection buffers: its largest possible request and one read more.
+/// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and one reply.
+fn input_limit(limits: &Limits) -> usize {
+    (limits.max_value_bytes + limits.max_line_bytes + 2).max(limits.max_retrieval_line_bytes()) + READ_CHUNK_BYTES
+}
+
+/// The worker's connections and the state `stats` reports.
+struct Worker {
+    connections: Vec<Option<Connection>>,
+    free: Vec<usize>,
+    state: State,
+    chunk: Vec<u8>,
+    limits: Limits,
+    input_limit: usize,
+}
+
+/// What one turn of a connection left behind.
+#[derive(PartialEq, Eq)]
+enum Turn {
+    /// Finished; close it.
+    Close,
+    /// Waiting for a read or write event.
+    Wait,
+    /// Work remains that no event will announce.
+    Again,
+}
+
+impl Worker {
+    fn accept(&mut self, listener: &TcpListener, poll: &Poll) -> Result<(), String> {
+        loop {
+            let (mut stream, _) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Ok(()),
+            };
+            if self.state.curr_connections as usize >= self.state.settings.conn_limit {
+                // memcached's reply, then the connection is closed.
+                let _ = stream.write(b"ERROR Too many open connections\r\n");
+                self.state.counters.rejected_connections += 1;
+                continue;
+            }
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.connections.push(None);
+                self.connections.len() - 1
+            });
+            let _ = stream.set_nodelay(true);
+            poll.registry()
+                .register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
+                .map_err(|e| e.to_string())?;
+            self.connections[slot] = Some(Connection {
+                stream,
+                input: Vec::new(),
+                output: Vec::new(),
+                swallow: 0,
+                after_swallow: None,
+                resume: 0,
+                hangup: false,
+                closing: false,
+            });
+            self.state.curr_connections += 1;
+            self.state.counters.total_connections += 1;
         }
-        let slot = free.pop().unwrap_or_else(|| {
-            connections.push(None);
-            connections.len() - 1
-        });
-        let _ = stream.set_nodelay(true);
-        poll.registry()
-            .register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| e.to_string())?;
-        connections[slot] = Some(Connection {
-            stream,
-            input: Vec::new(),
-            output: Vec::new(),
-            swallow: 0,
-            after_swallow: None,
-            closing: false,
-        });
-        state.curr_connections += 1;
-        state.counters.total_connections += 1;
+    }
+
+    /// One turn of the connection in `slot`: closes it when it is finished, queues it in
+    /// `again` when it has work no event will announce.
+    fn turn(&mut self, slot: usize, partition: &mut Partition, poll: &Poll, again: &mut Vec<usize>) {
+        let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
+        match serve_connection(connection, partition, &self.limits, self.input_limit, &mut self.state, &mut self.chunk)
+        {
+            Turn::Wait => {}
+            Turn::Again => again.push(slot),
+            Turn::Close => {
+                let _ = poll.registry().deregister(&mut connection.stream);
+                self.connections[slot] = None;
+                self.free.push(slot);
+                self.state.curr_connections -= 1;
+            }
+        }
     }
 }
 
-/// Reads, executes and writes for one ready connection; false when it is finished.
+/// Writes what is pending, reads a bounded amount, executes every complete request the output
+/// limit allows, and writes the replies.
 fn serve_connection(
     connection: &mut Connection,
     partition: &mut Partition,
     limits: &Limits,
+    input_limit: usize,
     state: &mut State,
     chunk: &mut [u8],
-) -> bool {
+) -> Turn {
     if !flush(connection, state) {
-        return false;
+        return Turn::Close;
+    }
+    if connection.closing {
+        // A closing connection stays until its last replies are out.
+        return if connection.output.is_empty() { Turn::Close } else { Turn::Wait };
     }
     // A client that does not read its replies is not read from either, until it catches up
     // (a writable event brings it back here).
-    if !connection.closing && connection.output.len() <= MAX_PENDING_OUTPUT_BYTES {
-        let Ok(eof) = read_some(connection, chunk, state) else { return false };
-        process(connection, partition, limits, state);
-        if !flush(connection, state) || eof {
-            return false;
-        }
+    if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
+        return Turn::Wait;
     }
-    // A closing connection stays until its last replies are out.
-    !(connection.closing && connection.output.is_empty())
+    let Ok(read) = read_some(connection, chunk, input_limit, state) else { return Turn::Close };
+    let stopped_early = process(connection, partition, limits, state);
+    if !flush(connection, state) || read == ReadEnd::Eof {
+        return Turn::Close;
+    }
+    release_idle_buffers(connection);
+    if connection.closing {
+        return if connection.output.is_empty() { Turn::Close } else { Turn::Wait };
+    }
+    // With replies still pending the socket is full and a writable event will come; otherwise
+    // leftover requests or unread input need another turn.
+    if connection.output.is_empty() && (stopped_early || read == ReadEnd::Limited) {
+        Turn::Again
+    } else {
+        Turn::Wait
+    }
 }
 
-/// Reads until a short read; true at end of stream.
-fn read_some(connection: &mut Connection, chunk: &mut [u8], state: &mut State) -> io::Result<bool> {
+/// Buffers above this size are given back once empty, so idle connections stay small.
+const KEEP_BUFFER_BYTES: usize = 256 << 10;
+
+fn release_idle_buffers(connection: &mut Connection) {
+    if connection.output.is_empty() && connection.output.capacity() > KEEP_BUFFER_BYTES {
+        connection.output = Vec::new();
+    }
+    if connection.input.is_empty() && connection.input.capacity() > KEEP_BUFFER_BYTES {
+        connection.input = Vec::new();
+    }
+}
+
+/// How a read ended.
+#[derive(PartialEq, Eq)]
+enum ReadEnd {
+    /// The socket had nothing more (a readable event will announce more).
+    Drained,
+    /// The input buffer reached its limit first.
+    Limited,
+    Eof,
+}
+
+/// Reads until the socket is drained or the input holds `input_limit` bytes.
+fn read_some(
+    connection: &mut Connection,
+    chunk: &mut [u8],
+    input_limit: usize,
+    state: &mut State,
+) -> io::Result<ReadEnd> {
     loop {
+        if connection.input.len() >= input_limit {
+            return Ok(ReadEnd::Limited);
+        }
         match connection.stream.read(chunk) {
-            Ok(0) => return Ok(true),
+            Ok(0) => return Ok(ReadEnd::Eof),
             Ok(n) => {
                 state.counters.bytes_read += n as u64;
                 connection.input.extend_from_slice(&chunk[..n]);
-                if n < chunk.len() {
-                    return Ok(false);
+                if n < chunk.len() && !connection.hangup {
+                    return Ok(ReadEnd::Drained);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Decodes and executes every complete request in the input.
-fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limits, state: &mut State) {
+/// Decodes and executes every complete request in the input while the pending replies stay
+/// under the limit; true if it stopped for the limit with requests left.
+fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limits, state: &mut State) -> bool {
     let input = &connection.input;
     let mut at = 0;
+    let mut stopped_early = false;
     loop {
         if connection.swallow > 0 {
             let discard = connection.swallow.min(input.len() - at);
@@ -208,21 +314,33 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
                 reply::error(&mut connection.output, &error);
             }
         }
-        if connection.output.len() > MAX_PENDING_OUTPUT_BYTES || at == input.len() {
+        if at == input.len() {
+            break;
+        }
+        if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
+            stopped_early = true;
             break;
         }
         match decode_request(&input[at..], limits) {
             Decoded::Request { request, consumed } => {
-                at += consumed;
-                if execute(partition, &request, &mut connection.output, state) == After::Close {
-                    connection.closing = true;
-                    break;
+                match execute(partition, &request, &mut connection.output, state, &mut connection.resume) {
+                    After::Continue => at += consumed,
+                    // A multi-get filled the output: the rest of its keys wait for a later turn.
+                    After::Pause => {
+                        stopped_early = true;
+                        break;
+                    }
+                    After::Close => {
+                        at += consumed;
+                        connection.closing = true;
+                        break;
+                    }
                 }
             }
             Decoded::Incomplete { .. } => break,
             Decoded::Error(error) => {
                 if error.reply == ErrorReply::Server(TOO_LARGE)
-                    || matches!(error.reply, ErrorReply::Binary { status, .. } if status == tierkv_protocol::binary::status::E2BIG)
+                    || matches!(error.reply, ErrorReply::Binary { status, .. } if status == binary::status::E2BIG)
                 {
                     state.counters.store_too_large += 1;
                 }
@@ -247,6 +365,7 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
         }
     }
     connection.input.drain(..at);
+    stopped_early
 }
 
 /// Writes what the socket takes; false if the connection failed.

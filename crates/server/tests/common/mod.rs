@@ -35,9 +35,14 @@ pub fn start(mut command: Command, port: u16) -> Server {
 }
 
 pub fn tierkv() -> Server {
+    tierkv_with(&[])
+}
+
+/// tierkv with 64 MiB and `extra` flags.
+pub fn tierkv_with(extra: &[&str]) -> Server {
     let port = free_port();
     let mut command = Command::new(TIERKV);
-    command.args(["-p", &port.to_string(), "-m", "64"]);
+    command.args(["-p", &port.to_string(), "-m", "64"]).args(extra);
     start(command, port)
 }
 
@@ -54,16 +59,30 @@ pub fn memcached() -> Server {
 
 /// Sends `request` on a fresh connection and collects the reply until the server is quiet.
 pub fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
+    exchange_and_close(port, request).0
+}
+
+/// Like `exchange`; also says whether the server closed the connection.
+pub fn exchange_and_close(port: u16, request: &[u8]) -> (Vec<u8>, bool) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.write_all(request).unwrap();
+    // The server may close before taking everything; what it answered still counts.
+    let _ = stream.write_all(request);
     stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let mut reply = Vec::new();
     let mut buffer = [0u8; 65536];
-    while let Ok(n) = stream.read(&mut buffer) {
-        if n == 0 {
-            break;
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return (reply, true),
+            Ok(n) => reply.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (reply, true),
+            Err(_) => return (reply, false),
         }
-        reply.extend_from_slice(&buffer[..n]);
     }
-    reply
+}
+
+/// Resident memory of process `pid` in bytes (VmRSS).
+pub fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }

@@ -1,0 +1,224 @@
+//! Bad input: the server answers or closes as memcached 1.6.18 does, keeps serving everyone
+//! else, and its resident memory stays within `-m` plus the documented per-connection bound
+//! (input: the largest request plus 64 KiB; output: 4 MiB plus one item).
+
+mod common;
+
+use common::{exchange, exchange_and_close, memcached, resident_bytes, tierkv, tierkv_with};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// The documented most a connection holds in buffers with the default 1 MiB item limit.
+const PER_CONNECTION_BOUND: u64 = MIB + 64 * 1024 + 4 * MIB + MIB;
+/// The process itself: code, stacks, allocator slack (measured about 2-4 MiB).
+const BASELINE: u64 = 12 * MIB;
+
+fn still_serves(port: u16) {
+    assert_eq!(
+        exchange(port, b"set alive 0 0 2\r\nok\r\nget alive\r\n"),
+        b"STORED\r\nVALUE alive 0 2\r\nok\r\nEND\r\n"
+    );
+}
+
+#[test]
+fn oversized_keys_values_and_lines_are_answered_as_memcached_answers_them() {
+    let (ours, theirs) = (tierkv(), memcached());
+    let key300 = "k".repeat(300);
+    let big = vec![b'v'; 2 << 20];
+    let cases: Vec<Vec<u8>> = vec![
+        [b"set big 0 0 2097152\r\n".as_slice(), &big, b"\r\nget big\r\nset ok 0 0 1\r\n1\r\n"].concat(),
+        format!("set {key300} 0 0 1\r\nx\r\nget ok\r\n").into_bytes(),
+        format!("get {key300}\r\nget ok\r\n").into_bytes(),
+        format!("delete {key300}\r\nincr {key300} 1\r\ntouch {key300} 1\r\nmg {key300} v\r\n").into_bytes(),
+        // A line without its newline beyond 2048 bytes: memcached closes silently.
+        vec![b'x'; 4000],
+        [b"set a 0 0 1 ".as_slice(), &[b'9'; 3000]].concat(),
+        b"set a 0 0 5\r\nabcdefgh\r\nget a\r\n".to_vec(),
+        b"set a 0 0 18446744073709551616\r\nget a\r\n".to_vec(),
+    ];
+    for case in &cases {
+        let (mine, reference) = (exchange_and_close(ours.1, case), exchange_and_close(theirs.1, case));
+        assert_eq!(
+            (String::from_utf8_lossy(&mine.0), mine.1),
+            (String::from_utf8_lossy(&reference.0), reference.1),
+            "request {:?}",
+            String::from_utf8_lossy(&case[..case.len().min(80)])
+        );
+    }
+    still_serves(ours.1);
+}
+
+/// `stats` over an open connection: the value of `name`.
+fn stat(stream: &mut TcpStream, name: &str) -> String {
+    stream.write_all(b"stats\r\n").unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(n > 0, "the server closed the stats connection");
+        reply.extend_from_slice(&buffer[..n]);
+    }
+    let text = String::from_utf8(reply).unwrap();
+    let prefix = format!("STAT {name} ");
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).unwrap().to_string()
+}
+
+#[test]
+fn half_requests_and_disconnects_free_everything() {
+    let server = tierkv();
+    let mut monitor = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    let mut before = 0;
+    for round in 0..400 {
+        // The first rounds bring the allocator to its working size; later ones must not grow it.
+        if round == 100 {
+            before = resident_bytes(server.0.id());
+        }
+        let mut stream = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        let half: &[u8] = match round % 4 {
+            0 => b"set a 0 0 1000000\r\nabc",
+            1 => b"get a b c",
+            2 => &[0x80, 0x01, 0x00, 0x01],
+            _ => b"ms a 10\r\n12",
+        };
+        stream.write_all(half).unwrap();
+        if round % 4 == 0 {
+            stream.write_all(&vec![b'z'; 900_000]).unwrap();
+        }
+        drop(stream);
+        // Wait until the server has seen the disconnect (only the monitor is left).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stat(&mut monitor, "curr_connections") != "1" {
+            assert!(Instant::now() < deadline, "the abandoned connection of round {round} was never closed");
+        }
+    }
+    still_serves(server.1);
+    let grown = resident_bytes(server.0.id()).saturating_sub(before);
+    // A leaked input buffer would be 1 MB per abandoned set: 75 MB here.
+    assert!(grown < 4 * MIB, "resident memory grew by {grown} bytes over 300 abandoned requests");
+}
+
+#[test]
+fn connections_beyond_the_limit_get_memcacheds_error_and_are_closed() {
+    let server = tierkv_with(&["-c", "4"]);
+    // Four connections, each answered (so accepted), and the start-up probe's close noticed.
+    let mut held: Vec<TcpStream> = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        stream.write_all(b"version\r\n").unwrap();
+        let mut reply = [0u8; 8];
+        stream.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"VERSION ");
+        stream.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let _ = stream.read(&mut [0u8; 64]);
+        held.push(stream);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            held[0].write_all(b"stats\r\n").unwrap();
+            let mut stats = vec![0u8; 8192];
+            held[0].set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            let n = held[0].read(&mut stats).unwrap();
+            let text = String::from_utf8_lossy(&stats[..n]).to_string();
+            // Drain the rest of the stats reply.
+            while held[0].read(&mut stats).is_ok_and(|n| n > 0) {}
+            if text.contains(&format!("STAT curr_connections {}\r\n", held.len())) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{text}");
+        }
+    }
+    let (reply, closed) = exchange_and_close(server.1, b"version\r\n");
+    assert_eq!((reply.as_slice(), closed), (b"ERROR Too many open connections\r\n".as_slice(), true));
+    drop(held);
+    std::thread::sleep(Duration::from_millis(100));
+    still_serves(server.1);
+    let stats = String::from_utf8(exchange(server.1, b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT rejected_connections 1\r\n"), "{stats}");
+}
+
+#[test]
+fn a_client_that_never_reads_cannot_grow_the_server_or_stall_others() {
+    let server = tierkv();
+    let value = vec![b'v'; 500_000];
+    let mut setup = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    setup.write_all(&[b"set big 0 0 500000\r\n".as_slice(), &value, b"\r\n"].concat()).unwrap();
+    let mut stored = [0u8; 8];
+    setup.read_exact(&mut stored).unwrap();
+    assert_eq!(&stored, b"STORED\r\n");
+    // Ten clients ask for 1 GB of replies each (single gets and 100-key multi-gets), never reading.
+    let multi = format!("get{}\r\n", " big".repeat(100));
+    let mut hogs = Vec::new();
+    for n in 0..10 {
+        let mut hog = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        hog.set_nonblocking(true).unwrap();
+        let request = if n % 2 == 0 { b"get big\r\n".repeat(2000) } else { multi.as_bytes().repeat(20) };
+        let mut sent = 0;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sent < request.len() && Instant::now() < deadline {
+            match hog.write(&request[sent..]) {
+                Ok(n) => sent += n,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        hogs.push(hog);
+    }
+    // Everyone else is still served promptly.
+    let started = Instant::now();
+    still_serves(server.1);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let resident = resident_bytes(server.0.id());
+    let bound = 64 * MIB + 10 * PER_CONNECTION_BOUND + BASELINE;
+    assert!(resident < bound, "resident {} MiB, bound {} MiB", resident / MIB, bound / MIB);
+    drop(hogs);
+    std::thread::sleep(Duration::from_millis(200));
+    still_serves(server.1);
+}
+
+#[test]
+fn a_huge_multi_get_arrives_whole_for_a_client_that_reads() {
+    let server = tierkv();
+    let value = vec![b'w'; 400_000];
+    let mut stream = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(&[b"set w 0 0 400000\r\n".as_slice(), &value, b"\r\n"].concat()).unwrap();
+    let mut stored = [0u8; 8];
+    stream.read_exact(&mut stored).unwrap();
+    // 100 copies of a 400 KB value: 40 MB, ten times the output limit, then a second request.
+    stream.write_all(format!("get{}\r\nversion\r\n", " w".repeat(100)).as_bytes()).unwrap();
+    let one = [b"VALUE w 0 400000\r\n".as_slice(), &value, b"\r\n"].concat();
+    let expected_len = one.len() * 100 + b"END\r\n".len();
+    let mut reply = vec![0u8; expected_len];
+    stream.read_exact(&mut reply).unwrap();
+    assert!(reply.chunks(one.len()).take(100).all(|chunk| chunk == one.as_slice()));
+    assert!(reply.ends_with(b"END\r\n"));
+    let mut version = [0u8; 8];
+    stream.read_exact(&mut version).unwrap();
+    assert_eq!(&version, b"VERSION ");
+}
+
+#[test]
+fn partial_large_sets_on_many_connections_stay_within_the_bound() {
+    let server = tierkv();
+    let mut streams = Vec::new();
+    for _ in 0..40 {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+        stream.write_all(b"set k 0 0 1000000\r\n").unwrap();
+        stream.write_all(&vec![b'p'; 990_000]).unwrap();
+        streams.push(stream);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    still_serves(server.1);
+    let resident = resident_bytes(server.0.id());
+    let input_bound = MIB + 64 * 1024 + 4096;
+    let bound = 64 * MIB + 40 * input_bound + BASELINE;
+    assert!(resident < bound, "resident {} MiB, bound {} MiB", resident / MIB, bound / MIB);
+    // Finishing the requests stores them.
+    for stream in &mut streams {
+        stream.write_all(&vec![b'p'; 10_000]).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+        let mut reply = [0u8; 8];
+        stream.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"STORED\r\n");
+    }
+}
