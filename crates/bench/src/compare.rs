@@ -27,6 +27,9 @@ pub struct CompareConfig {
     pub out: PathBuf,
     /// Open-loop rates to run for every workload and depth (empty: closed loop only).
     pub sweep: Vec<f64>,
+    /// Rounds; each starts every server afresh, one after another (interleaved), and the
+    /// table reports the median round of each configuration.
+    pub repeat: usize,
 }
 
 /// One row of the results.
@@ -37,6 +40,8 @@ pub struct Row {
     pub pipeline: usize,
     /// The open-loop rate, or None for the closed-loop run.
     pub rate: Option<f64>,
+    /// Which round (0-based) of `--repeat`.
+    pub round: usize,
     pub measurement: Measurement,
 }
 
@@ -144,7 +149,18 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
     }
     std::fs::create_dir_all(&config.out).map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     let mut rows = Vec::new();
-    for server in &config.servers {
+    for round in 0..config.repeat.max(1) {
+        for server in &config.servers {
+            run_server(server, round, config, &mut rows)?;
+        }
+    }
+    write_files(config, &rows)?;
+    Ok(rows)
+}
+
+/// One round of one server: start, preload, every workload and depth, stop.
+fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec<Row>) -> Result<(), String> {
+    {
         let (running, port, protocol) = start(server, config)?;
         let target: SocketAddr = ([127, 0, 0, 1], port).into();
         let base = RunConfig {
@@ -177,15 +193,38 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
                     let run = RunConfig { get_ratio, pipeline, preload: false, rate, ..base.clone() };
                     let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
                     let label = rate.map_or("closed loop".to_string(), |r| format!("{r:.0} ops/s offered"));
-                    eprintln!("{server} workload {workload} pipeline {pipeline} {label}: {}", measurement.summary());
-                    rows.push(Row { server: server.clone(), workload, pipeline, rate, measurement });
+                    eprintln!(
+                        "round {round} {server} workload {workload} pipeline {pipeline} {label}: {}",
+                        measurement.summary()
+                    );
+                    rows.push(Row { server: server.to_string(), workload, pipeline, rate, round, measurement });
                 }
             }
         }
         drop(running);
     }
-    write_files(config, &rows)?;
-    Ok(rows)
+    Ok(())
+}
+
+/// For each (server, workload, depth, rate), the round with the median server CPU per
+/// operation (all of them when there is one round).
+pub fn medians(rows: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for row in rows {
+        let same = |r: &Row| {
+            r.server == row.server && r.workload == row.workload && r.pipeline == row.pipeline && r.rate == row.rate
+        };
+        if out.iter().any(same) {
+            continue;
+        }
+        let mut group: Vec<&Row> = rows.iter().filter(|r| same(r)).collect();
+        group.sort_by(|a, b| {
+            let cpu = |r: &Row| r.measurement.server_cpu_us_per_op.unwrap_or(f64::MAX);
+            cpu(a).total_cmp(&cpu(b))
+        });
+        out.push(group[group.len() / 2].clone());
+    }
+    out
 }
 
 fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
@@ -198,46 +237,63 @@ fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
         .map(|row| {
             let rate = row.rate.map_or("null".to_string(), |r| format!("{r}"));
             let extra = format!(
-                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{},\"rate\":{rate}",
-                row.server, row.workload, row.pipeline
+                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{},\"rate\":{rate},\"round\":{}",
+                row.server, row.workload, row.pipeline, row.round
             );
             row.measurement.json(&extra)
         })
         .collect();
     write("results.json", format!("[\n{}\n]\n", json.join(",\n")))?;
-    write("table.md", table(rows))?;
-    write("plot.svg", plot(rows))?;
+    let median = medians(rows);
+    write("table.md", table(&median))?;
+    write("plot.svg", plot(&median))?;
+    if config.repeat > 1 {
+        write("rounds.md", table(rows))?;
+    }
     eprintln!("wrote {}", Path::new(&config.out).join("{results.json,table.md,plot.svg}").display());
     Ok(())
 }
 
-fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize) -> Option<f64> {
+fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize, round: usize) -> Option<f64> {
     rows.iter()
-        .find(|r| r.server == "memcached" && r.workload == workload && r.pipeline == pipeline && r.rate.is_none())
+        .find(|r| {
+            r.server == "memcached"
+                && r.workload == workload
+                && r.pipeline == pipeline
+                && r.rate.is_none()
+                && r.round == round
+        })
+        .or_else(|| {
+            rows.iter().find(|r| {
+                r.server == "memcached" && r.workload == workload && r.pipeline == pipeline && r.rate.is_none()
+            })
+        })
         .and_then(|r| r.measurement.server_cpu_us_per_op)
 }
 
 /// The Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| server | workload | pipeline | offered ops/s | ops/s | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| server | round | workload | pipeline | offered ops/s | ops/s | hit ratio | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for row in rows {
         let m = &row.measurement;
         let cpu = m.server_cpu_us_per_op.map_or("n/a".to_string(), |c| format!("{c:.3}"));
-        let ratio = match (m.server_cpu_us_per_op, memcached_cpu(rows, row.workload, row.pipeline)) {
+        let ratio = match (m.server_cpu_us_per_op, memcached_cpu(rows, row.workload, row.pipeline, row.round)) {
             (Some(cpu), Some(base)) if base > 0.0 => format!("{:.2}", cpu / base),
             _ => "n/a".to_string(),
         };
         let offered = row.rate.map_or("closed loop".to_string(), |r| format!("{r:.0}"));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {offered} | {:.0} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
+            "| {} | {} | {} | {} | {offered} | {:.0} | {:.4} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
             row.server,
+            row.round,
             row.workload,
             row.pipeline,
             m.ops_per_sec,
+            m.get_hit_ratio,
             m.latency_us_p50,
             m.latency_us_p99,
             m.latency_us_p999

@@ -5,6 +5,8 @@
 //! engine's storage layout (that is `tierkv-engine`). This is the single-worker version: one
 //! thread owns one partition and every connection.
 
+#[cfg(test)]
+mod alloc_tests;
 mod config;
 mod execute;
 mod stats;

@@ -120,6 +120,10 @@ struct CompareArgs {
     /// depth; the plot then shows throughput against p99 latency.
     #[arg(long, value_delimiter = ',')]
     sweep: Vec<f64>,
+    /// Rounds: every server is run once per round, in turn, and the table shows each
+    /// configuration's median round (by server CPU per operation); rounds.md has them all.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 fn compare(args: CompareArgs) {
@@ -164,9 +168,10 @@ fn compare(args: CompareArgs) {
         dist: args.dist,
         out: args.out,
         sweep: args.sweep,
+        repeat: args.repeat.clamp(1, 100),
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));
-    print!("{}", tierkv_bench::compare::table(&rows));
+    print!("{}", tierkv_bench::compare::table(&tierkv_bench::compare::medians(&rows)));
 }
 
 fn parse_range(text: &str) -> Result<(usize, usize), String> {
