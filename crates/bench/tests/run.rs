@@ -202,19 +202,29 @@ fn bad_targets_fail_clearly() {
 fn compare_writes_table_json_and_plot() {
     let out = std::env::temp_dir().join(format!("tierkv-compare-test-{}", std::process::id()));
     let output = Command::new(BENCH)
-        .args(["compare", "--servers", "memcached,redis,floor", "--workloads", "B,A", "--pipelines", "1,4"])
+        .args(["compare", "--servers", "memcached,redis,floor", "--workloads", "B", "--pipelines", "1,4"])
         .args(["--seconds", "0.3", "--keys", "1000", "--connections", "4", "--memory-mib", "64", "--sweep", "5000"])
+        .args(["--repeat", "2"])
         .arg("--out")
         .arg(&out)
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The table has one (median) row per server, depth and rate; rounds.md has every round.
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
-    assert_eq!(table.lines().count(), 2 + 3 * 2 * 2 * 2, "{table}");
-    assert!(table.contains("| memcached | B | 1 | closed loop |") && table.contains("| redis | A | 4 | 5000 |"));
+    assert_eq!(table.lines().count(), 2 + 3 * 2 * 2, "{table}");
+    let row =
+        |server: &str, rest: &str| table.lines().any(|l| l.starts_with(&format!("| {server} | ")) && l.contains(rest));
+    assert!(row("memcached", "| B | 1 | closed loop |") && row("redis", "| B | 4 | 5000 |"), "{table}");
+    let rounds = std::fs::read_to_string(out.join("rounds.md")).unwrap();
+    assert_eq!(rounds.lines().count(), 2 + 2 * 3 * 2 * 2, "{rounds}");
+    assert!(
+        rounds.contains("| floor | 0 | B | 4 | closed loop |")
+            && rounds.contains("| floor | 1 | B | 4 | closed loop |")
+    );
     let json = std::fs::read_to_string(out.join("results.json")).unwrap();
     assert_eq!(json.matches("\"server\":").count(), 24);
-    assert!(json.contains("\"rate\":5000"));
+    assert!(json.contains("\"rate\":5000") && json.contains("\"round\":1"));
     let svg = std::fs::read_to_string(out.join("plot.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "the sweep draws throughput against p99");
     std::fs::remove_dir_all(&out).unwrap();
