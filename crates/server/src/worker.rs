@@ -11,7 +11,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tierkv_engine::{unix_now, Partition, PartitionConfig};
-use tierkv_protocol::{binary, decode_request, reply, Decoded, ErrorReply, Limits};
+use tierkv_protocol::{binary, decode_request, reply, Command, Decoded, ErrorReply, Limits, Request};
 
 const LISTENER: Token = Token(usize::MAX);
 /// Replies a connection may have waiting before the server stops executing its requests (it
@@ -321,22 +321,61 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
             stopped_early = true;
             break;
         }
-        match decode_request(&input[at..], limits) {
-            Decoded::Request { request, consumed } => {
-                match execute(partition, &request, &mut connection.output, state, &mut connection.resume) {
-                    After::Continue => at += consumed,
-                    // A multi-get filled the output: the rest of its keys wait for a later turn.
-                    After::Pause => {
-                        stopped_early = true;
-                        break;
-                    }
-                    After::Close => {
-                        at += consumed;
-                        connection.closing = true;
-                        break;
-                    }
+        // Decode a run of complete requests, load their keys' buckets and items into cache
+        // together, then execute them in order (MICA's batched pipeline, one turn's worth).
+        let mut batch = [None; BATCH];
+        let mut batch_len = 0;
+        let mut decoded_end = at;
+        let mut next = None;
+        while batch_len < BATCH && decoded_end < input.len() {
+            match decode_request(&input[decoded_end..], limits) {
+                Decoded::Request { request, consumed } => {
+                    batch[batch_len] = Some((request, consumed));
+                    batch_len += 1;
+                    decoded_end += consumed;
+                }
+                other => {
+                    next = Some(other);
+                    break;
                 }
             }
+        }
+        if batch_len > 1 {
+            let mut keys: [&[u8]; BATCH] = [&[]; BATCH];
+            let mut key_count = 0;
+            for (request, _) in batch[..batch_len].iter().flatten() {
+                if let Some(key) = first_key(request) {
+                    keys[key_count] = key;
+                    key_count += 1;
+                }
+            }
+            partition.prefetch_keys(&keys[..key_count]);
+        }
+        for (request, consumed) in batch[..batch_len].iter().flatten() {
+            if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
+                stopped_early = true;
+                break;
+            }
+            match execute(partition, request, &mut connection.output, state, &mut connection.resume) {
+                After::Continue => at += consumed,
+                // A multi-get filled the output: the rest of its keys wait for a later turn.
+                After::Pause => {
+                    stopped_early = true;
+                    break;
+                }
+                After::Close => {
+                    at += consumed;
+                    connection.closing = true;
+                    break;
+                }
+            }
+        }
+        if stopped_early || connection.closing {
+            break;
+        }
+        let Some(decoded) = next else { continue };
+        match decoded {
+            Decoded::Request { .. } => unreachable!("requests are batched above"),
             Decoded::Incomplete { .. } => break,
             Decoded::Error(error) => {
                 if error.reply == ErrorReply::Server(TOO_LARGE)
@@ -406,5 +445,24 @@ fn pin_to_first_allowed_cpu(verbose: bool) {
         if verbose && pinned {
             eprintln!("tierkv: worker pinned to CPU {cpu}");
         }
+    }
+}
+
+/// Requests decoded and prefetched together in one step of a turn.
+const BATCH: usize = 32;
+
+/// The key whose bucket and item a request will read first (plain keys only).
+fn first_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
+    match request.command {
+        Command::Get { keys, base64: false, .. } => keys.iter().next(),
+        Command::Store { key, .. }
+        | Command::Delete { key, .. }
+        | Command::Arith { key, .. }
+        | Command::Touch { key, .. }
+            if !key.base64 =>
+        {
+            Some(key.raw)
+        }
+        _ => None,
     }
 }
