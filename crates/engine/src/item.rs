@@ -3,10 +3,11 @@
 //! padding is ever added.
 //!
 //! ```text
-//!  byte 0   control   7   5 4   3   2   1  0
-//!                     +-----+---+---+---+-----+
-//!                     | 101 | C | E | F | L-1 |   L = bytes of the value length (1..=4)
-//!                     +-----+---+---+---+-----+   F/E/C: flags / expiry / CAS field present
+//!  byte 0   control   7   6   5   4   3   2   1  0
+//!                     +---+---+---+---+---+---+-----+
+//!                     | H | S | W | C | E | F | L-1 |   L = bytes of the value length (1..=4)
+//!                     +---+---+---+---+---+---+-----+   F/E/C: flags / expiry / CAS field present
+//!                                                       H/S/W: fetched / stale / token sent
 //!  byte 1   key length (1..=250)
 //!  L bytes  value length, little endian
 //!  [4 bytes flags]    when F: memcached's client flags (absent = 0)
@@ -17,7 +18,11 @@
 //!
 //! A fresh item's CAS is its log position plus one, which is unique and increasing, so it costs
 //! no bytes. An item copied forward by the LRU re-append keeps its CAS in the explicit field.
-//! The three-bit marker catches a read from a wrong offset before it can return garbage.
+//!
+//! H, S and W are memcached's per-item state for the meta protocol: fetched since stored (`h`),
+//! marked stale by an invalidation (`X`), a recache token handed out (`W`/`Z`). They change in
+//! place, one bit store into a line the read just brought into cache. A key length outside
+//! 1..=250 catches a read from a wrong offset before it can return garbage.
 
 /// The header of an item as stored in the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,10 +34,17 @@ pub(crate) struct ItemHeader {
     pub(crate) expiry: u32,
     /// Explicit CAS, or None when the CAS is the item's position plus one.
     pub(crate) cas: Option<u64>,
+    /// The H/S/W state bits, in their control-byte positions.
+    pub(crate) state: u8,
 }
 
-const MARKER: u8 = 0b101 << 5;
-const MARKER_MASK: u8 = 0b111 << 5;
+/// Fetched since stored (meta `h`).
+pub(crate) const FETCHED: u8 = 1 << 7;
+/// Marked stale by an invalidation (meta `X`).
+pub(crate) const STALE: u8 = 1 << 6;
+/// A recache token (meta `W`) was handed out; later readers see `Z`.
+pub(crate) const TOKEN_SENT: u8 = 1 << 5;
+pub(crate) const STATE_MASK: u8 = FETCHED | STALE | TOKEN_SENT;
 const HAS_FLAGS: u8 = 1 << 2;
 const HAS_EXPIRY: u8 = 1 << 3;
 const HAS_CAS: u8 = 1 << 4;
@@ -77,7 +89,7 @@ impl ItemHeader {
         assert!((1..=u8::MAX as usize).contains(&self.key_len));
         assert!(self.value_len <= MAX_ENCODABLE_VALUE);
         let value_len_bytes = self.value_len_bytes();
-        let mut control = MARKER | (value_len_bytes as u8 - 1);
+        let mut control = (self.state & STATE_MASK) | (value_len_bytes as u8 - 1);
         let mut at = 2;
         let value_len = (self.value_len as u32).to_le_bytes();
         out[at..at + value_len_bytes].copy_from_slice(&value_len[..value_len_bytes]);
@@ -104,12 +116,12 @@ impl ItemHeader {
     }
 
     /// Reads a header from the front of `bytes`, which must start at an item written by
-    /// `encode` (asserted through the marker bits); returns it with its encoded length.
+    /// `encode` (asserted through the key length); returns it with its encoded length.
     #[inline]
     pub(crate) fn decode(bytes: &[u8]) -> (ItemHeader, usize) {
         let control = bytes[0];
-        assert_eq!(control & MARKER_MASK, MARKER, "index points outside an item");
         let key_len = usize::from(bytes[1]);
+        assert!((1..=250).contains(&key_len), "index points outside an item");
         let value_len_bytes = usize::from(control & 0b11) + 1;
         let value_len = match bytes.get(2..6) {
             // One unaligned 4-byte read, masked to the field's width.
@@ -120,7 +132,7 @@ impl ItemHeader {
                 u32::from_le_bytes(field)
             }
         } as usize;
-        let mut header = ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None };
+        let mut header = ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None, state: control & STATE_MASK };
         let mut at = 2 + value_len_bytes;
         if control & (HAS_FLAGS | HAS_EXPIRY | HAS_CAS) != 0 {
             if control & HAS_FLAGS != 0 {
@@ -148,7 +160,7 @@ fn read_u32(bytes: &[u8], at: usize) -> u32 {
 
 /// Bytes an item with these sizes takes in the log (no flags, no expiry, implicit CAS).
 pub fn item_log_bytes(key_len: usize, value_len: usize) -> usize {
-    ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None }.total_len()
+    ItemHeader { key_len, value_len, flags: 0, expiry: 0, cas: None, state: 0 }.total_len()
 }
 
 #[cfg(test)]
@@ -170,7 +182,9 @@ mod tests {
     fn headers_round_trip_at_every_size_class() {
         for value_len in [0, 1, 255, 256, 65_535, 65_536, 0xFF_FFFF, 0x100_0000, 1 << 30] {
             for (flags, expiry, cas) in [(0, 0, None), (7, 0, None), (0, 99, Some(5)), (1, 2, Some(u64::MAX))] {
-                round_trip(ItemHeader { key_len: 250, value_len, flags, expiry, cas });
+                for state in [0, FETCHED, STALE | TOKEN_SENT, STATE_MASK] {
+                    round_trip(ItemHeader { key_len: 250, value_len, flags, expiry, cas, state });
+                }
             }
         }
     }
@@ -180,7 +194,7 @@ mod tests {
         assert_eq!(item_log_bytes(8, 8), 19);
         assert_eq!(item_log_bytes(16, 32), 51);
         assert_eq!(item_log_bytes(10, 300), 2 + 2 + 10 + 300);
-        let full = ItemHeader { key_len: 1, value_len: 1 << 24, flags: 1, expiry: 1, cas: Some(1) };
+        let full = ItemHeader { key_len: 1, value_len: 1 << 24, flags: 1, expiry: 1, cas: Some(1), state: STATE_MASK };
         assert_eq!(full.header_len(), MAX_HEADER_BYTES);
     }
 

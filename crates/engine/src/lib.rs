@@ -26,7 +26,7 @@ pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
 pub use numeric::{apply_delta, parse_counter, CounterValue};
 pub use partition::{
     check_key, ArithInitial, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, EngineStats, Item,
-    MemoryOverhead, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest, DEFAULT_EXPECTED_ITEM_BYTES,
-    DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,
+    ItemDebug, MemoryOverhead, MetaGet, MetaItem, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest,
+    DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,
 };
 pub use time::{expiry_from_exptime, unix_now, RELATIVE_EXPTIME_MAX};

@@ -4,10 +4,12 @@
 use crate::census::Census;
 use crate::hash::KeyHash;
 use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
+use crate::item;
 use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
 use crate::log::Log;
 use crate::numeric::{apply_delta, parse_counter, CounterValue};
 use crate::region::Region;
+use crate::time::ClockMarks;
 use crate::time::{expiry_from_exptime, is_expired, unix_now};
 use std::fmt;
 
@@ -141,6 +143,45 @@ pub struct Item<'a> {
     pub cas: u64,
     /// Absolute Unix expiry in seconds, 0 = never.
     pub expiry: u32,
+    /// Fetched before this read (meta `h`).
+    pub fetched: bool,
+    /// Marked stale by an invalidation (meta `X`).
+    pub stale: bool,
+    /// A recache token was handed out before this read (meta `Z`).
+    pub token_sent: bool,
+}
+
+/// What a meta get (`mg`) asks beyond the plain read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetaGet {
+    /// `T`: new exptime.
+    pub touch: Option<i64>,
+    /// `N`: on a miss, create an empty item with this exptime and hand out the token.
+    pub vivify: Option<i64>,
+    /// `R`: hand out the token when the item expires before this exptime would.
+    pub recache: Option<i64>,
+}
+
+/// A meta get's item and the token decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaItem<'a> {
+    pub item: Item<'a>,
+    /// This reader got the recache token (meta `W`).
+    pub won: bool,
+    /// Seconds since the item was stored or last copied forward (meta `l`, memcached's `la`).
+    pub last_access: u32,
+}
+
+/// What `me` (meta debug) reports about an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ItemDebug {
+    /// Seconds to live, -1 for never.
+    pub ttl: i64,
+    pub last_access: u32,
+    pub cas: u64,
+    pub fetched: bool,
+    /// Bytes the item takes in the log (header, key and value).
+    pub size: usize,
 }
 
 /// Which memcached storage command a store performs.
@@ -304,6 +345,7 @@ pub struct Partition {
     item_bytes_hint: usize,
     stats: EngineStats,
     census: Census,
+    clock_marks: ClockMarks,
 }
 
 /// Compares two keys of equal length; short keys (the common case) without a library call.
@@ -369,6 +411,7 @@ impl Partition {
             item_bytes_hint: 64,
             stats: EngineStats::default(),
             census: Census::new(capacity, 0),
+            clock_marks: ClockMarks::starting(unix_now()),
         })
     }
 
@@ -376,6 +419,7 @@ impl Partition {
     /// turn. A delayed flush_all takes effect here.
     pub fn set_clock(&mut self, now: u32) {
         self.now = now;
+        self.clock_marks.mark(self.log.tail(), now);
         if let Some(at) = self.pending_flush_at {
             if now >= at {
                 self.log.flush();
@@ -502,6 +546,17 @@ impl Partition {
             flags: found.header.flags,
             cas: found.cas(),
             expiry: found.header.expiry,
+            fetched: found.header.state & item::FETCHED != 0,
+            stale: found.header.state & item::STALE != 0,
+            token_sent: found.header.state & item::TOKEN_SENT != 0,
+        }
+    }
+
+    /// Sets state bits of the item in place (one byte in a line just read).
+    #[inline]
+    fn set_state(&mut self, found: &Found, bits: u8) {
+        if found.header.state & bits != bits {
+            self.log.bytes_from_mut(found.ring_index)[0] |= bits;
         }
     }
 
@@ -619,7 +674,6 @@ impl Partition {
     /// up (returning `found`) when the copy would overwrite the original.
     fn rewrite(&mut self, found: &Found, header: &ItemHeader, only_if_cheap: bool) -> Found {
         debug_assert_eq!((header.key_len, header.value_len), (found.header.key_len, found.header.value_len));
-        debug_assert!(header.cas.is_some());
         let size = header.total_len();
         let payload_len = found.header.key_len + found.header.value_len;
         let old_start = found.payload_start();
@@ -679,6 +733,14 @@ impl Partition {
 
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
+        let found = self.read_hashed(key, hash)?;
+        Some(self.item_at(&found))
+    }
+
+    /// The read behind every get: finds the item, copies it forward when it is close to
+    /// eviction, marks it fetched (the returned header still has the state before).
+    #[inline]
+    fn read_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let mut found = self.find_live(key, hash)?;
         self.item_bytes_hint = (self.item_bytes_hint * 7 + found.total_len()) / 8;
         if self.log.tail() - found.position > self.reappend_age {
@@ -686,7 +748,8 @@ impl Partition {
             found = self.rewrite(&found, &header, true);
             self.stats.reappends += 1;
         }
-        Some(self.item_at(&found))
+        self.set_state(&found, item::FETCHED);
+        Some(found)
     }
 
     /// set: stores unconditionally; returns the new CAS.
@@ -705,7 +768,7 @@ impl Partition {
         exptime: i64,
     ) -> Result<u64, EngineError> {
         let expiry = expiry_from_exptime(exptime, self.now);
-        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None };
+        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None, state: 0 };
         self.check_size(&header)?;
         Ok(self.write_item(hash, &header, key, [value, &[]]))
     }
@@ -728,8 +791,12 @@ impl Partition {
                 Ok(StoreOutcome::Exists)
             }
             (StoreMode::Append | StoreMode::Prepend, Some(found)) => {
-                let header =
-                    ItemHeader { value_len: found.header.value_len + request.value.len(), cas: None, ..found.header };
+                let header = ItemHeader {
+                    value_len: found.header.value_len + request.value.len(),
+                    cas: None,
+                    state: 0,
+                    ..found.header
+                };
                 self.check_size(&header)?;
                 let old_first = request.mode == StoreMode::Append;
                 let cas = self.write_combined(hash, &header, request.key, &found, request.value, old_first);
@@ -776,7 +843,7 @@ impl Partition {
         let current = parse_counter(self.value_of(&found)).ok_or(EngineError::NonNumeric)?;
         let value = apply_delta(current, request.delta, request.decrement);
         let counter = CounterValue::new(value, found.header.value_len);
-        let header = ItemHeader { value_len: counter.value_len, cas: None, ..found.header };
+        let header = ItemHeader { value_len: counter.value_len, cas: None, state: 0, ..found.header };
         self.check_size(&header)?;
         let (position, value_start) = self.start_item(&header, key);
         counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
@@ -798,7 +865,12 @@ impl Partition {
     }
 
     fn touch_hashed(&mut self, key: &[u8], hash: KeyHash, exptime: i64) -> Option<Found> {
-        let found = self.find_live(key, hash)?;
+        let found = self.read_hashed(key, hash)?;
+        self.set_expiry(found, exptime)
+    }
+
+    /// Gives `found` a new exptime, in place when the header keeps its size.
+    fn set_expiry(&mut self, found: Found, exptime: i64) -> Option<Found> {
         let expiry = expiry_from_exptime(exptime, self.now);
         match (found.header.expiry_field(), expiry) {
             (None, 0) => Some(found),
@@ -813,6 +885,77 @@ impl Partition {
                 Some(self.rewrite(&found, &header, false))
             }
         }
+    }
+
+    /// mg: a get with memcached's meta semantics. `T` sets a new exptime; on a miss, `N`
+    /// creates an empty item and hands its creator the recache token; on a hit the token goes
+    /// to the first reader of a stale item, or with `R` to the first reader of an item that
+    /// expires before the `R` time. Every read marks the item fetched.
+    pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
+        check_key(key)?;
+        let hash = KeyHash::of(key);
+        let (found, created) = match self.read_hashed(key, hash) {
+            Some(found) => (found, false),
+            None => {
+                let Some(exptime) = request.vivify else { return Ok(None) };
+                self.set_hashed(key, hash, &[], 0, exptime)?;
+                match self.find_live(key, hash) {
+                    Some(found) => (found, true),
+                    // An already-expired vivify exptime leaves nothing to return.
+                    None => return Ok(None),
+                }
+            }
+        };
+        let found = match request.touch {
+            Some(exptime) => match self.set_expiry(found, exptime) {
+                Some(found) => found,
+                None => return Ok(None),
+            },
+            None => found,
+        };
+        let state = found.header.state;
+        let recache_due = request.recache.is_some_and(|exptime| {
+            let expiry = found.header.expiry;
+            expiry != 0 && expiry < expiry_from_exptime(exptime, self.now)
+        });
+        let won = state & item::TOKEN_SENT == 0 && (created || recache_due || state & item::STALE != 0);
+        if won {
+            self.set_state(&found, item::TOKEN_SENT);
+        }
+        let last_access = self.now.saturating_sub(self.clock_marks.time_at(found.position));
+        Ok(Some(MetaItem { item: self.item_at(&found), won, last_access }))
+    }
+
+    /// md with `I`: instead of deleting, marks the item stale with a new CAS (and exptime, if
+    /// given) and takes back any recache token, so the next reader wins it.
+    pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
+        check_key(key)?;
+        let Some(found) = self.find_live(key, KeyHash::of(key)) else {
+            return Ok(DeleteOutcome::NotFound);
+        };
+        if cas != 0 && cas != found.cas() {
+            return Ok(DeleteOutcome::Exists);
+        }
+        let expiry = exptime.map_or(found.header.expiry, |exptime| expiry_from_exptime(exptime, self.now));
+        let state = (found.header.state | item::STALE) & !item::TOKEN_SENT;
+        // A copy at a new position: its implicit CAS is new and unique.
+        let header = ItemHeader { expiry, state, cas: None, ..found.header };
+        self.rewrite(&found, &header, false);
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    /// me: what memcached's meta debug reports, without counting as a read.
+    pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
+        check_key(key)?;
+        let Some(found) = self.find_live(key, KeyHash::of(key)) else { return Ok(None) };
+        let expiry = found.header.expiry;
+        Ok(Some(ItemDebug {
+            ttl: if expiry == 0 { -1 } else { i64::from(expiry) - i64::from(self.now) },
+            last_access: self.now.saturating_sub(self.clock_marks.time_at(found.position)),
+            cas: found.cas(),
+            fetched: found.header.state & item::FETCHED != 0,
+            size: found.total_len(),
+        }))
     }
 
     /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item

@@ -533,3 +533,60 @@ fn live_item_count_follows_the_log_around_within_one_segment() {
     assert!(p.stats().log_bytes_written > 4 * capacity as u64, "the log wrapped several times");
     assert!(p.stats().evictions > p.stats().index_evictions, "{:?}", p.stats());
 }
+
+#[test]
+fn meta_get_vivifies_a_miss_and_hands_out_one_token() {
+    let mut p = roomy();
+    let ask = MetaGet { vivify: Some(30), ..MetaGet::default() };
+    assert_eq!(p.meta_get(b"k", &MetaGet::default()).unwrap(), None, "no N, no item");
+    let first = p.meta_get(b"k", &ask).unwrap().unwrap();
+    assert!(first.won && first.item.value.is_empty() && !first.item.token_sent);
+    assert_eq!(first.item.expiry, NOW + 30);
+    let second = p.meta_get(b"k", &ask).unwrap().unwrap();
+    assert!(!second.won && second.item.token_sent, "later readers see Z, not W");
+}
+
+#[test]
+fn meta_get_recache_wins_once_when_the_ttl_is_below_the_token() {
+    let mut p = roomy();
+    p.set(b"k", b"v", 0, 100).unwrap();
+    let late = MetaGet { recache: Some(50), ..MetaGet::default() };
+    assert!(!p.meta_get(b"k", &late).unwrap().unwrap().won, "expires after the R time: no token");
+    let soon = MetaGet { recache: Some(200), ..MetaGet::default() };
+    assert!(p.meta_get(b"k", &soon).unwrap().unwrap().won);
+    let again = p.meta_get(b"k", &soon).unwrap().unwrap();
+    assert!(!again.won && again.item.token_sent);
+    p.set(b"forever", b"v", 0, 0).unwrap();
+    assert!(!p.meta_get(b"forever", &soon).unwrap().unwrap().won, "an item without expiry never recaches");
+}
+
+#[test]
+fn reads_mark_items_fetched_and_report_time_since_written() {
+    let mut p = roomy();
+    p.set(b"k", b"v", 0, 0).unwrap();
+    assert!(!p.get(b"k").unwrap().unwrap().fetched, "h0 on the first read");
+    let read = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    assert!(read.item.fetched && read.last_access == 0);
+    p.set_clock(NOW + 7);
+    assert_eq!(p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap().last_access, 7);
+    p.set(b"k", b"w", 0, 0).unwrap();
+    assert!(!p.get(b"k").unwrap().unwrap().fetched, "a new value starts unfetched");
+    assert!(p.touch(b"t", 5).is_ok_and(|hit| !hit));
+}
+
+#[test]
+fn invalidation_marks_stale_with_a_new_cas_and_gives_the_token_to_the_next_reader() {
+    let mut p = roomy();
+    let cas = p.set(b"k", b"v", 0, 0).unwrap();
+    assert_eq!(p.invalidate(b"k", cas + 1, None).unwrap(), DeleteOutcome::Exists);
+    assert_eq!(p.invalidate(b"k", cas, Some(30)).unwrap(), DeleteOutcome::Deleted);
+    let first = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    assert!(first.item.stale && first.won && first.item.cas != cas && first.item.value == b"v");
+    assert_eq!(first.item.expiry, NOW + 30);
+    let new_cas = first.item.cas;
+    let second = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    assert!(second.item.stale && !second.won && second.item.token_sent);
+    assert_eq!(p.invalidate(b"absent", 0, None).unwrap(), DeleteOutcome::NotFound);
+    let debug = p.debug_item(b"k").unwrap().unwrap();
+    assert_eq!((debug.ttl, debug.fetched, debug.cas), (30, true, new_cas));
+}

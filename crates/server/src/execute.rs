@@ -275,15 +275,29 @@ fn execute_meta(
         Command::Get { keys, base64, .. } => {
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
-            match fetch(partition, key, flags.ttl, &mut state.counters) {
-                Some(item) => {
+            let ask = engine::MetaGet { touch: flags.ttl, vivify: flags.vivify_ttl, recache: flags.recache_ttl };
+            let found = partition.meta_get(key, &ask).ok().flatten();
+            let counters = &mut state.counters;
+            if ask.touch.is_some() {
+                counters.cmd_touch += 1;
+                *(if found.is_some() { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
+            } else {
+                counters.cmd_get += 1;
+                *(if found.is_some() { &mut counters.get_hits } else { &mut counters.get_misses }) += 1;
+            }
+            match found {
+                Some(engine::MetaItem { item, won, last_access }) => {
                     let info = MetaReturn {
                         key: Some(key),
                         size: Some(item.value.len()),
                         ttl: Some(ttl_left(item.expiry, now)),
                         cas: Some(item.cas),
                         client_flags: Some(item.flags),
-                        ..MetaReturn::default()
+                        last_access: Some(last_access),
+                        fetched: Some(item.fetched),
+                        won,
+                        stale: item.stale,
+                        token_sent: item.token_sent,
                     };
                     let (code, value) =
                         if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
@@ -313,7 +327,13 @@ fn execute_meta(
         }
         Command::Delete { key, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
-            let code = match counted_delete(partition, key, cas, &mut state.counters) {
+            // With I the item is marked stale instead of removed.
+            let outcome = if flags.has(b'I') {
+                partition.invalidate(key, cas, flags.ttl)
+            } else {
+                counted_delete(partition, key, cas, &mut state.counters)
+            };
+            let code = match outcome {
                 Ok(engine::DeleteOutcome::Deleted) => MetaCode::Hd,
                 Ok(engine::DeleteOutcome::Exists) => MetaCode::Ex,
                 Ok(engine::DeleteOutcome::NotFound) | Err(_) => MetaCode::Nf,
@@ -356,7 +376,23 @@ fn execute_meta(
                 Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
             }
         }
-        // me (meta debug) and the rest are not served yet.
+        Command::MetaDebug { key } => {
+            let key = key.decode_into(&mut key_buffer).unwrap_or_default();
+            match partition.debug_item(key) {
+                Ok(Some(debug)) => {
+                    // memcached's slab class means nothing here; size is the item's log bytes.
+                    out.extend_from_slice(b"ME ");
+                    out.extend_from_slice(key);
+                    let fetched = if debug.fetched { "yes" } else { "no" };
+                    let line = format!(
+                        " exp={} la={} cas={} fetch={fetched} cls=1 size={}\r\n",
+                        debug.ttl, debug.last_access, debug.cas, debug.size
+                    );
+                    out.extend_from_slice(line.as_bytes());
+                }
+                _ => out.extend_from_slice(b"EN\r\n"),
+            }
+        }
         _ => reply::error(out, &ErrorReply::Error),
     }
 }

@@ -44,6 +44,12 @@ fn text_and_meta_replies_match_memcached_byte_for_byte() {
         b"ms e 2 ME\r\nhi\r\nms e 2 ME\r\nho\r\nmg e v\r\n",
         b"mg Zm9v b v k\r\nms Zm9v 2 b\r\nhi\r\nmg Zm9v b v k\r\n",
         b"ms q 2 q\r\nhi\r\nmg q v q\r\nmn\r\n",
+        // Anti-dogpiling: vivify on miss, recache tokens, invalidation, fetched state.
+        b"mg viv v N30\r\nmg viv v N30\r\nmg viv s v\r\n",
+        b"ms rc 2 T100\r\nhi\r\nmg rc v R200\r\nmg rc v R200\r\nmg rc v R30\r\n",
+        b"ms hh 2\r\nhi\r\nmg hh h v\r\nget hh\r\nmg hh h v\r\n",
+        b"ms st 2\r\nhi\r\nmd st I T30\r\nmg st v\r\nmg st v\r\nmd st q\r\nmg st v\r\n",
+        b"md none I\r\nme none\r\nmg viv2 N0 v q\r\nmn\r\n",
     ];
     for case in cases {
         let (mine, reference) = (exchange(ours.1, case), exchange(theirs.1, case));

@@ -59,15 +59,16 @@ pub fn memcached() -> Server {
 
 /// Sends `request` on a fresh connection and collects the reply until the server is quiet.
 pub fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
-    exchange_and_close(port, request).0
+    exchange_and_close(port, request, Duration::from_millis(300)).0
 }
 
-/// Like `exchange`; also says whether the server closed the connection.
-pub fn exchange_and_close(port: u16, request: &[u8]) -> (Vec<u8>, bool) {
+/// Like `exchange`, with the quiet time that ends the reply; also says whether the server
+/// closed the connection.
+pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8>, bool) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // The server may close before taking everything; what it answered still counts.
     let _ = stream.write_all(request);
-    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    stream.set_read_timeout(Some(quiet)).unwrap();
     let mut reply = Vec::new();
     let mut buffer = [0u8; 65536];
     loop {
