@@ -51,6 +51,8 @@ pub struct RunResult {
     pub operations: u64,
     pub gets: u64,
     pub get_hits: u64,
+    /// SETs refused for lack of memory.
+    pub refused_sets: u64,
     pub elapsed: Duration,
     pub latency_ns: Histogram<u64>,
 }
@@ -126,11 +128,15 @@ fn encode(out: &mut Vec<u8>, protocol: Protocol, kind: Kind, key: &[u8], value: 
 }
 
 /// Outcome of matching one reply against the oldest pending request.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Matched {
     /// The request is answered; hit for a GET.
     Done { hit: bool },
     /// A text VALUE line: the END follows.
     NeedEnd,
+    /// A SET the server refused for lack of memory (memcached's `SERVER_ERROR out of memory`
+    /// under pressure): answered, counted apart.
+    Refused,
 }
 
 fn check_reply(
@@ -147,6 +153,9 @@ fn check_reply(
             resp::Decoded::Done(reply, used) => match (kind, reply) {
                 (Kind::Get, resp::Reply::Bulk(value)) => Ok(Some((Matched::Done { hit: value.is_some() }, used))),
                 (Kind::Set, resp::Reply::Simple(b"OK")) => Ok(Some((Matched::Done { hit: false }, used))),
+                (Kind::Set, resp::Reply::Error(message)) if message.starts_with(b"OOM") => {
+                    Ok(Some((Matched::Refused, used)))
+                }
                 (_, other) => Err(format!("{kind:?} got the RESP reply {other:?}")),
             },
         };
@@ -160,6 +169,16 @@ fn check_reply(
         (Protocol::Text, Kind::Get, Reply::Value { .. }) if !awaiting_end => Matched::NeedEnd,
         (Protocol::Text, Kind::Get, Reply::Status(Status::End)) => Matched::Done { hit: awaiting_end },
         (Protocol::Text, Kind::Set, Reply::Status(Status::Stored)) => Matched::Done { hit: false },
+        (Protocol::Text | Protocol::Meta, Kind::Set, Reply::ServerError(message))
+            if message.starts_with(b"out of memory") =>
+        {
+            Matched::Refused
+        }
+        (Protocol::Binary, Kind::Set, Reply::Binary { header, .. })
+            if header.status_or_vbucket == binary::status::ENOMEM =>
+        {
+            Matched::Refused
+        }
         (Protocol::Meta, Kind::Get, Reply::Meta { code: MetaCode::Va, .. }) => Matched::Done { hit: true },
         (Protocol::Meta, Kind::Get, Reply::Meta { code: MetaCode::En, .. }) => Matched::Done { hit: false },
         (Protocol::Meta, Kind::Set, Reply::Meta { code: MetaCode::Hd, .. }) => Matched::Done { hit: false },
@@ -263,7 +282,7 @@ fn drive_until(
         });
     }
     let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
-    let (mut operations, mut gets, mut get_hits) = (0u64, 0u64, 0u64);
+    let (mut operations, mut gets, mut get_hits, mut refused_sets) = (0u64, 0u64, 0u64, 0u64);
     let mut rng = Rng::new(config.seed ^ 0xFACE);
     let mut key = vec![0u8; config.key_bytes];
     let mut read_buffer = vec![0u8; 64 * 1024];
@@ -325,7 +344,9 @@ fn drive_until(
                 last_progress = Instant::now();
                 match matched {
                     Matched::NeedEnd => connection.awaiting_end = true,
-                    Matched::Done { hit } => {
+                    Matched::Done { .. } | Matched::Refused => {
+                        let hit = matches!(matched, Matched::Done { hit: true });
+                        refused_sets += u64::from(matched == Matched::Refused);
                         connection.awaiting_end = false;
                         connection.pending.pop_front();
                         operations += 1;
@@ -364,7 +385,7 @@ fn drive_until(
             }
         }
     }
-    Ok(RunResult { operations, gets, get_hits, elapsed: start.elapsed(), latency_ns })
+    Ok(RunResult { operations, gets, get_hits, refused_sets, elapsed: start.elapsed(), latency_ns })
 }
 
 /// Encodes the next round (up to `pipeline` requests, all meant for `now`) and writes it;
@@ -523,6 +544,7 @@ fn run_threads(config: &RunConfig) -> Result<RunResult, String> {
                 total.operations += result.operations;
                 total.gets += result.gets;
                 total.get_hits += result.get_hits;
+                total.refused_sets += result.refused_sets;
                 total.elapsed = total.elapsed.max(result.elapsed);
                 total.latency_ns.add(&result.latency_ns).map_err(|e| format!("{e:?}"))?;
                 total
@@ -543,6 +565,8 @@ pub struct Measurement {
     pub latency_us_p999: f64,
     pub server_cpu_us_per_op: Option<f64>,
     pub client_cpu_us_per_op: f64,
+    /// SETs the server refused for lack of memory (answered, not failures of the run).
+    pub refused_sets: u64,
 }
 
 /// Runs `config` (after its preload, if any) and measures it, with the server's CPU time when
@@ -570,6 +594,7 @@ pub fn measure(config: &RunConfig, server_pid: Option<u32>) -> Result<Measuremen
         latency_us_p999: us(0.999),
         server_cpu_us_per_op,
         client_cpu_us_per_op,
+        refused_sets: result.refused_sets,
     })
 }
 
@@ -578,7 +603,7 @@ impl Measurement {
     pub fn json(&self, extra: &str) -> String {
         let server = self.server_cpu_us_per_op.map_or("null".to_string(), |c| format!("{c:.4}"));
         format!(
-            "{{\"ops_per_sec\":{:.1},\"operations\":{},\"get_hit_ratio\":{:.5},\"latency_us\":{{\"p50\":{:.2},\"p99\":{:.2},\"p999\":{:.2}}},\"server_cpu_us_per_op\":{server},\"client_cpu_us_per_op\":{:.4},\"errors\":0{}{extra}}}",
+            "{{\"ops_per_sec\":{:.1},\"operations\":{},\"get_hit_ratio\":{:.5},\"latency_us\":{{\"p50\":{:.2},\"p99\":{:.2},\"p999\":{:.2}}},\"server_cpu_us_per_op\":{server},\"client_cpu_us_per_op\":{:.4},\"errors\":0,\"refused_sets\":{}{}{extra}}}",
             self.ops_per_sec,
             self.operations,
             self.get_hit_ratio,
@@ -586,6 +611,7 @@ impl Measurement {
             self.latency_us_p99,
             self.latency_us_p999,
             self.client_cpu_us_per_op,
+            self.refused_sets,
             if extra.is_empty() { "" } else { "," },
         )
     }
@@ -593,7 +619,7 @@ impl Measurement {
     /// One readable line.
     pub fn summary(&self) -> String {
         format!(
-            "{:.0} ops/s, hit ratio {:.4}, p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, server CPU {} us/op, bench CPU {:.3} us/op",
+            "{:.0} ops/s, hit ratio {:.4}, p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, server CPU {} us/op, bench CPU {:.3} us/op, refused sets {}",
             self.ops_per_sec,
             self.get_hit_ratio,
             self.latency_us_p50,
@@ -601,6 +627,7 @@ impl Measurement {
             self.latency_us_p999,
             self.server_cpu_us_per_op.map_or("n/a".to_string(), |c| format!("{c:.3}")),
             self.client_cpu_us_per_op,
+            self.refused_sets,
         )
     }
 }

@@ -259,10 +259,12 @@ pub struct ArithInitial {
 /// What an incr or decr did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArithOutcome {
-    /// The counter's new value and the item's new CAS.
+    /// The counter's new value and the item's new CAS; `created` when the key was missing
+    /// and the initial value was stored.
     Value {
         value: u64,
         cas: u64,
+        created: bool,
     },
     NotFound,
     /// The item's CAS differs from the request's.
@@ -421,9 +423,13 @@ impl Partition {
         self.now = now;
         self.clock_marks.mark(self.log.tail(), now);
         if let Some(at) = self.pending_flush_at {
+            // memcached also drops what is stored during the deadline second itself, so the
+            // flush repeats on every clock setting of that second.
             if now >= at {
                 self.log.flush();
                 self.census.flushed();
+            }
+            if now > at {
                 self.pending_flush_at = None;
             }
         }
@@ -833,7 +839,7 @@ impl Partition {
                 Some(initial) => {
                     let counter = CounterValue::new(initial.value, 0);
                     let cas = self.set_hashed(key, hash, counter.digits(), initial.flags, initial.exptime)?;
-                    Ok(ArithOutcome::Value { value: initial.value, cas })
+                    Ok(ArithOutcome::Value { value: initial.value, cas, created: true })
                 }
             };
         };
@@ -848,7 +854,7 @@ impl Partition {
         let (position, value_start) = self.start_item(&header, key);
         counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
         self.install(hash, position);
-        Ok(ArithOutcome::Value { value, cas: position + 1 })
+        Ok(ArithOutcome::Value { value, cas: position + 1, created: false })
     }
 
     /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
@@ -959,10 +965,12 @@ impl Partition {
     }
 
     /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
-    /// stored before the delay (memcached exptime rules) runs out is gone then. A new flush_all
-    /// replaces a pending one.
+    /// stored before the delay (memcached exptime rules) runs out is gone then. Like memcached
+    /// (which flushes items not newer than the deadline minus one second), the flush happens a
+    /// second before the deadline, so a delay of 1 flushes now. A new flush_all replaces a
+    /// pending one.
     pub fn flush_all(&mut self, delay: i64) {
-        let at = if delay <= 0 { 0 } else { expiry_from_exptime(delay, self.now) };
+        let at = if delay <= 0 { 0 } else { expiry_from_exptime(delay, self.now).saturating_sub(1) };
         if at <= self.now {
             self.log.flush();
             self.census.flushed();

@@ -167,7 +167,7 @@ fn incr_decr_follow_memcached() {
     let mut p = roomy();
     assert_eq!(incr(&mut p, b"n", 1, false).unwrap(), ArithOutcome::NotFound);
     p.set(b"n", b"100", 5, 0).unwrap();
-    let ArithOutcome::Value { value: v, cas } = incr(&mut p, b"n", 1, false).unwrap() else { panic!() };
+    let ArithOutcome::Value { value: v, cas, .. } = incr(&mut p, b"n", 1, false).unwrap() else { panic!() };
     assert_eq!(v, 101);
     let item = p.get(b"n").unwrap().unwrap();
     assert_eq!((item.value, item.flags, item.cas), (&b"101"[..], 5, cas));
@@ -192,7 +192,7 @@ fn incr_with_cas_and_initial_value() {
     let initial = Some(ArithInitial { value: 40, flags: 3, exptime: 0 });
     let request = ArithRequest { delta: 2, decrement: false, cas: 0, initial };
     assert!(matches!(p.arith(b"n", &request).unwrap(), ArithOutcome::Value { value: 40, .. }));
-    let ArithOutcome::Value { value: 42, cas } = p.arith(b"n", &request).unwrap() else { panic!() };
+    let ArithOutcome::Value { value: 42, cas, .. } = p.arith(b"n", &request).unwrap() else { panic!() };
     assert_eq!(p.get(b"n").unwrap().unwrap().flags, 3);
     let stale = ArithRequest { cas: cas + 1, ..request };
     assert_eq!(p.arith(b"n", &stale).unwrap(), ArithOutcome::Exists);
@@ -262,18 +262,24 @@ fn flush_all_now_and_later() {
     assert!(value(&mut p, b"b").is_some(), "items stored after a flush live");
     p.flush_all(10);
     p.set(b"c", b"3", 0, 0).unwrap();
-    p.set_clock(NOW + 9);
+    p.set_clock(NOW + 8);
     assert!(value(&mut p, b"b").is_some() && value(&mut p, b"c").is_some(), "not yet");
-    p.set_clock(NOW + 10);
+    p.set_clock(NOW + 9);
     assert_eq!((value(&mut p, b"b"), value(&mut p, b"c")), (None, None), "everything before the deadline is gone");
+    p.set(b"during", b"4", 0, 0).unwrap();
+    p.set_clock(NOW + 9);
+    assert_eq!(value(&mut p, b"during"), None, "stores in the deadline second go too, as in memcached");
+    p.set_clock(NOW + 10);
     p.set(b"d", b"4", 0, 0).unwrap();
     p.set_clock(NOW + 100);
-    assert!(value(&mut p, b"d").is_some(), "a delayed flush happens once");
+    assert!(value(&mut p, b"d").is_some(), "a delayed flush ends with its deadline second");
     p.flush_all(5);
     p.flush_all(0);
     p.set(b"e", b"5", 0, 0).unwrap();
     p.set_clock(NOW + 200);
     assert!(value(&mut p, b"e").is_some(), "an immediate flush cancels a pending one");
+    p.flush_all(1);
+    assert_eq!(value(&mut p, b"e"), None, "memcached flushes at once with a delay of 1");
 }
 
 #[test]

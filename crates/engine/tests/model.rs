@@ -195,7 +195,7 @@ fn run_exact(ops: &[Op]) {
                         None => assert_eq!(result, Err(EngineError::NonNumeric)),
                         Some(current) => {
                             let value = apply_delta(current, *delta, *decrement);
-                            let Ok(ArithOutcome::Value { value: got, cas }) = result else { panic!("{result:?}") };
+                            let Ok(ArithOutcome::Value { value: got, cas, .. }) = result else { panic!("{result:?}") };
                             assert_eq!(got, value);
                             let counter = CounterValue::new(value, old.value.len());
                             let mut bytes = vec![0; counter.value_len];

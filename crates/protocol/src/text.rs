@@ -12,6 +12,8 @@ use crate::{
 };
 
 const BAD_FORMAT: &str = "bad command line format";
+/// memcached's one answer to any flag error of md and ma.
+const MD_MA_FLAG_ERROR: &str = "invalid or duplicate flag";
 /// Most leading spaces memcached tolerates before a long retrieval line.
 const MAX_LEADING_SPACES: usize = 100;
 
@@ -134,7 +136,6 @@ impl<'a> Line<'a> {
             let Some(token) = tokens.next() else { return self.error(ErrorReply::Error) };
             match strtol32(token) {
                 Some(exptime) => Some(i64::from(exptime)),
-                None if tokens.next().is_none() => return self.error(ErrorReply::Error),
                 None => return self.client_error("invalid exptime argument", false),
             }
         } else {
@@ -290,10 +291,12 @@ impl<'a> Line<'a> {
         if !(2..=3).contains(&count) {
             return self.error(ErrorReply::Error);
         }
-        // memcached reads the level with a bare strtoul: leading digits, anything else is 0.
-        let digits = tokens[1].iter().take_while(|b| b.is_ascii_digit()).count();
-        let level = strtoul32(&tokens[1][..digits]).unwrap_or(0);
-        self.ok(Command::Verbosity { level }, noreply(&tokens[..count]))
+        // memcached reads the level with safe_strtoul; a trailing token is ignored.
+        let noreply = noreply(&tokens[..count]);
+        match strtoul32(tokens[1]) {
+            Some(level) => self.ok(Command::Verbosity { level }, noreply),
+            None => self.client_error(BAD_FORMAT, noreply),
+        }
     }
 
     // ----- meta commands -----
@@ -333,19 +336,30 @@ impl<'a> Line<'a> {
     }
 
     /// Key and flags of mg, md and ma, with memcached's checks on the line, the flags, the
-    /// opaque token and a base64 key.
-    fn meta_head(&self, limits: &Limits, too_many: &'static str) -> Result<(Key<'a>, MetaFlags<'a>), Decoded<'a>> {
+    /// opaque token and a base64 key. memcached answers md's and ma's flag and key-decoding
+    /// errors (all but a too-long opaque) with one message, `flag_error`; mg's say what is wrong.
+    fn meta_head(
+        &self,
+        limits: &Limits,
+        too_many: &'static str,
+        flag_error: Option<&'static str>,
+    ) -> Result<(Key<'a>, MetaFlags<'a>), Decoded<'a>> {
         let (raw_key, flag_tokens) = self.meta_parts(limits, too_many)?;
-        let flags = parse_flags(flag_tokens).map_err(|message| self.client_error(message, false))?;
+        let flags =
+            parse_flags(flag_tokens).map_err(|message| self.client_error(flag_error.unwrap_or(message), false))?;
         if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
             return Err(self.client_error("opaque token too long", false));
         }
-        let key = self.meta_key(raw_key, flags.base64(), limits)?;
+        let key = match (self.meta_key(raw_key, flags.base64(), limits), flag_error) {
+            (Ok(key), _) => key,
+            (Err(_), Some(message)) => return Err(self.client_error(message, false)),
+            (Err(error), None) => return Err(error),
+        };
         Ok((key, flags))
     }
 
     fn meta_get(&self, limits: &Limits) -> Decoded<'a> {
-        let (key, flags) = match self.meta_head(limits, "options flags are too long") {
+        let (key, flags) = match self.meta_head(limits, "options flags are too long", None) {
             Ok(head) => head,
             Err(decoded) => return decoded,
         };
@@ -385,6 +399,11 @@ impl<'a> Line<'a> {
         if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
             return swallow("opaque token too long");
         }
+        // memcached decodes the key before it looks at the mode.
+        let key = match self.meta_key(tokens[1], flags.base64(), limits) {
+            Ok(key) => key,
+            Err(_) => return swallow("error decoding key"),
+        };
         let mut mode = match flags.mode {
             None | Some(b'S' | b's') => StoreMode::Set,
             Some(b'E' | b'e') => StoreMode::Add,
@@ -396,10 +415,6 @@ impl<'a> Line<'a> {
         if flags.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
             mode = StoreMode::Cas;
         }
-        let key = match self.meta_key(tokens[1], flags.base64(), limits) {
-            Ok(key) => key,
-            Err(_) => return swallow("error decoding key"),
-        };
         let value = match self.data_block(input, length, limits, false) {
             Ok(value) => value,
             Err(decoded) => return decoded,
@@ -417,7 +432,7 @@ impl<'a> Line<'a> {
     }
 
     fn meta_delete(&self, limits: &Limits) -> Decoded<'a> {
-        let (key, flags) = match self.meta_head(limits, "options flags too long") {
+        let (key, flags) = match self.meta_head(limits, "options flags too long", Some(MD_MA_FLAG_ERROR)) {
             Ok(head) => head,
             Err(decoded) => return decoded,
         };
@@ -426,7 +441,7 @@ impl<'a> Line<'a> {
     }
 
     fn meta_arith(&self, limits: &Limits) -> Decoded<'a> {
-        let (key, flags) = match self.meta_head(limits, "options flags too long") {
+        let (key, flags) = match self.meta_head(limits, "options flags too long", Some(MD_MA_FLAG_ERROR)) {
             Ok(head) => head,
             Err(decoded) => return decoded,
         };

@@ -240,7 +240,12 @@ fn meta_errors() {
     let e = error(b"ms foo 2 MX\r\nhi\r\n");
     assert_eq!((e.reply, e.skip), (ErrorReply::Client("invalid mode for ms M token"), 17), "ms errors swallow data");
     assert_eq!(client(b"ma foo MX\r\n"), ErrorReply::Client("invalid mode for ma M token"));
-    assert_eq!(client(b"ma foo Dx\r\n"), ErrorReply::Client("invalid numeric delta value"));
+    assert_eq!(client(b"mg foo D-1\r\n"), ErrorReply::Client("invalid numeric delta value"));
+    // md and ma answer every flag error but a long opaque with one message.
+    assert_eq!(client(b"ma foo Dx\r\n"), ErrorReply::Client("invalid or duplicate flag"));
+    assert_eq!(client(b"md foo q q\r\n"), ErrorReply::Client("invalid or duplicate flag"));
+    assert_eq!(client(b"verbosity x\r\n"), BAD_FORMAT);
+    assert_eq!(client(b"gat x\r\n"), ErrorReply::Client("invalid exptime argument"));
     assert_eq!(client(b"me\r\n"), BAD_FORMAT);
     let e = error(b"ms foo 2000000\r\n");
     assert_eq!(e.reply, ErrorReply::Server("object too large for cache"));

@@ -347,18 +347,20 @@ fn execute_meta(
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let arith = arith_request(delta, decrement, cas, initial);
             match counted_arith(partition, key, &arith, &mut state.counters) {
-                Ok(engine::ArithOutcome::Value { value, cas }) => {
+                Ok(engine::ArithOutcome::Value { value, cas, created }) => {
                     // The TTL needs the item again; look it up only when `t` asks for it.
                     let ttl = if flags.has(b't') {
-                        partition.get(key).ok().flatten().map(|item| ttl_left(item.expiry, now))
+                        partition.debug_item(key).ok().flatten().map(|item| item.ttl)
                     } else {
                         None
                     };
                     let info = MetaReturn { key: Some(key), cas: Some(cas), ttl, ..MetaReturn::default() };
-                    if flags.has(b'v') {
+                    // Quiet mode drops a success, except one that created the counter.
+                    if quiet && !created {
+                    } else if flags.has(b'v') {
                         let digits = engine::CounterValue::new(value, 0);
                         reply::meta(out, MetaCode::Va, flags, returned::ARITH, &info, Some(digits.digits()));
-                    } else if !quiet {
+                    } else {
                         reply::meta(out, MetaCode::Hd, flags, returned::ARITH, &info, None);
                     }
                 }
@@ -460,7 +462,7 @@ fn execute_binary(
         Command::Arith { key, delta, decrement, initial, cas } => {
             let arith = arith_request(delta, decrement, cas, initial);
             match counted_arith(partition, key.raw, &arith, &mut state.counters) {
-                Ok(engine::ArithOutcome::Value { value, cas }) => success(out, cas, &value.to_be_bytes()),
+                Ok(engine::ArithOutcome::Value { value, cas, .. }) => success(out, cas, &value.to_be_bytes()),
                 Ok(engine::ArithOutcome::NotFound) => error(out, status::KEY_ENOENT),
                 Ok(engine::ArithOutcome::Exists) => error(out, status::KEY_EEXISTS),
                 Err(engine::EngineError::NonNumeric) => error(out, status::DELTA_BADVAL),

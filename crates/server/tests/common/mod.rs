@@ -81,6 +81,27 @@ pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8
     }
 }
 
+/// Sends `request` followed by a meta get with a unique opaque token and collects the reply up
+/// to that get's answer (or the end of stream, or 300 ms of quiet when the sentinel itself was
+/// swallowed as data). Much faster than `exchange` for scripts that end normally.
+pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = stream.write_all(&[request, b"mg sentinel-key O7u5k\r\n"].concat());
+    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0u8; 65536];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buffer[..n]);
+        if reply.ends_with(b"\r\n") && reply.windows(6).any(|w| w == b" O7u5k") {
+            break;
+        }
+    }
+    reply
+}
+
 /// Resident memory of process `pid` in bytes (VmRSS).
 pub fn resident_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
