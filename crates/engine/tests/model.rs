@@ -227,18 +227,25 @@ fn run_exact(ops: &[Op]) {
             Op::Advance(seconds) => {
                 m.now += seconds;
                 p.set_clock(m.now);
-                if m.flush_at.is_some_and(|at| m.now >= at) {
-                    m.items.clear();
-                    m.flush_at = None;
+                // memcached's delayed flush: due a second before the deadline, and what is
+                // stored during that second goes too.
+                if let Some(at) = m.flush_at {
+                    if m.now >= at {
+                        m.items.clear();
+                    }
+                    if m.now > at {
+                        m.flush_at = None;
+                    }
                 }
             }
             Op::Flush(delay) => {
                 p.flush_all(*delay);
-                if *delay == 0 {
+                let at = m.now + (*delay as u32).max(1) - 1;
+                if *delay == 0 || at <= m.now {
                     m.items.clear();
                     m.flush_at = None;
                 } else {
-                    m.flush_at = Some(m.now + *delay as u32);
+                    m.flush_at = Some(at);
                 }
             }
             Op::GetBatch(ks) => {
