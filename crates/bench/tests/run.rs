@@ -18,6 +18,14 @@ impl Drop for Server {
     }
 }
 
+/// The tests here measure servers pinned to cores; run one at a time so they do not starve each
+/// other into reply timeouts on a 2-core machine.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn free_port() -> u16 {
     tierkv_bench::ports::free_port().unwrap()
 }
@@ -60,6 +68,7 @@ fn assert_sane(output: &Output, expect_hits: bool) -> String {
 
 #[test]
 fn against_the_floor_server() {
+    let _serial = serial();
     for (protocol, floor_protocol) in [("text", "text"), ("resp", "resp")] {
         let port = free_port();
         let server = Server(
@@ -112,6 +121,7 @@ fn memcached() -> (Server, u16) {
 
 #[test]
 fn against_debian_memcached() {
+    let _serial = serial();
     let (server, port) = memcached();
     let target = format!("127.0.0.1:{port}");
     let pid = server.0.id().to_string();
@@ -152,6 +162,7 @@ fn fails_quickly(target: &str) -> String {
 
 #[test]
 fn bad_targets_fail_clearly() {
+    let _serial = serial();
     let port = free_port();
     let stderr = fails_quickly(&format!("127.0.0.1:{port}"));
     assert!(stderr.contains("cannot connect"), "{stderr}");
@@ -200,6 +211,7 @@ fn bad_targets_fail_clearly() {
 
 #[test]
 fn compare_writes_table_json_and_plot() {
+    let _serial = serial();
     let out = std::env::temp_dir().join(format!("tierkv-compare-test-{}", std::process::id()));
     let output = Command::new(BENCH)
         .args(["compare", "--servers", "memcached,redis,floor", "--workloads", "B", "--pipelines", "1,4"])

@@ -426,8 +426,7 @@ impl Partition {
             // memcached also drops what is stored during the deadline second itself, so the
             // flush repeats on every clock setting of that second.
             if now >= at {
-                self.log.flush();
-                self.census.flushed();
+                self.flush_now();
             }
             if now > at {
                 self.pending_flush_at = None;
@@ -673,6 +672,10 @@ impl Partition {
         };
         self.index.set(slot, make_entry(tag, position));
         self.census.stored(position);
+        // memcached hides whatever is stored during a delayed flush's deadline second.
+        if self.pending_flush_at == Some(self.now) {
+            self.flush_now();
+        }
     }
 
     /// Copies `found` to the tail with `header` (which must keep its key and value lengths
@@ -950,6 +953,29 @@ impl Partition {
         Ok(DeleteOutcome::Deleted)
     }
 
+    /// ms with `I` and a CAS: like `store`, except that a CAS older than the item's stores the
+    /// value anyway, marked stale, keeping the item's expiry and any recache token already
+    /// handed out (memcached's invalidation by a late writer).
+    pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+        check_key(request.key)?;
+        let hash = KeyHash::of(request.key);
+        let Some(found) = self.find_live(request.key, hash) else { return self.store(request) };
+        if request.mode != StoreMode::Cas || request.cas >= found.cas() {
+            return self.store(request);
+        }
+        let header = ItemHeader {
+            key_len: request.key.len(),
+            value_len: request.value.len(),
+            flags: request.flags,
+            expiry: found.header.expiry,
+            cas: None,
+            state: item::STALE | (found.header.state & item::TOKEN_SENT),
+        };
+        self.check_size(&header)?;
+        let cas = self.write_item(hash, &header, request.key, [request.value, &[]]);
+        Ok(StoreOutcome::Stored { cas })
+    }
+
     /// me: what memcached's meta debug reports, without counting as a read.
     pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
         check_key(key)?;
@@ -970,14 +996,22 @@ impl Partition {
     /// second before the deadline, so a delay of 1 flushes now. A new flush_all replaces a
     /// pending one.
     pub fn flush_all(&mut self, delay: i64) {
-        let at = if delay <= 0 { 0 } else { expiry_from_exptime(delay, self.now).saturating_sub(1) };
-        if at <= self.now {
-            self.log.flush();
-            self.census.flushed();
+        if delay <= 0 {
+            self.flush_now();
             self.pending_flush_at = None;
-        } else {
-            self.pending_flush_at = Some(at);
+            return;
         }
+        let at = expiry_from_exptime(delay, self.now).saturating_sub(1);
+        if at <= self.now {
+            self.flush_now();
+        }
+        // Until the deadline second is over, what is stored goes too (see `install`).
+        self.pending_flush_at = Some(at);
+    }
+
+    fn flush_now(&mut self) {
+        self.log.flush();
+        self.census.flushed();
     }
 
     // ----- batch support -----

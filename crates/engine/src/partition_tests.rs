@@ -266,8 +266,8 @@ fn flush_all_now_and_later() {
     assert!(value(&mut p, b"b").is_some() && value(&mut p, b"c").is_some(), "not yet");
     p.set_clock(NOW + 9);
     assert_eq!((value(&mut p, b"b"), value(&mut p, b"c")), (None, None), "everything before the deadline is gone");
-    p.set(b"during", b"4", 0, 0).unwrap();
     p.set_clock(NOW + 9);
+    p.set(b"during", b"4", 0, 0).unwrap();
     assert_eq!(value(&mut p, b"during"), None, "stores in the deadline second go too, as in memcached");
     p.set_clock(NOW + 10);
     p.set(b"d", b"4", 0, 0).unwrap();
@@ -280,6 +280,11 @@ fn flush_all_now_and_later() {
     assert!(value(&mut p, b"e").is_some(), "an immediate flush cancels a pending one");
     p.flush_all(1);
     assert_eq!(value(&mut p, b"e"), None, "memcached flushes at once with a delay of 1");
+    p.set(b"f", b"6", 0, 0).unwrap();
+    assert_eq!(value(&mut p, b"f"), None, "and hides what is stored in the same second");
+    p.set_clock(NOW + 201);
+    p.set(b"f", b"6", 0, 0).unwrap();
+    assert!(value(&mut p, b"f").is_some());
 }
 
 #[test]
@@ -595,4 +600,26 @@ fn invalidation_marks_stale_with_a_new_cas_and_gives_the_token_to_the_next_reade
     assert_eq!(p.invalidate(b"absent", 0, None).unwrap(), DeleteOutcome::NotFound);
     let debug = p.debug_item(b"k").unwrap().unwrap();
     assert_eq!((debug.ttl, debug.fetched, debug.cas), (30, true, new_cas));
+}
+
+#[test]
+fn a_late_cas_write_with_invalidate_stores_a_stale_value() {
+    let mut p = roomy();
+    let first = p.set(b"k", b"v1", 0, 100).unwrap();
+    let second = p.set(b"k", b"v2", 0, 100).unwrap();
+    let late = |cas| StoreRequest { mode: StoreMode::Cas, key: b"k", value: b"v3", flags: 4, exptime: 0, cas };
+    assert_eq!(p.store_invalidating(&late(second + 1)).unwrap(), StoreOutcome::Exists, "a newer CAS is refused");
+    let StoreOutcome::Stored { cas } = p.store_invalidating(&late(first)).unwrap() else { panic!() };
+    assert!(cas > second);
+    let read = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    assert_eq!((read.item.value, read.item.flags, read.item.expiry), (&b"v3"[..], 4, NOW + 100));
+    assert!(read.item.stale && read.won, "stale, and the first reader gets the token");
+    let StoreOutcome::Stored { cas: again } = p.store_invalidating(&late(first)).unwrap() else { panic!() };
+    let read = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    assert!(
+        read.item.stale && read.item.token_sent && !read.won && read.item.cas == again,
+        "the token stays handed out"
+    );
+    let StoreOutcome::Stored { .. } = p.store_invalidating(&late(again)).unwrap() else { panic!() };
+    assert!(!p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap().item.stale, "a matching CAS is a plain cas");
 }

@@ -313,7 +313,14 @@ fn execute_meta(
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let (code, new_cas) = match counted_store(partition, &store, &mut state.counters) {
+            let outcome = if flags.has(b'I') {
+                // A late writer's value is kept, marked stale.
+                state.counters.cmd_set += 1;
+                partition.store_invalidating(&store)
+            } else {
+                counted_store(partition, &store, &mut state.counters)
+            };
+            let (code, new_cas) = match outcome {
                 Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
                 Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
                 Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
