@@ -35,8 +35,9 @@ pub fn check_stream(input: &[u8], limits: &Limits) {
 fn check_limits(request: &Request<'_>, limits: &Limits) {
     let mut buffer = [0u8; 256];
     match request.command {
-        Command::Get { keys, base64, .. } => {
-            assert!(!keys.is_empty() && keys.len() <= limits.max_keys_per_get);
+        Command::Get { keys, base64, touch, .. } => {
+            // memcached answers "gat <exptime>" without keys with END, so only gat may have none.
+            assert!((!keys.is_empty() || touch.is_some()) && keys.len() <= limits.max_keys_per_get);
             assert_eq!(keys.iter().count(), keys.len());
             for key in keys.iter() {
                 let key = tierkv_protocol::Key { raw: key, base64 };
