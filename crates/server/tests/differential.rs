@@ -223,6 +223,7 @@ fn generated_request(rng: &mut Rng) -> Vec<u8> {
         "ma",
         "bogus",
         "GET",
+        "quit",
         "",
     ];
     const TOKENS: &[&str] = &[
@@ -275,6 +276,13 @@ fn generated_request(rng: &mut Rng) -> Vec<u8> {
     }
     if rng.next().is_multiple_of(16) {
         line.push_str("   ");
+    }
+    // Now and then a line longer than memcached's 2048-byte limit, which closes the connection.
+    // (Not for retrieval lines: there memcached answers the too-long key after dropping every
+    // reply still queued for the connection, which tierkv deliberately does not copy.)
+    if rng.next().is_multiple_of(64) && !matches!(verb, "get" | "gat") {
+        line.push(' ');
+        line.push_str(&"x".repeat(2100));
     }
     // A delayed flush_all makes the rest of the run depend on where second boundaries fall.
     if verb == "flush_all" {
