@@ -276,6 +276,12 @@ fn execute_meta(
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
             let ask = engine::MetaGet { touch: flags.ttl, vivify: flags.vivify_ttl, recache: flags.recache_ttl };
+            // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
+            let position = |letter: u8| flags.iter().position(|token| token.first() == Some(&letter));
+            let ttl_before_touch = match (position(b't'), position(b'T')) {
+                (Some(t), Some(touch)) if t < touch => partition.debug_item(key).ok().flatten().map(|item| item.ttl),
+                _ => None,
+            };
             let found = partition.meta_get(key, &ask).ok().flatten();
             let counters = &mut state.counters;
             if ask.touch.is_some() {
@@ -290,7 +296,7 @@ fn execute_meta(
                     let info = MetaReturn {
                         key: Some(key),
                         size: Some(item.value.len()),
-                        ttl: Some(ttl_left(item.expiry, now)),
+                        ttl: Some(ttl_before_touch.unwrap_or(ttl_left(item.expiry, now))),
                         cas: Some(item.cas),
                         client_flags: Some(item.flags),
                         last_access: Some(last_access),

@@ -52,6 +52,7 @@ fn text_and_meta_replies_match_memcached_byte_for_byte() {
         b"md none I\r\nme none\r\nmg viv2 N0 v q\r\nmn\r\n",
         b"ms q2 1 q\r\n1\r\nma q2 q v\r\nma q2 q\r\nma q3 q N0 v\r\nma q4 q N0\r\nma q5 q\r\nmn\r\n",
         b"ms sk 2 T100\r\nhi\r\nms sk 2 T100\r\nh2\r\nms sk 2 C1 I\r\nho\r\nmg sk v s\r\nmg sk v\r\nms sk 2 C1 I\r\nxx\r\nmg sk v\r\n",
+        b"ms tt 1 T100\r\n1\r\nmg tt t T30\r\nmg tt T50 t\r\nmg tt s t v T70\r\nmg tt t\r\n",
         // Last: what a delay-1 flush hides depends on where each server's second boundary falls.
         b"set fl 0 0 1\r\nx\r\nflush_all 1\r\nget fl\r\n",
     ];
