@@ -846,6 +846,10 @@ impl Partition {
                 }
             };
         };
+        // memcached refuses an empty value as non-numeric before it compares the CAS.
+        if found.header.value_len == 0 {
+            return Err(EngineError::NonNumeric);
+        }
         if request.cas != 0 && request.cas != found.cas() {
             return Ok(ArithOutcome::Exists);
         }

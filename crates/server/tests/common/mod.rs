@@ -102,6 +102,38 @@ pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
     reply
 }
 
+/// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
+/// whose 24-byte response ends the reply.
+pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+    const SENTINEL: u32 = 0x5E47_1E11;
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut noop = Vec::new();
+    tierkv_protocol::binary::write_request(
+        &mut noop,
+        tierkv_protocol::binary::opcode::NOOP,
+        SENTINEL,
+        0,
+        &[],
+        &[],
+        &[],
+    );
+    let _ = stream.write_all(&[request, &noop].concat());
+    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0u8; 65536];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buffer[..n]);
+        let tail = &reply[reply.len().saturating_sub(24)..];
+        if tail.len() == 24 && tail[0] == 0x81 && tail[1] == 0x0a && tail[12..16] == SENTINEL.to_be_bytes() {
+            break;
+        }
+    }
+    reply
+}
+
 /// Resident memory of process `pid` in bytes (VmRSS).
 pub fn resident_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
