@@ -81,12 +81,12 @@ pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8
     }
 }
 
-/// Sends `request` followed by a meta get with a unique opaque token and collects the reply up
-/// to that get's answer (or the end of stream, or 300 ms of quiet when the sentinel itself was
-/// swallowed as data). Much faster than `exchange` for scripts that end normally.
-pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+/// Sends `request` and then `sentinel` on a fresh connection and collects the reply until
+/// `done(reply)` (the sentinel's answer arrived), the end of stream, or 300 ms of quiet (when the
+/// sentinel itself was swallowed as data).
+fn exchange_until(port: u16, request: &[u8], sentinel: &[u8], done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let _ = stream.write_all(&[request, b"mg sentinel-key O7u5k\r\n"].concat());
+    let _ = stream.write_all(&[request, sentinel].concat());
     stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
     let mut reply = Vec::new();
     let mut buffer = [0u8; 65536];
@@ -95,18 +95,25 @@ pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
             break;
         }
         reply.extend_from_slice(&buffer[..n]);
-        if reply.ends_with(b"\r\n") && reply.windows(6).any(|w| w == b" O7u5k") {
+        if done(&reply) {
             break;
         }
     }
     reply
 }
 
+/// `request`, then a meta get with a unique opaque token whose answer ends the reply. Much
+/// faster than `exchange` for scripts that end normally.
+pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+    exchange_until(port, request, b"mg sentinel-key O7u5k\r\n", |reply| {
+        reply.ends_with(b"\r\n") && reply.windows(6).any(|w| w == b" O7u5k")
+    })
+}
+
 /// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
 /// whose 24-byte response ends the reply.
 pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
     const SENTINEL: u32 = 0x5E47_1E11;
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut noop = Vec::new();
     tierkv_protocol::binary::write_request(
         &mut noop,
@@ -117,21 +124,10 @@ pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
         &[],
         &[],
     );
-    let _ = stream.write_all(&[request, &noop].concat());
-    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let mut reply = Vec::new();
-    let mut buffer = [0u8; 65536];
-    while let Ok(n) = stream.read(&mut buffer) {
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&buffer[..n]);
+    exchange_until(port, request, &noop, |reply| {
         let tail = &reply[reply.len().saturating_sub(24)..];
-        if tail.len() == 24 && tail[0] == 0x81 && tail[1] == 0x0a && tail[12..16] == SENTINEL.to_be_bytes() {
-            break;
-        }
-    }
-    reply
+        tail.len() == 24 && tail[0] == 0x81 && tail[1] == 0x0a && tail[12..16] == SENTINEL.to_be_bytes()
+    })
 }
 
 /// Resident memory of process `pid` in bytes (VmRSS).
