@@ -160,6 +160,8 @@ pub struct MetaGet {
     pub vivify: Option<i64>,
     /// `R`: hand out the token when the item expires before this exptime would.
     pub recache: Option<i64>,
+    /// `l`: report the seconds since the item was written (a search of the clock marks).
+    pub last_access: bool,
 }
 
 /// A meta get's item and the token decision.
@@ -168,7 +170,8 @@ pub struct MetaItem<'a> {
     pub item: Item<'a>,
     /// This reader got the recache token (meta `W`).
     pub won: bool,
-    /// Seconds since the item was stored or last copied forward (meta `l`, memcached's `la`).
+    /// Seconds since the item was stored or last copied forward (meta `l`, memcached's `la`);
+    /// 0 unless asked for.
     pub last_access: u32,
 }
 
@@ -935,7 +938,8 @@ impl Partition {
         if won {
             self.set_state(&found, item::TOKEN_SENT);
         }
-        let last_access = self.now.saturating_sub(self.clock_marks.time_at(found.position));
+        let last_access =
+            if request.last_access { self.now.saturating_sub(self.clock_marks.time_at(found.position)) } else { 0 };
         Ok(Some(MetaItem { item: self.item_at(&found), won, last_access }))
     }
 

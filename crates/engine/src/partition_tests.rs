@@ -576,10 +576,11 @@ fn reads_mark_items_fetched_and_report_time_since_written() {
     let mut p = roomy();
     p.set(b"k", b"v", 0, 0).unwrap();
     assert!(!p.get(b"k").unwrap().unwrap().fetched, "h0 on the first read");
-    let read = p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap();
+    let with_l = MetaGet { last_access: true, ..MetaGet::default() };
+    let read = p.meta_get(b"k", &with_l).unwrap().unwrap();
     assert!(read.item.fetched && read.last_access == 0);
     p.set_clock(NOW + 7);
-    assert_eq!(p.meta_get(b"k", &MetaGet::default()).unwrap().unwrap().last_access, 7);
+    assert_eq!(p.meta_get(b"k", &with_l).unwrap().unwrap().last_access, 7);
     p.set(b"k", b"w", 0, 0).unwrap();
     assert!(!p.get(b"k").unwrap().unwrap().fetched, "a new value starts unfetched");
     assert!(p.touch(b"t", 5).is_ok_and(|hit| !hit));

@@ -275,7 +275,12 @@ fn execute_meta(
         Command::Get { keys, base64, .. } => {
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
-            let ask = engine::MetaGet { touch: flags.ttl, vivify: flags.vivify_ttl, recache: flags.recache_ttl };
+            let ask = engine::MetaGet {
+                touch: flags.ttl,
+                vivify: flags.vivify_ttl,
+                recache: flags.recache_ttl,
+                last_access: flags.has(b'l'),
+            };
             // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
             let position = |letter: u8| flags.iter().position(|token| token.first() == Some(&letter));
             let ttl_before_touch = match (position(b't'), position(b'T')) {
