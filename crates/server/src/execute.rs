@@ -45,25 +45,20 @@ fn fetch<'p>(
         Some(exptime) => partition.get_and_touch(key, exptime),
         None => partition.get(key),
     };
-    let hit = matches!(item, Ok(Some(_)));
-    if touch.is_some() {
-        counters.cmd_touch += 1;
-        *(if hit { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
-    } else {
-        counters.cmd_get += 1;
-        *(if hit { &mut counters.get_hits } else { &mut counters.get_misses }) += 1;
-    }
+    counters.read(touch.is_some(), matches!(item, Ok(Some(_))));
     item.ok().flatten()
 }
 
-/// A store through the engine, counted for `stats`.
+/// A store through the engine, counted for `stats`. With `invalidate` (meta `I`) a late
+/// writer's value is kept, marked stale.
 fn counted_store(
     partition: &mut engine::Partition,
     request: &engine::StoreRequest<'_>,
+    invalidate: bool,
     counters: &mut Counters,
 ) -> Result<engine::StoreOutcome, engine::EngineError> {
     counters.cmd_set += 1;
-    let outcome = partition.store(request);
+    let outcome = if invalidate { partition.store_invalidating(request) } else { partition.store(request) };
     match (&outcome, request.mode) {
         (Ok(engine::StoreOutcome::Stored { .. }), engine::StoreMode::Cas) => counters.cas_hits += 1,
         (Ok(engine::StoreOutcome::Exists), engine::StoreMode::Cas) => counters.cas_badval += 1,
@@ -113,9 +108,8 @@ fn counted_arith(
 
 /// touch through the engine, counted for `stats`.
 fn counted_touch(partition: &mut engine::Partition, key: &[u8], exptime: i64, counters: &mut Counters) -> bool {
-    counters.cmd_touch += 1;
     let hit = matches!(partition.touch(key, exptime), Ok(true));
-    *(if hit { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
+    counters.read(true, hit);
     hit
 }
 
@@ -190,7 +184,7 @@ fn execute_text(
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, &mut state.counters) {
+            match counted_store(partition, &store, false, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
                 Ok(engine::StoreOutcome::NotStored) => reply::status(out, Status::NotStored),
                 Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
@@ -288,14 +282,7 @@ fn execute_meta(
                 _ => None,
             };
             let found = partition.meta_get(key, &ask).ok().flatten();
-            let counters = &mut state.counters;
-            if ask.touch.is_some() {
-                counters.cmd_touch += 1;
-                *(if found.is_some() { &mut counters.touch_hits } else { &mut counters.touch_misses }) += 1;
-            } else {
-                counters.cmd_get += 1;
-                *(if found.is_some() { &mut counters.get_hits } else { &mut counters.get_misses }) += 1;
-            }
+            state.counters.read(ask.touch.is_some(), found.is_some());
             match found {
                 Some(engine::MetaItem { item, won, last_access }) => {
                     let info = MetaReturn {
@@ -324,14 +311,7 @@ fn execute_meta(
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let outcome = if flags.has(b'I') {
-                // A late writer's value is kept, marked stale.
-                state.counters.cmd_set += 1;
-                partition.store_invalidating(&store)
-            } else {
-                counted_store(partition, &store, &mut state.counters)
-            };
-            let (code, new_cas) = match outcome {
+            let (code, new_cas) = match counted_store(partition, &store, flags.has(b'I'), &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
                 Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
                 Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
@@ -458,7 +438,7 @@ fn execute_binary(
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, &mut state.counters) {
+            match counted_store(partition, &store, false, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
                 Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
                     error(out, status::KEY_EEXISTS)

@@ -33,6 +33,19 @@ pub struct Counters {
     pub rejected_connections: u64,
 }
 
+impl Counters {
+    /// One key read, as memcached counts it: a get-and-touch is a touch, not a get.
+    pub fn read(&mut self, touch: bool, hit: bool) {
+        let (commands, hits, misses) = if touch {
+            (&mut self.cmd_touch, &mut self.touch_hits, &mut self.touch_misses)
+        } else {
+            (&mut self.cmd_get, &mut self.get_hits, &mut self.get_misses)
+        };
+        *commands += 1;
+        *(if hit { hits } else { misses }) += 1;
+    }
+}
+
 /// Everything `stats` reports that is not in the partition.
 #[derive(Debug)]
 pub struct State {
