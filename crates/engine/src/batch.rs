@@ -29,9 +29,17 @@ impl Partition {
         let mut hashes = [KeyHash(0); BATCH_CHUNK];
         for (hash, key) in hashes.iter_mut().zip(keys) {
             *hash = KeyHash::of(key);
+        }
+        self.prefetch_hashes(&hashes[..keys.len()]);
+    }
+
+    /// `prefetch_keys` for keys already hashed (at most `BATCH_CHUNK` of them are used).
+    pub fn prefetch_hashes(&self, hashes: &[KeyHash]) {
+        let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
+        for hash in hashes {
             self.prefetch_bucket(*hash, false);
         }
-        for hash in &hashes[..keys.len()] {
+        for hash in hashes {
             self.prefetch_item(*hash);
         }
     }

@@ -17,9 +17,14 @@ pub struct Config {
     /// Interface to listen on [default: 127.0.0.1].
     #[arg(short = 'l', long = "listen")]
     pub listen: Option<String>,
-    /// Worker threads [default: 1; only 1 so far].
+    /// Worker threads, each pinned to a CPU and owning one partition of the keys [default: one
+    /// per CPU the process may run on].
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
+    /// Worker i also listens on BASE + i, so a partition-aware client can send each key straight
+    /// to its owner (MICA's request direction) [default: off].
+    #[arg(long = "direct-ports", value_name = "BASE")]
+    pub direct_ports: Option<u16>,
     /// Item memory in megabytes [default: 1024].
     #[arg(short = 'm', long = "memory-limit")]
     pub memory_limit: Option<usize>,
@@ -56,6 +61,7 @@ struct FileConfig {
     port: Option<u16>,
     listen: Option<String>,
     threads: Option<usize>,
+    direct_ports: Option<u16>,
     memory_limit: Option<usize>,
     conn_limit: Option<usize>,
     max_item_size: Option<SizeValue>,
@@ -78,6 +84,11 @@ enum SizeValue {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub address: std::net::SocketAddr,
+    /// Worker threads = partitions.
+    pub threads: usize,
+    /// Worker i also listens on this port + i.
+    pub direct_ports: Option<u16>,
+    /// The whole item memory (`-m`); each partition gets an equal share.
     pub memory_bytes: usize,
     pub conn_limit: usize,
     pub max_item_bytes: usize,
@@ -85,6 +96,27 @@ pub struct Settings {
     pub pidfile: Option<PathBuf>,
     /// Flags accepted but without effect, with why; logged at start-up.
     pub notes: Vec<String>,
+}
+
+/// The most workers (and partitions) a server runs.
+pub const MAX_THREADS: usize = 256;
+
+/// CPUs this process may run on (its affinity mask), at least 1.
+pub fn allowed_cpus() -> usize {
+    cpu_list().len().max(1)
+}
+
+/// The CPUs this process may run on, in order.
+pub fn cpu_list() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills for the calling thread;
+    // CPU_ISSET indexes within the set (cpu < CPU_SETSIZE).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &allowed)).collect()
+    }
 }
 
 /// memcached's -I forms: bytes, or a number with k or m.
@@ -114,6 +146,7 @@ impl Config {
             port: self.port.or(file.port),
             listen: self.listen.or(file.listen),
             threads: self.threads.or(file.threads),
+            direct_ports: self.direct_ports.or(file.direct_ports),
             memory_limit: self.memory_limit.or(file.memory_limit),
             conn_limit: self.conn_limit.or(file.conn_limit),
             max_item_size: self.max_item_size.or(max_item_size),
@@ -129,9 +162,9 @@ impl Config {
     /// Checks every flag (after merging the file); the error names the bad one.
     pub fn settings(self) -> Result<Settings, String> {
         let config = self.merged()?;
-        let threads = config.threads.unwrap_or(1);
-        if threads != 1 {
-            return Err(format!("-t/--threads {threads}: only one worker is supported so far"));
+        let threads = config.threads.unwrap_or_else(allowed_cpus);
+        if threads == 0 || threads > MAX_THREADS {
+            return Err(format!("-t/--threads {threads} must be 1 to {MAX_THREADS}"));
         }
         if let Some(udp) = config.udp_port.filter(|&port| port != 0) {
             return Err(format!("-U/--udp-port {udp}: UDP is not served yet; use -U 0"));
@@ -149,12 +182,24 @@ impl Config {
         if memory_mib == 0 || memory_mib > 1 << 20 {
             return Err(format!("-m/--memory-limit {memory_mib} must be 1 to 1048576 megabytes"));
         }
-        if max_item_bytes > memory_mib * (1 << 20) / 2 {
-            return Err("-I/--max-item-size cannot be more than half of -m/--memory-limit".to_string());
+        if max_item_bytes > memory_mib * (1 << 20) / threads / 2 {
+            return Err(format!(
+                "-I/--max-item-size cannot be more than half of -m/--memory-limit per worker ({} MiB each for -t {threads})",
+                memory_mib / threads
+            ));
         }
         let conn_limit = config.conn_limit.unwrap_or(1024);
         if conn_limit == 0 || conn_limit > 1 << 20 {
             return Err(format!("-c/--conn-limit {conn_limit} must be 1 to 1048576"));
+        }
+        if let Some(base) = config.direct_ports {
+            let last = usize::from(base) + threads - 1;
+            if base == 0 || last > usize::from(u16::MAX) {
+                return Err(format!("--direct-ports {base}: ports {base}..={last} must lie within 1..=65535"));
+            }
+            if (usize::from(base)..=last).contains(&usize::from(port)) {
+                return Err(format!("--direct-ports {base}: ports {base}..={last} include -p/--port {port}"));
+            }
         }
         let mut notes = Vec::new();
         if let Some(user) = &config.user {
@@ -165,6 +210,8 @@ impl Config {
         }
         Ok(Settings {
             address,
+            threads,
+            direct_ports: config.direct_ports,
             memory_bytes: memory_mib << 20,
             conn_limit,
             max_item_bytes,
@@ -222,7 +269,11 @@ mod tests {
         named(&["-l", "nowhere"], "-l/--listen");
         named(&["-m", "0"], "-m/--memory-limit");
         named(&["-c", "0"], "-c/--conn-limit");
-        named(&["-t", "4"], "-t/--threads");
+        named(&["-t", "0"], "-t/--threads");
+        named(&["-t", "100000"], "-t/--threads");
+        named(&["-t", "2", "--direct-ports", "65535"], "--direct-ports");
+        named(&["-t", "2", "-p", "7001", "--direct-ports", "7000"], "--direct-ports");
+        named(&["-t", "4", "-m", "2", "-I", "1m"], "-I/--max-item-size");
         named(&["-U", "11211"], "-U/--udp-port");
         named(&["--config", "/nonexistent/tierkv.toml"], "--config");
         assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().is_ok());

@@ -222,26 +222,50 @@ fn execute_text(
         }
         Command::Version => reply::version(out, VERSION.as_bytes()),
         Command::Verbosity { level } => {
-            state.verbosity = level;
+            state.verbosity.store(level, std::sync::atomic::Ordering::Relaxed);
             reply::status(out, Status::Ok);
         }
         Command::Quit => return After::Close,
         Command::Stats { args } => match Group::parse(args) {
-            Some(Group::Reset) => {
-                state.reset(partition);
-                out.extend_from_slice(b"RESET\r\n");
-            }
             Some(group) => {
-                stats::report(group, state, partition, &mut |name, value| {
-                    reply::stat(out, name.as_bytes(), value.as_bytes())
-                });
-                reply::status(out, Status::End);
+                if group == Group::Reset {
+                    state.reset(partition);
+                }
+                let total = state.snapshot(partition);
+                stats_reply(group, None, state, &total, partition, out);
             }
             None => reply::error(out, &ErrorReply::Error),
         },
         Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => reply::error(out, &ErrorReply::Error),
     }
     After::Continue
+}
+
+/// The reply to `stats <group>` from the figures summed over workers: text lines, or one
+/// binary packet per stat and an empty one (`info` given). `Reset` only acknowledges.
+pub fn stats_reply(
+    group: Group,
+    info: Option<&BinaryRequestInfo>,
+    state: &State,
+    total: &stats::Snapshot,
+    partition: &engine::Partition,
+    out: &mut Vec<u8>,
+) {
+    match info {
+        None if group == Group::Reset => out.extend_from_slice(b"RESET\r\n"),
+        None => {
+            stats::report(group, state, total, partition, &mut |name, value| {
+                reply::stat(out, name.as_bytes(), value.as_bytes())
+            });
+            reply::status(out, Status::End);
+        }
+        Some(info) => {
+            stats::report(group, state, total, partition, &mut |name, value| {
+                binary::write_response(out, info, status::SUCCESS, 0, &[], name.as_bytes(), value.as_bytes())
+            });
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
+        }
+    }
 }
 
 /// Seconds an item has left (-1 for never), as meta `t` reports it.
@@ -488,10 +512,8 @@ fn execute_binary(
                 if group == Group::Reset {
                     state.reset(partition);
                 }
-                stats::report(group, state, partition, &mut |name, value| {
-                    binary::write_response(out, info, status::SUCCESS, 0, &[], name.as_bytes(), value.as_bytes())
-                });
-                binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
+                let total = state.snapshot(partition);
+                stats_reply(group, Some(info), state, &total, partition, out);
             }
             None => error(out, status::KEY_ENOENT),
         },

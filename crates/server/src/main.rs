@@ -2,13 +2,15 @@
 //! decoded requests to the engine partition, replies).
 //!
 //! It must never parse protocol bytes itself (that is `tierkv-protocol`) nor reach into the
-//! engine's storage layout (that is `tierkv-engine`). This is the single-worker version: one
-//! thread owns one partition and every connection.
+//! engine's storage layout (that is `tierkv-engine`). One worker thread per partition, no locks
+//! on the data path: workers share nothing but bounded forwarding queues.
 
 #[cfg(test)]
 mod alloc_tests;
 mod config;
 mod execute;
+mod forward;
+mod signals;
 mod stats;
 mod worker;
 

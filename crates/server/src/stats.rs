@@ -3,35 +3,61 @@
 //! when it means the same thing in tierkv.
 
 use crate::config::Settings;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use tierkv_engine::{EngineStats, Partition};
 
-/// Counters of one worker, named as memcached's `stats` names them.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Counters {
-    pub cmd_get: u64,
-    pub cmd_set: u64,
-    pub cmd_flush: u64,
-    pub cmd_touch: u64,
-    pub cmd_meta: u64,
-    pub get_hits: u64,
-    pub get_misses: u64,
-    pub delete_hits: u64,
-    pub delete_misses: u64,
-    pub incr_hits: u64,
-    pub incr_misses: u64,
-    pub decr_hits: u64,
-    pub decr_misses: u64,
-    pub cas_hits: u64,
-    pub cas_misses: u64,
-    pub cas_badval: u64,
-    pub touch_hits: u64,
-    pub touch_misses: u64,
-    pub store_too_large: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub total_connections: u64,
-    pub rejected_connections: u64,
+/// Declares `Counters` with the given fields and its conversions to and from a flat array
+/// (how a worker sends its counters to the one answering `stats`).
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Counters of one worker, named as memcached's `stats` names them.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $(pub $name: u64,)*
+        }
+
+        impl Counters {
+            const FIELDS: usize = [$(stringify!($name)),*].len();
+
+            fn words(&self) -> [u64; Self::FIELDS] {
+                [$(self.$name),*]
+            }
+
+            fn from_words(words: &[u64]) -> Counters {
+                let mut iter = words.iter().copied();
+                Counters { $($name: iter.next().unwrap_or(0),)* }
+            }
+        }
+    };
 }
+
+counters!(
+    cmd_get,
+    cmd_set,
+    cmd_flush,
+    cmd_touch,
+    cmd_meta,
+    get_hits,
+    get_misses,
+    delete_hits,
+    delete_misses,
+    incr_hits,
+    incr_misses,
+    decr_hits,
+    decr_misses,
+    cas_hits,
+    cas_misses,
+    cas_badval,
+    touch_hits,
+    touch_misses,
+    store_too_large,
+    bytes_read,
+    bytes_written,
+    total_connections,
+    rejected_connections,
+    forwarded_requests,
+);
 
 impl Counters {
     /// One key read, as memcached counts it: a get-and-touch is a touch, not a get.
@@ -53,7 +79,9 @@ pub struct State {
     /// The engine's counters at the last `stats reset` (reported values are differences).
     engine_baseline: EngineStats,
     pub settings: Settings,
-    pub verbosity: u32,
+    /// The `verbosity` level, shared by every worker (the command reaches only one).
+    pub verbosity: Arc<AtomicU32>,
+    /// Connections this worker serves now.
     pub curr_connections: u64,
     started: u32,
 }
@@ -64,7 +92,7 @@ impl State {
             counters: Counters::default(),
             engine_baseline: EngineStats::default(),
             settings: settings.clone(),
-            verbosity: u32::from(settings.verbose),
+            verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
             curr_connections: 0,
             started: now,
         }
@@ -74,6 +102,95 @@ impl State {
     pub fn reset(&mut self, partition: &Partition) {
         self.counters = Counters::default();
         self.engine_baseline = partition.stats();
+    }
+
+    /// This worker's share of the figures `stats` sums over workers.
+    pub fn snapshot(&self, partition: &Partition) -> Snapshot {
+        let engine = partition.stats();
+        Snapshot {
+            counters: self.counters,
+            curr_connections: self.curr_connections,
+            curr_items: engine.live_items,
+            total_items: engine.items_stored - self.engine_baseline.items_stored,
+            evictions: engine.evictions - self.engine_baseline.evictions,
+            // Log bytes in use: live items plus dead copies not yet overwritten.
+            bytes: engine.log_bytes_written.min(partition.log_bytes() as u64),
+            hash_bytes: partition.index_bytes() as u64,
+            allocated_bytes: partition.allocated_bytes() as u64,
+        }
+    }
+}
+
+/// The figures of one worker (or the sum over workers) that `stats` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub counters: Counters,
+    pub curr_connections: u64,
+    pub curr_items: u64,
+    pub total_items: u64,
+    pub evictions: u64,
+    pub bytes: u64,
+    pub hash_bytes: u64,
+    pub allocated_bytes: u64,
+}
+
+impl Snapshot {
+    const GAUGES: usize = 7;
+    /// Bytes of the flat form `write_to` appends.
+    pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES) * 8;
+
+    fn gauges(&self) -> [u64; Self::GAUGES] {
+        [
+            self.curr_connections,
+            self.curr_items,
+            self.total_items,
+            self.evictions,
+            self.bytes,
+            self.hash_bytes,
+            self.allocated_bytes,
+        ]
+    }
+
+    /// Appends the snapshot as little-endian words (it crosses threads, never the network).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        for word in self.counters.words().iter().chain(self.gauges().iter()) {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+
+    /// The snapshot `write_to` wrote; None if `bytes` is not one.
+    pub fn read_from(bytes: &[u8]) -> Option<Snapshot> {
+        if bytes.len() != Self::ENCODED_BYTES {
+            return None;
+        }
+        let words: Vec<u64> =
+            bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8-byte chunk"))).collect();
+        let (counters, gauges) = words.split_at(Counters::FIELDS);
+        Some(Snapshot {
+            counters: Counters::from_words(counters),
+            curr_connections: gauges[0],
+            curr_items: gauges[1],
+            total_items: gauges[2],
+            evictions: gauges[3],
+            bytes: gauges[4],
+            hash_bytes: gauges[5],
+            allocated_bytes: gauges[6],
+        })
+    }
+
+    /// Adds another worker's figures.
+    pub fn add(&mut self, other: &Snapshot) {
+        let mine = self.counters.words();
+        let theirs = other.counters.words();
+        let sum: Vec<u64> = mine.iter().zip(theirs.iter()).map(|(a, b)| a + b).collect();
+        self.counters = Counters::from_words(&sum);
+        self.curr_connections += other.curr_connections;
+        self.curr_items += other.curr_items;
+        self.total_items += other.total_items;
+        self.evictions += other.evictions;
+        self.bytes += other.bytes;
+        self.hash_bytes += other.hash_bytes;
+        self.allocated_bytes += other.allocated_bytes;
     }
 }
 
@@ -87,6 +204,8 @@ pub enum Group {
     Slabs,
     Sizes,
     Reset,
+    /// tierkv's own: what a partition-aware client needs to steer keys.
+    Tierkv,
 }
 
 impl Group {
@@ -101,6 +220,7 @@ impl Group {
             b"slabs" => Group::Slabs,
             b"sizes" => Group::Sizes,
             b"reset" => Group::Reset,
+            b"tierkv" => Group::Tierkv,
             _ => return None,
         })
     }
@@ -118,25 +238,33 @@ fn rusage() -> (String, String) {
     (format(usage.ru_utime), format(usage.ru_stime))
 }
 
-/// Calls `emit(name, value)` for every stat of `group` (nothing for `Reset`).
-pub fn report(group: Group, state: &State, partition: &Partition, emit: &mut dyn FnMut(&str, &str)) {
+/// The hash clients use to compute a key's partition (see `tierkv_engine::KeyHash`).
+pub const PARTITION_HASH: &str = "xxh3-64-seed0-mica";
+
+/// Calls `emit(name, value)` for every stat of `group` (nothing for `Reset`), from the sum of
+/// every worker's snapshot and this worker's partition (for the settings all share).
+pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partition, emit: &mut dyn FnMut(&str, &str)) {
     let mut put = |name: &str, value: &dyn std::fmt::Display| emit(name, &value.to_string());
     match group {
-        Group::General => general(state, partition, &mut put),
+        Group::General => general(state, total, partition, &mut put),
         Group::Settings => settings(state, partition, &mut put),
         Group::Sizes => put("sizes_status", &"disabled"),
         Group::Slabs => {
             put("active_slabs", &0);
-            put("total_malloced", &partition.allocated_bytes());
+            put("total_malloced", &total.allocated_bytes);
+        }
+        Group::Tierkv => {
+            put("partitions", &state.settings.threads);
+            put("hash", &PARTITION_HASH);
+            put("direct_port_base", &state.settings.direct_ports.unwrap_or(0));
+            put("forwarded_requests", &total.counters.forwarded_requests);
         }
         Group::Items | Group::Reset => {}
     }
 }
 
-fn general(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    let c = &state.counters;
-    let engine = partition.stats();
-    let base = &state.engine_baseline;
+fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let c = &total.counters;
     let now = partition.now();
     let (user, system) = rusage();
     put("pid", &std::process::id());
@@ -147,10 +275,10 @@ fn general(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn 
     put("rusage_user", &user);
     put("rusage_system", &system);
     put("max_connections", &state.settings.conn_limit);
-    put("curr_connections", &state.curr_connections);
+    put("curr_connections", &total.curr_connections);
     put("total_connections", &c.total_connections);
     put("rejected_connections", &c.rejected_connections);
-    put("connection_structures", &state.curr_connections);
+    put("connection_structures", &total.curr_connections);
     put("cmd_get", &c.cmd_get);
     put("cmd_set", &c.cmd_set);
     put("cmd_flush", &c.cmd_flush);
@@ -178,14 +306,13 @@ fn general(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn 
     put("limit_maxbytes", &state.settings.memory_bytes);
     put("accepting_conns", &1);
     put("listen_disabled_num", &0);
-    put("threads", &1);
+    put("threads", &state.settings.threads);
     put("hash_power_level", &(partition.index_bytes() / 8).trailing_zeros());
-    put("hash_bytes", &partition.index_bytes());
-    // Log bytes in use: live items plus dead copies not yet overwritten.
-    put("bytes", &engine.log_bytes_written.min(partition.log_bytes() as u64));
-    put("curr_items", &engine.live_items);
-    put("total_items", &(engine.items_stored - base.items_stored));
-    put("evictions", &(engine.evictions - base.evictions));
+    put("hash_bytes", &total.hash_bytes);
+    put("bytes", &total.bytes);
+    put("curr_items", &total.curr_items);
+    put("total_items", &total.total_items);
+    put("evictions", &total.evictions);
 }
 
 fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
@@ -195,10 +322,10 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("tcpport", &s.address.port());
     put("udpport", &0);
     put("inter", &s.address.ip());
-    put("verbosity", &state.verbosity);
+    put("verbosity", &state.verbosity.load(Ordering::Relaxed));
     put("evictions", &"on");
     put("domain_socket", &"NULL");
-    put("num_threads", &1);
+    put("num_threads", &s.threads);
     put("detail_enabled", &"no");
     put("cas_enabled", &"yes");
     put("tcp_backlog", &1024);
@@ -211,4 +338,26 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("hash_algorithm", &"xxh3");
     put("idle_timeout", &0);
     put("ssl_enabled", &"no");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_cross_threads_intact_and_add_up() {
+        let mut one = Snapshot { curr_items: 3, bytes: 100, ..Snapshot::default() };
+        one.counters.cmd_get = 7;
+        one.counters.forwarded_requests = 2;
+        let mut encoded = Vec::new();
+        one.write_to(&mut encoded);
+        assert_eq!(encoded.len(), Snapshot::ENCODED_BYTES);
+        let back = Snapshot::read_from(&encoded).unwrap();
+        assert_eq!(back, one);
+        assert_eq!(Snapshot::read_from(&encoded[1..]), None);
+        let mut sum = back;
+        sum.add(&one);
+        assert_eq!((sum.counters.cmd_get, sum.counters.forwarded_requests, sum.curr_items, sum.bytes), (14, 4, 6, 200));
+        assert_eq!(sum.counters.cmd_set, 0);
+    }
 }

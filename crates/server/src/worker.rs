@@ -1,29 +1,75 @@
-//! One worker: a mio event loop that owns the partition and every connection. Each turn reads
-//! what is available, decodes and executes every complete request, and writes each
-//! connection's replies with one write.
+//! Workers: one thread per partition, pinned to its own CPU, each a mio event loop that owns
+//! its partition, its connections and its listening sockets (MICA's exclusive partitions).
+//! Every worker accepts on the main port (SO_REUSEPORT) and, with `--direct-ports`, on its own
+//! port. A turn of a connection reads what is available, decodes complete requests, executes
+//! those whose keys this worker owns and forwards the others to their owners in batches
+//! (`forward`); replies leave in request order, one write per connection per turn.
 
 use crate::config::Settings;
-use crate::execute::{execute, After};
-use crate::stats::State;
+use crate::execute::{execute, stats_reply, After};
+use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
+use crate::signals::{install_signal_handlers, STOP};
+use crate::stats::{Group, Snapshot, State};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-use tierkv_engine::{unix_now, Partition, PartitionConfig};
-use tierkv_protocol::{binary, decode_request, reply, Command, Decoded, ErrorReply, Limits, Request};
+use tierkv_engine::{unix_now, KeyHash, Partition, PartitionConfig};
+use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
+use tierkv_protocol::{Key, ReplyStyle, Request};
 
-const LISTENER: Token = Token(usize::MAX);
+const MAIN_LISTENER: Token = Token(usize::MAX);
+const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
 /// Replies a connection may have waiting before the server stops executing its requests (it
 /// may exceed this by one reply of at most one item).
 pub const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
 /// Bytes read per read call.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Replies a connection may have waiting behind one not yet back from another worker.
+const MAX_PARTS: usize = 256;
+/// Forwarded requests a connection may have outstanding: bounds the replies (up to one item
+/// each) that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`.
+pub const MAX_REMOTE_PER_CONNECTION: usize = 16;
+/// Reply buffers kept for reuse per worker.
+const POOL_BUFFERS: usize = 1024;
+/// Requests decoded and prefetched together in one step of a turn.
+const BATCH: usize = 32;
+
+/// One reply in a connection's reply order: written here, or still due from other workers.
+struct Part {
+    bytes: Vec<u8>,
+    /// Replies (or acknowledgements) still due from other workers.
+    waiting: usize,
+}
+
+/// A `stats` request waiting for the other workers' figures.
+struct Gather {
+    seq: u64,
+    total: Snapshot,
+    group: Group,
+    binary: Option<BinaryRequestInfo>,
+}
 
 struct Connection {
     stream: TcpStream,
+    /// Tells this connection from an earlier one in the same slot.
+    generation: u64,
     input: Vec<u8>,
     output: Vec<u8>,
+    /// Replies that wait for an earlier one from another worker, oldest first.
+    parts: VecDeque<Part>,
+    /// Sequence number of `parts[0]`.
+    first_seq: u64,
+    /// Forwarded reads in `parts` not answered yet.
+    remote_waiting: usize,
+    gather: Option<Box<Gather>>,
+    /// Stopped taking requests until forwarded replies come back.
+    blocked: bool,
     /// Bytes still to discard after an oversized request (memcached's swallow).
     swallow: usize,
     /// The error reply sent once the swallow is over, as memcached sends it.
@@ -35,109 +81,279 @@ struct Connection {
     closing: bool,
 }
 
-/// Set by SIGINT/SIGTERM; the loop checks it every turn (at least once a second).
-static STOP: AtomicBool = AtomicBool::new(false);
+impl Connection {
+    /// Sequence number the next part gets.
+    fn next_seq(&self) -> u64 {
+        self.first_seq + self.parts.len() as u64
+    }
 
-extern "C" fn request_stop(_signal: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
+    /// Where a reply produced now goes: straight to the output when nothing is waiting ahead
+    /// of it, otherwise into the last part (if complete) or a new one.
+    fn local_out(&mut self, pool: &mut Vec<Vec<u8>>) -> &mut Vec<u8> {
+        if self.parts.is_empty() {
+            return &mut self.output;
+        }
+        if self.parts.back().is_some_and(|part| part.waiting > 0) {
+            self.parts.push_back(Part { bytes: pool.pop().unwrap_or_default(), waiting: 0 });
+        }
+        &mut self.parts.back_mut().expect("a part was just ensured").bytes
+    }
 
-/// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write.
-fn install_signal_handlers() -> Result<(), String> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
-        // sigaction struct is zero-initialised plain data with the handler and an empty mask.
-        let installed = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = request_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
-        };
-        if !installed {
-            return Err(format!("cannot install the handler for signal {signal}"));
+    /// Moves completed replies at the front of the order to the output.
+    fn drain_parts(&mut self, pool: &mut Vec<Vec<u8>>) {
+        while self.parts.front().is_some_and(|part| part.waiting == 0) {
+            let mut part = self.parts.pop_front().expect("front exists");
+            self.first_seq += 1;
+            self.output.extend_from_slice(&part.bytes);
+            if pool.len() < POOL_BUFFERS && part.bytes.capacity() <= 64 << 10 {
+                part.bytes.clear();
+                pool.push(part.bytes);
+            }
         }
     }
-    Ok(())
+
+    /// Reply bytes waiting to be written: the output and the parts behind a forwarded reply.
+    fn pending_bytes(&self) -> usize {
+        self.output.len() + self.parts.iter().map(|part| part.bytes.len()).sum::<usize>()
+    }
+
+    /// Whether replies waiting to be written have reached the limit.
+    fn over_output_limit(&self) -> bool {
+        self.output.len() > MAX_PENDING_OUTPUT_BYTES
+            || (!self.parts.is_empty() && self.pending_bytes() > MAX_PENDING_OUTPUT_BYTES)
+    }
+
+    /// Whether everything it was asked has been answered into `output`.
+    fn settled(&self) -> bool {
+        self.parts.is_empty()
+    }
 }
 
-/// Serves until SIGINT or SIGTERM.
+/// The sockets and wake-up one worker is started with.
+struct Start {
+    id: usize,
+    poll: Poll,
+    main: TcpListener,
+    direct: Option<TcpListener>,
+    links: Links,
+    cpu: Option<usize>,
+}
+
+/// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
 pub fn serve(settings: &Settings) -> Result<(), String> {
     install_signal_handlers()?;
+    let workers = settings.threads;
+    let address = settings.address;
+    let mains = bind_shared(address, workers)?;
+    let mut polls = Vec::with_capacity(workers);
+    let mut peers = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let poll = Poll::new().map_err(|e| e.to_string())?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?;
+        peers.push(Peer { sleeping: AtomicBool::new(false), waker });
+        polls.push(poll);
+    }
+    let links = crate::forward::connect(&Arc::new(peers));
+    let cpus = crate::config::cpu_list();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let verbosity = State::new(settings, 0).verbosity;
+    let mut starts = Vec::with_capacity(workers);
+    for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
+        let direct = match settings.direct_ports {
+            Some(base) => {
+                let port = base + id as u16;
+                let at = SocketAddr::new(address.ip(), port);
+                let listener =
+                    TcpListener::bind(at).map_err(|e| format!("--direct-ports: cannot listen on {at}: {e}"))?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
+        starts.push(Start { id, poll, main, direct, links, cpu });
+    }
+    if settings.verbose > 0 {
+        eprintln!(
+            "tierkv: listening on {address} with {} MiB in {workers} partitions{}",
+            settings.memory_bytes >> 20,
+            settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default()
+        );
+    }
+    let threads: Vec<_> = starts
+        .into_iter()
+        .map(|start| {
+            let settings = settings.clone();
+            let connections = Arc::clone(&connections);
+            let verbosity = Arc::clone(&verbosity);
+            std::thread::Builder::new()
+                .name(format!("tierkv-worker-{}", start.id))
+                .spawn(move || {
+                    let result = run_worker(start, &settings, connections, verbosity);
+                    // One worker failing stops the others.
+                    STOP.store(true, Ordering::Relaxed);
+                    result
+                })
+                .map_err(|e| format!("cannot start a worker thread: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut result = Ok(());
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => result = Err(message),
+            Err(_) => result = Err("a worker thread panicked".to_string()),
+        }
+    }
+    if settings.verbose > 0 {
+        eprintln!("tierkv: stopped");
+    }
+    result
+}
+
+/// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
+/// connections over the workers. A first plain bind checks that nobody else serves the port
+/// (SO_REUSEPORT would otherwise let a second server share it silently).
+fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, String> {
+    let fail = |e: io::Error| format!("cannot listen on {address}: {e}");
+    let probe = std::net::TcpListener::bind(address).map_err(fail)?;
+    let address = probe.local_addr().map_err(fail)?;
+    drop(probe);
+    (0..count)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None)
+                .map_err(fail)?;
+            socket.set_reuse_address(true).map_err(fail)?;
+            socket.set_reuse_port(true).map_err(fail)?;
+            socket.set_nonblocking(true).map_err(fail)?;
+            socket.bind(&address.into()).map_err(fail)?;
+            socket.listen(1024).map_err(fail)?;
+            Ok(TcpListener::from_std(socket.into()))
+        })
+        .collect()
+}
+
+/// The worker's part that executes requests: everything but the connections.
+struct Core {
+    id: usize,
+    workers: usize,
+    partition: Partition,
+    state: State,
+    limits: Limits,
+    links: Links,
+    /// Reply buffers for parts, reused.
+    pool: Vec<Vec<u8>>,
+}
+
+struct Worker {
+    core: Core,
+    connections: Vec<Option<Connection>>,
+    free: Vec<usize>,
+    next_generation: u64,
+    /// Connections open in the whole server (for `-c`).
+    open_connections: Arc<AtomicUsize>,
+    chunk: Vec<u8>,
+    input_limit: usize,
+    /// Connections with work left over from their last turn, served again without an event.
+    again: Vec<usize>,
+    /// Connections that stopped for forwarded replies or forwarding room; served again when
+    /// replies arrive.
+    blocked: Vec<usize>,
+}
+
+fn run_worker(
+    start: Start,
+    settings: &Settings,
+    open_connections: Arc<AtomicUsize>,
+    verbosity: Arc<std::sync::atomic::AtomicU32>,
+) -> Result<(), String> {
+    let Start { id, mut poll, mut main, mut direct, links, cpu } = start;
+    let workers = settings.threads;
     let config = PartitionConfig {
-        memory_bytes: settings.memory_bytes,
+        memory_bytes: settings.memory_bytes / workers,
         index_buckets: None,
         max_item_bytes: settings.max_item_bytes,
         expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
     };
-    let mut partition = Partition::new(&config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+    let partition = Partition::new(&config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
     let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
-    let mut listener =
-        TcpListener::bind(settings.address).map_err(|e| format!("cannot listen on {}: {e}", settings.address))?;
-    let mut poll = Poll::new().map_err(|e| e.to_string())?;
-    poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
-    if settings.verbose > 0 {
-        eprintln!("tierkv: listening on {} with {} MiB", settings.address, settings.memory_bytes >> 20);
+    poll.registry().register(&mut main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    if let Some(direct) = direct.as_mut() {
+        poll.registry().register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    }
+    if let Some(cpu) = cpu {
+        pin_to_cpu(cpu, settings.verbose > 0, id);
     }
     let mut worker = Worker {
+        core: Core { id, workers, partition, state: State::new(settings, unix_now()), limits, links, pool: Vec::new() },
         connections: Vec::new(),
         free: Vec::new(),
-        state: State::new(settings, unix_now()),
+        next_generation: 0,
+        open_connections,
         chunk: vec![0u8; READ_CHUNK_BYTES],
         input_limit: input_limit(&limits),
-        limits,
+        again: Vec::new(),
+        blocked: Vec::new(),
     };
-    pin_to_first_allowed_cpu(settings.verbose > 0);
     let mut events = Events::with_capacity(1024);
-    // Connections with work left over from their last turn (more input to read, or requests
-    // that waited for their replies to drain); served again without waiting for an event.
+    let mut inbox: Vec<(usize, Message)> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
-    let mut next: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
-        let timeout = if again.is_empty() { Duration::from_secs(1) } else { Duration::ZERO };
-        match poll.poll(&mut events, Some(timeout)) {
+        worker.core.links.receive(&mut inbox);
+        let busy = !worker.again.is_empty() || !inbox.is_empty();
+        let timeout =
+            if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { Duration::from_secs(1) };
+        let polled = poll.poll(&mut events, Some(timeout));
+        worker.core.links.awake();
+        match polled {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.to_string()),
         }
-        partition.set_clock(unix_now());
-        for event in events.iter() {
-            if event.token() == LISTENER {
-                worker.accept(&listener, &poll)?;
-            } else {
-                // A short read normally means the socket is drained, but data and the peer's
-                // close can arrive in one edge; then the read must go on to the end of stream.
-                let hangup = event.is_read_closed() || event.is_error();
-                if let Some(Some(connection)) = worker.connections.get_mut(event.token().0) {
-                    connection.hangup |= hangup;
-                }
-                worker.turn(event.token().0, &mut partition, &poll, &mut next);
+        worker.core.partition.set_clock(unix_now());
+        // Other workers' requests and replies first: someone is waiting for them.
+        for (from, message) in inbox.drain(..) {
+            match message {
+                Message::Requests(batch) => worker.core.execute_forwarded(from, batch),
+                Message::Replies(batch) => worker.deliver(from, batch, &poll),
             }
         }
-        for slot in again.drain(..) {
-            worker.turn(slot, &mut partition, &poll, &mut next);
+        for event in events.iter() {
+            match event.token() {
+                MAIN_LISTENER => worker.accept(&main, &poll)?,
+                DIRECT_LISTENER => {
+                    if let Some(direct) = &direct {
+                        worker.accept(direct, &poll)?;
+                    }
+                }
+                WAKER => {}
+                Token(slot) => {
+                    // A short read normally means the socket is drained, but data and the
+                    // peer's close can arrive in one edge; then the read must go on to the end.
+                    let hangup = event.is_read_closed() || event.is_error();
+                    if let Some(Some(connection)) = worker.connections.get_mut(slot) {
+                        connection.hangup |= hangup;
+                    }
+                    worker.turn(slot, &poll);
+                }
+            }
         }
-        std::mem::swap(&mut again, &mut next);
+        std::mem::swap(&mut again, &mut worker.again);
+        for slot in again.drain(..) {
+            worker.turn(slot, &poll);
+        }
+        worker.core.links.send_all();
     }
     if settings.verbose > 0 {
-        eprintln!("tierkv: stopping on signal");
+        eprintln!("tierkv: worker {id} stopping on signal");
     }
     Ok(())
 }
 
 /// The most input a connection buffers: its largest possible request and one read more.
-/// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and one reply.
+/// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
+/// `MAX_REMOTE_PER_CONNECTION` forwarded reads.
 fn input_limit(limits: &Limits) -> usize {
     (limits.max_value_bytes + limits.max_line_bytes + 2).max(limits.max_retrieval_line_bytes()) + READ_CHUNK_BYTES
-}
-
-/// The worker's connections and the state `stats` reports.
-struct Worker {
-    connections: Vec<Option<Connection>>,
-    free: Vec<usize>,
-    state: State,
-    chunk: Vec<u8>,
-    limits: Limits,
-    input_limit: usize,
 }
 
 /// What one turn of a connection left behind.
@@ -145,7 +361,7 @@ struct Worker {
 enum Turn {
     /// Finished; close it.
     Close,
-    /// Waiting for a read or write event.
+    /// Waiting for a read or write event, or for replies from other workers.
     Wait,
     /// Work remains that no event will announce.
     Again,
@@ -160,10 +376,12 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return Ok(()),
             };
-            if self.state.curr_connections as usize >= self.state.settings.conn_limit {
+            let limit = self.core.state.settings.conn_limit;
+            if self.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
+                self.open_connections.fetch_sub(1, Ordering::Relaxed);
                 // memcached's reply, then the connection is closed.
                 let _ = stream.write(b"ERROR Too many open connections\r\n");
-                self.state.counters.rejected_connections += 1;
+                self.core.state.counters.rejected_connections += 1;
                 continue;
             }
             let slot = self.free.pop().unwrap_or_else(|| {
@@ -171,76 +389,256 @@ impl Worker {
                 self.connections.len() - 1
             });
             let _ = stream.set_nodelay(true);
-            poll.registry()
-                .register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
-                .map_err(|e| e.to_string())?;
+            if let Err(e) = poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
+            {
+                self.free.push(slot);
+                self.open_connections.fetch_sub(1, Ordering::Relaxed);
+                return Err(e.to_string());
+            }
+            self.next_generation += 1;
             self.connections[slot] = Some(Connection {
                 stream,
+                generation: self.next_generation,
                 input: Vec::new(),
                 output: Vec::new(),
+                parts: VecDeque::new(),
+                first_seq: 0,
+                remote_waiting: 0,
+                gather: None,
+                blocked: false,
                 swallow: 0,
                 after_swallow: None,
                 resume: 0,
                 hangup: false,
                 closing: false,
             });
-            self.state.curr_connections += 1;
-            self.state.counters.total_connections += 1;
+            self.core.state.curr_connections += 1;
+            self.core.state.counters.total_connections += 1;
         }
     }
 
-    /// One turn of the connection in `slot`: closes it when it is finished, queues it in
-    /// `again` when it has work no event will announce.
-    fn turn(&mut self, slot: usize, partition: &mut Partition, poll: &Poll, again: &mut Vec<usize>) {
+    /// One turn of the connection in `slot`: closes it when it is finished, queues it when it
+    /// has work no event will announce.
+    fn turn(&mut self, slot: usize, poll: &Poll) {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
-        match serve_connection(connection, partition, &self.limits, self.input_limit, &mut self.state, &mut self.chunk)
-        {
+        let turn = serve_connection(connection, slot, &mut self.core, self.input_limit, &mut self.chunk);
+        if connection.blocked {
+            self.blocked.push(slot);
+        }
+        match turn {
             Turn::Wait => {}
-            Turn::Again => again.push(slot),
-            Turn::Close => {
-                let _ = poll.registry().deregister(&mut connection.stream);
-                self.connections[slot] = None;
-                self.free.push(slot);
-                self.state.curr_connections -= 1;
+            Turn::Again => self.again.push(slot),
+            Turn::Close => self.close(slot, poll),
+        }
+    }
+
+    fn close(&mut self, slot: usize, poll: &Poll) {
+        if let Some(mut connection) = self.connections[slot].take() {
+            let _ = poll.registry().deregister(&mut connection.stream);
+            self.free.push(slot);
+            self.core.state.curr_connections -= 1;
+            self.open_connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts the replies in `batch` (sent to worker `from`) into their connections' reply order
+    /// and writes what is now in order.
+    fn deliver(&mut self, from: usize, batch: Box<Batch>, poll: &Poll) {
+        let mut touched: Vec<usize> = Vec::new();
+        for (entry, _, replies) in batch.ranges() {
+            let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { continue };
+            if connection.generation != entry.generation || entry.seq < connection.first_seq {
+                continue;
+            }
+            let index = (entry.seq - connection.first_seq) as usize;
+            let Some(part) = connection.parts.get_mut(index) else { continue };
+            let bytes = &batch.replies[replies];
+            part.waiting = part.waiting.saturating_sub(1);
+            match entry.kind {
+                Kind::Request | Kind::GetKey => {
+                    part.bytes.extend_from_slice(bytes);
+                    connection.remote_waiting -= 1;
+                }
+                Kind::Flush { .. } | Kind::Reset => {}
+                Kind::Snapshot => {
+                    let done = part.waiting == 0;
+                    if let Some(gather) = connection.gather.as_mut().filter(|g| g.seq == entry.seq) {
+                        if let Some(snapshot) = Snapshot::read_from(bytes) {
+                            gather.total.add(&snapshot);
+                        }
+                        if done {
+                            let gather = connection.gather.take().expect("checked above");
+                            let core = &self.core;
+                            let part = &mut connection.parts[index];
+                            stats_reply(
+                                gather.group,
+                                gather.binary.as_ref(),
+                                &core.state,
+                                &gather.total,
+                                &core.partition,
+                                &mut part.bytes,
+                            );
+                        }
+                    }
+                }
+            }
+            if touched.last() != Some(&entry.slot) {
+                touched.push(entry.slot);
+            }
+        }
+        self.core.links.returned(from, batch);
+        for slot in touched {
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            connection.drain_parts(&mut self.core.pool);
+            let failed = !flush(connection, &mut self.core.state);
+            if failed || (connection.closing && connection.settled() && connection.output.is_empty()) {
+                self.close(slot, poll);
+            }
+        }
+        // Room has opened up: connections that stopped for it go again.
+        for slot in self.blocked.drain(..) {
+            if let Some(connection) = self.connections[slot].as_mut() {
+                if std::mem::take(&mut connection.blocked) {
+                    self.again.push(slot);
+                }
             }
         }
     }
 }
 
-/// Writes what is pending, reads a bounded amount, executes every complete request the output
-/// limit allows, and writes the replies.
+impl Core {
+    /// Executes a batch another worker forwarded and sends the replies back.
+    fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>) {
+        let Batch { requests, entries, replies } = &mut *batch;
+        let mut request_start = 0;
+        for entry in entries.iter_mut() {
+            let request = &requests[request_start..entry.request_end];
+            request_start = entry.request_end;
+            match entry.kind {
+                Kind::Request | Kind::GetKey => {
+                    if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
+                        let mut resume = 0;
+                        execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
+                        if entry.kind == Kind::GetKey && replies.ends_with(b"END\r\n") {
+                            replies.truncate(replies.len() - 5);
+                        }
+                    }
+                }
+                Kind::Flush { delay } => self.partition.flush_all(delay),
+                Kind::Snapshot => self.state.snapshot(&self.partition).write_to(replies),
+                Kind::Reset => self.state.reset(&self.partition),
+            }
+            entry.reply_end = replies.len();
+        }
+        self.links.reply(from, batch);
+    }
+
+    /// The worker that owns `key`.
+    fn owner(&self, key: &[u8]) -> usize {
+        KeyHash::of(key).partition(self.workers as u32) as usize
+    }
+
+    /// The worker that owns a request's key (base64 keys decoded); None if the key is not one
+    /// (the request executes here and gets its error).
+    fn owner_of(&self, key: &Key<'_>) -> Option<usize> {
+        let mut buffer = [0u8; 256];
+        key.decode_into(&mut buffer).map(|key| self.owner(key))
+    }
+
+    /// Where a request is executed.
+    fn route(&self, request: &Request<'_>) -> Route {
+        if self.workers == 1 {
+            return Route::Local;
+        }
+        let owner = match request.command {
+            Command::Get { keys, base64, .. } => {
+                if keys.len() == 1 {
+                    let key = keys.iter().next().unwrap_or_default();
+                    self.owner_of(&Key { raw: key, base64 })
+                } else if keys.iter().all(|key| self.owner(key) == self.id) {
+                    Some(self.id)
+                } else {
+                    return Route::Split;
+                }
+            }
+            Command::Store { key, .. }
+            | Command::Delete { key, .. }
+            | Command::Arith { key, .. }
+            | Command::Touch { key, .. }
+            | Command::MetaDebug { key } => self.owner_of(&key),
+            Command::FlushAll { delay } => return Route::Flush(delay),
+            Command::Stats { args } => {
+                return match Group::parse(args) {
+                    Some(Group::Reset) => Route::Reset,
+                    Some(group) => Route::Gather(group),
+                    None => Route::Local,
+                }
+            }
+            _ => None,
+        };
+        match owner {
+            Some(owner) if owner != self.id => Route::Remote(owner),
+            _ => Route::Local,
+        }
+    }
+}
+
+/// Where a request is executed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Route {
+    Local,
+    /// Forwarded to this worker.
+    Remote(usize),
+    /// A multi-key get whose keys several workers own: one part per key, then END.
+    Split,
+    /// flush_all: here and on every worker.
+    Flush(i64),
+    /// stats reset: here and on every worker.
+    Reset,
+    /// stats: figures from every worker, summed.
+    Gather(Group),
+}
+
+/// Writes what is pending, reads a bounded amount, executes every complete request the limits
+/// allow, and writes the replies.
 fn serve_connection(
     connection: &mut Connection,
-    partition: &mut Partition,
-    limits: &Limits,
+    slot: usize,
+    core: &mut Core,
     input_limit: usize,
-    state: &mut State,
     chunk: &mut [u8],
 ) -> Turn {
-    if !flush(connection, state) {
+    connection.drain_parts(&mut core.pool);
+    if !flush(connection, &mut core.state) {
         return Turn::Close;
     }
     if connection.closing {
         // A closing connection stays until its last replies are out.
-        return if connection.output.is_empty() { Turn::Close } else { Turn::Wait };
+        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
     }
     // A client that does not read its replies is not read from either, until it catches up
     // (a writable event brings it back here).
     if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
         return Turn::Wait;
     }
-    let Ok(read) = read_some(connection, chunk, input_limit, state) else { return Turn::Close };
-    let stopped_early = process(connection, partition, limits, state);
-    if !flush(connection, state) || read == ReadEnd::Eof {
+    let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
+    let stopped_early = process(connection, slot, core);
+    connection.drain_parts(&mut core.pool);
+    if !flush(connection, &mut core.state) {
         return Turn::Close;
+    }
+    if read == ReadEnd::Eof {
+        // Requests read before the end still get their replies.
+        connection.closing = true;
     }
     release_idle_buffers(connection);
     if connection.closing {
-        return if connection.output.is_empty() { Turn::Close } else { Turn::Wait };
+        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
     }
-    // With replies still pending the socket is full and a writable event will come; otherwise
-    // leftover requests or unread input need another turn.
-    if connection.output.is_empty() && (stopped_early || read == ReadEnd::Limited) {
+    // With replies still pending the socket is full and a writable event will come; a blocked
+    // connection is served again when replies arrive; otherwise leftover requests or unread
+    // input need another turn.
+    if connection.output.is_empty() && !connection.blocked && (stopped_early || read == ReadEnd::Limited) {
         Turn::Again
     } else {
         Turn::Wait
@@ -296,10 +694,17 @@ fn read_some(
     }
 }
 
-/// Decodes and executes every complete request in the input while the pending replies stay
-/// under the limit; true if it stopped for the limit with requests left.
-fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limits, state: &mut State) -> bool {
-    let input = &connection.input;
+/// How one request went.
+enum Step {
+    Done(After),
+    /// Not taken (no room to forward, or too much waiting): try again after replies arrive.
+    Blocked,
+}
+
+/// Decodes and executes (or forwards) every complete request in the input while the limits
+/// allow; true if it stopped for the output limit with requests left.
+fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
+    let input = std::mem::take(&mut connection.input);
     let mut at = 0;
     let mut stopped_early = false;
     loop {
@@ -311,26 +716,33 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
                 break;
             }
             if let Some(error) = connection.after_swallow.take() {
-                reply::error(&mut connection.output, &error);
+                reply::error(connection.local_out(&mut core.pool), &error);
             }
         }
         if at == input.len() {
             break;
         }
-        if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
-            stopped_early = true;
+        if connection.over_output_limit() {
+            // Behind a forwarded reply, the wait ends when it arrives; otherwise when the
+            // socket takes the output.
+            if connection.parts.is_empty() {
+                stopped_early = true;
+            } else {
+                connection.blocked = true;
+            }
             break;
         }
-        // Decode a run of complete requests, load their keys' buckets and items into cache
-        // together, then execute them in order (MICA's batched pipeline, one turn's worth).
+        // Decode a run of complete requests, load the buckets and items of the keys this
+        // worker owns into cache together, then execute them in order (MICA's batched
+        // pipeline, one turn's worth).
         let mut batch = [None; BATCH];
         let mut batch_len = 0;
         let mut decoded_end = at;
         let mut next = None;
         while batch_len < BATCH && decoded_end < input.len() {
-            match decode_request(&input[decoded_end..], limits) {
+            match decode_request(&input[decoded_end..], &core.limits) {
                 Decoded::Request { request, consumed } => {
-                    batch[batch_len] = Some((request, consumed));
+                    batch[batch_len] = Some((request, consumed, core.route(&request)));
                     batch_len += 1;
                     decoded_end += consumed;
                 }
@@ -343,34 +755,45 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
         if batch_len > 1 {
             let mut keys: [&[u8]; BATCH] = [&[]; BATCH];
             let mut key_count = 0;
-            for (request, _) in batch[..batch_len].iter().flatten() {
-                if let Some(key) = first_key(request) {
+            for (request, _, route) in batch[..batch_len].iter().flatten() {
+                if let (Route::Local, Some(key)) = (route, first_key(request)) {
                     keys[key_count] = key;
                     key_count += 1;
                 }
             }
-            partition.prefetch_keys(&keys[..key_count]);
+            core.partition.prefetch_keys(&keys[..key_count]);
         }
-        for (request, consumed) in batch[..batch_len].iter().flatten() {
-            if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
-                stopped_early = true;
+        for (request, consumed, route) in batch[..batch_len].iter().flatten() {
+            if connection.over_output_limit() {
+                // Behind a forwarded reply, the wait ends when it arrives; otherwise when the
+                // socket takes the output.
+                if connection.parts.is_empty() {
+                    stopped_early = true;
+                } else {
+                    connection.blocked = true;
+                }
                 break;
             }
-            match execute(partition, request, &mut connection.output, state, &mut connection.resume) {
-                After::Continue => at += consumed,
+            let raw = &input[at..at + consumed];
+            match dispatch(connection, slot, core, request, raw, *route) {
+                Step::Done(After::Continue) => at += consumed,
                 // A multi-get filled the output: the rest of its keys wait for a later turn.
-                After::Pause => {
+                Step::Done(After::Pause) => {
                     stopped_early = true;
                     break;
                 }
-                After::Close => {
+                Step::Done(After::Close) => {
                     at += consumed;
                     connection.closing = true;
                     break;
                 }
+                Step::Blocked => {
+                    connection.blocked = true;
+                    break;
+                }
             }
         }
-        if stopped_early || connection.closing {
+        if stopped_early || connection.closing || connection.blocked {
             break;
         }
         let Some(decoded) = next else { continue };
@@ -381,7 +804,7 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
                 if error.reply == ErrorReply::Server(TOO_LARGE)
                     || matches!(error.reply, ErrorReply::Binary { status, .. } if status == binary::status::E2BIG)
                 {
-                    state.counters.store_too_large += 1;
+                    core.state.counters.store_too_large += 1;
                 }
                 // memcached answers a request it swallows once the swallow is over.
                 let reply = (!error.noreply).then_some(error.reply);
@@ -393,7 +816,7 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
                 } else {
                     at += error.skip;
                     if let Some(reply) = reply {
-                        reply::error(&mut connection.output, &reply);
+                        reply::error(connection.local_out(&mut core.pool), &reply);
                     }
                 }
                 if error.close {
@@ -403,8 +826,146 @@ fn process(connection: &mut Connection, partition: &mut Partition, limits: &Limi
             }
         }
     }
+    connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// Executes one request here or hands it to the workers that must see it.
+fn dispatch(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    request: &Request<'_>,
+    raw: &[u8],
+    route: Route,
+) -> Step {
+    if route != Route::Local
+        && (connection.parts.len() >= MAX_PARTS || connection.remote_waiting >= MAX_REMOTE_PER_CONNECTION)
+    {
+        return Step::Blocked;
+    }
+    let entry = |seq: u64, kind: Kind| Entry {
+        slot,
+        generation: connection.generation,
+        seq,
+        kind,
+        request_end: 0,
+        reply_end: 0,
+    };
+    match route {
+        Route::Local => {
+            let mut resume = connection.resume;
+            let out = connection.local_out(&mut core.pool);
+            let after = execute(&mut core.partition, request, out, &mut core.state, &mut resume);
+            connection.resume = resume;
+            Step::Done(after)
+        }
+        Route::Remote(owner) => {
+            let seq = connection.next_seq();
+            if !core.links.forward(owner, entry(seq, Kind::Request), &[raw]) {
+                return Step::Blocked;
+            }
+            connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1 });
+            connection.remote_waiting += 1;
+            core.state.counters.forwarded_requests += 1;
+            Step::Done(After::Continue)
+        }
+        Route::Split => split_get(connection, slot, core, request),
+        Route::Flush(_) | Route::Reset | Route::Gather(_) => {
+            if !core.links.can_forward_to_all() || (connection.gather.is_some() && matches!(route, Route::Gather(_))) {
+                return Step::Blocked;
+            }
+            let seq = connection.next_seq();
+            let kind = match route {
+                Route::Flush(delay) => Kind::Flush { delay },
+                Route::Reset => Kind::Reset,
+                _ => Kind::Snapshot,
+            };
+            for owner in (0..core.workers).filter(|&owner| owner != core.id) {
+                let forwarded = core.links.forward(owner, entry(seq, kind), &[]);
+                debug_assert!(forwarded, "room was checked for every worker");
+            }
+            let mut part = Part { bytes: core.pool.pop().unwrap_or_default(), waiting: core.workers - 1 };
+            match route {
+                // Executed here as usual (counted once); the other workers only flush or reset.
+                Route::Flush(_) | Route::Reset => {
+                    let mut resume = 0;
+                    execute(&mut core.partition, request, &mut part.bytes, &mut core.state, &mut resume);
+                }
+                Route::Gather(group) => {
+                    let binary = match request.style {
+                        ReplyStyle::Binary(info) => Some(info),
+                        _ => None,
+                    };
+                    let total = core.state.snapshot(&core.partition);
+                    connection.gather = Some(Box::new(Gather { seq, total, group, binary }));
+                }
+                _ => unreachable!("broadcast routes only"),
+            }
+            connection.parts.push_back(part);
+            Step::Done(After::Continue)
+        }
+    }
+}
+
+/// A multi-key text get whose keys several workers own: each key is read where it lives, as
+/// its own part of the reply order, and one END follows them all.
+fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request: &Request<'_>) -> Step {
+    let Command::Get { keys, return_cas, touch, .. } = request.command else {
+        unreachable!("only text gets are split")
+    };
+    let mut line = Vec::with_capacity(300);
+    for (number, key) in keys.iter().enumerate().skip(connection.resume) {
+        if connection.parts.len() >= MAX_PARTS || connection.remote_waiting >= MAX_REMOTE_PER_CONNECTION {
+            connection.resume = number;
+            return Step::Blocked;
+        }
+        let owner = core.owner(key);
+        if owner == core.id {
+            let out = connection.local_out(&mut core.pool);
+            let item = match touch {
+                Some(exptime) => core.partition.get_and_touch(key, exptime),
+                None => core.partition.get(key),
+            };
+            let item = item.ok().flatten();
+            core.state.counters.read(touch.is_some(), item.is_some());
+            if let Some(item) = item {
+                reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
+            }
+            if connection.over_output_limit() && number + 1 < keys.len() {
+                connection.resume = number + 1;
+                return Step::Done(After::Pause);
+            }
+            continue;
+        }
+        line.clear();
+        line.extend_from_slice(match (touch.is_some(), return_cas) {
+            (false, false) => b"get ",
+            (false, true) => b"gets ",
+            (true, false) => b"gat ",
+            (true, true) => b"gats ",
+        });
+        if let Some(exptime) = touch {
+            line.extend_from_slice(exptime.to_string().as_bytes());
+            line.push(b' ');
+        }
+        line.extend_from_slice(key);
+        line.extend_from_slice(b"\r\n");
+        let seq = connection.next_seq();
+        let entry =
+            Entry { slot, generation: connection.generation, seq, kind: Kind::GetKey, request_end: 0, reply_end: 0 };
+        if !core.links.forward(owner, entry, &[&line]) {
+            connection.resume = number;
+            return Step::Blocked;
+        }
+        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1 });
+        connection.remote_waiting += 1;
+        core.state.counters.forwarded_requests += 1;
+    }
+    connection.resume = 0;
+    reply::status(connection.local_out(&mut core.pool), reply::Status::End);
+    Step::Done(After::Continue)
 }
 
 /// Writes what the socket takes; false if the connection failed.
@@ -427,29 +988,21 @@ fn flush(connection: &mut Connection, state: &mut State) -> bool {
 /// memcached's reply to a value beyond the item size limit.
 const TOO_LARGE: &str = "object too large for cache";
 
-/// Pins the calling thread (the worker) to the first CPU the process may run on, so a
-/// `taskset` or cgroup choice is honoured and the worker never migrates.
-fn pin_to_first_allowed_cpu(verbose: bool) {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it and sched_setaffinity reads
-    // it, both for the calling thread (pid 0) and within its size; CPU_ISSET/CPU_SET index
-    // inside the set (cpu < CPU_SETSIZE).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
-            return;
-        }
-        let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|&cpu| libc::CPU_ISSET(cpu, &allowed)) else { return };
+/// Pins the calling thread (a worker) to `cpu`, so it never migrates and no two workers share
+/// a CPU while there are enough.
+fn pin_to_cpu(cpu: usize, verbose: bool, worker: usize) {
+    // SAFETY: cpu_set_t is plain data that sched_setaffinity reads for the calling thread
+    // (pid 0) within its size; CPU_SET indexes inside the set (cpu < CPU_SETSIZE, as it came
+    // from the affinity mask).
+    let pinned = unsafe {
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
-        let pinned = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0;
-        if verbose && pinned {
-            eprintln!("tierkv: worker pinned to CPU {cpu}");
-        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0
+    };
+    if verbose && pinned {
+        eprintln!("tierkv: worker {worker} pinned to CPU {cpu}");
     }
 }
-
-/// Requests decoded and prefetched together in one step of a turn.
-const BATCH: usize = 32;
 
 /// The key whose bucket and item a request will read first (plain keys only).
 fn first_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {

@@ -1,6 +1,7 @@
 //! Bad input: the server answers or closes as memcached 1.6.18 does, keeps serving everyone
 //! else, and its resident memory stays within `-m` plus the documented per-connection bound
-//! (input: the largest request plus 64 KiB; output: 4 MiB plus one item).
+//! (input: the largest request plus 64 KiB; output: 4 MiB plus one item, plus one item per
+//! forwarded read outstanding, at most 16).
 
 mod common;
 
@@ -101,8 +102,11 @@ fn half_requests_and_disconnects_free_everything() {
     }
     still_serves(server.1);
     let grown = resident_bytes(server.0.id()).saturating_sub(before);
-    // A leaked input buffer would be 1 MB per abandoned set: 75 MB here.
-    assert!(grown < 4 * MIB, "resident memory grew by {grown} bytes over 300 abandoned requests");
+    // A leaked input buffer would be 1 MB per abandoned set: 75 MB here. Each worker's
+    // allocator arena reaches its working size on its own, whenever the kernel first hands
+    // that worker a 1 MB set (measured 2-4.3 MiB of growth with two workers, independent of
+    // the number of rounds).
+    assert!(grown < 8 * MIB, "resident memory grew by {grown} bytes over 300 abandoned requests");
 }
 
 #[test]
@@ -174,7 +178,9 @@ fn a_client_that_never_reads_cannot_grow_the_server_or_stall_others() {
     still_serves(server.1);
     assert!(started.elapsed() < Duration::from_secs(2));
     let resident = resident_bytes(server.0.id());
-    let bound = 64 * MIB + 10 * PER_CONNECTION_BOUND + BASELINE;
+    // Hogs on a worker that does not own "big" also hold up to 16 forwarded replies each.
+    let forwarded_reads = 16 * value.len() as u64;
+    let bound = 64 * MIB + 10 * (PER_CONNECTION_BOUND + forwarded_reads) + BASELINE;
     assert!(resident < bound, "resident {} MiB, bound {} MiB", resident / MIB, bound / MIB);
     drop(hogs);
     std::thread::sleep(Duration::from_millis(200));

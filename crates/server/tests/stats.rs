@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exchange, memcached, tierkv};
+use common::{exchange, memcached, tierkv, tierkv_with};
 use std::collections::HashMap;
 
 /// The `STAT name value` lines of a reply.
@@ -48,7 +48,6 @@ const SHARED_COUNTERS: &[&str] = &[
     "curr_items",
     "curr_connections",
     "rejected_connections",
-    "threads",
     "limit_maxbytes",
 ];
 
@@ -60,12 +59,14 @@ fn run_script(port: u16) -> HashMap<String, String> {
 
 #[test]
 fn counters_count_what_memcached_counts() {
-    let (ours, theirs) = (tierkv(), memcached());
+    // Two workers: the keys of the script live in both partitions and the figures are summed.
+    let (ours, theirs) = (tierkv_with(&["-t", "2"]), memcached());
     let (mine, reference) = (run_script(ours.1), run_script(theirs.1));
     for name in SHARED_COUNTERS {
         assert_eq!(mine.get(*name), reference.get(*name), "stat {name}");
     }
     assert_eq!(mine["cmd_flush"], "1");
+    assert_eq!((mine["threads"].as_str(), reference["threads"].as_str()), ("2", "1"));
     assert_eq!(mine["version"], format!("1.6.18-tierkv-{}", env!("CARGO_PKG_VERSION")));
     // Bytes read include the 2 MB value; the stats request itself is counted too.
     assert!(mine["bytes_read"].parse::<u64>().unwrap() > 2_000_000);

@@ -1,0 +1,348 @@
+//! Forwarding between workers: a request for a key another worker's partition owns travels to
+//! that worker in a batch over a bounded queue, is executed there, and its reply comes back in
+//! the same batch over the reverse queue (MICA's software request forwarding, done in bulk so a
+//! queue operation and a wake-up are shared by many requests).
+//!
+//! Every ordered pair of workers has its own channel, written by one worker and read by the
+//! other. A worker may have at most `MAX_BATCHES_IN_FLIGHT` request batches out to each other
+//! worker; past that it stops taking requests that need forwarding (back-pressure) until
+//! replies return, so the channels never fill and nothing is dropped or reordered. Batches are
+//! recycled, so a warm worker forwards without allocating.
+
+use mio::Waker;
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+
+/// Request batches a worker may have out to one other worker at a time.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 8;
+/// A batch is sent as soon as its requests reach this many bytes...
+const BATCH_BYTES: usize = 64 << 10;
+/// ... or this many entries (otherwise at the end of the loop turn).
+const BATCH_ENTRIES: usize = 256;
+/// Batches kept for reuse.
+const POOL_BATCHES: usize = 64;
+/// A batch's buffers above this capacity are not kept for reuse.
+const KEEP_BATCH_BYTES: usize = 1 << 20;
+
+/// What the owner does with one entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Decode and execute the request bytes; the reply goes back whole.
+    Request,
+    /// One key of a multi-key text get: execute, and send back the VALUE lines only (the
+    /// connection's worker writes the one END).
+    GetKey,
+    /// flush_all on this partition too (counted once, by the connection's worker).
+    Flush { delay: i64 },
+    /// Send back this worker's `stats` figures.
+    Snapshot,
+    /// `stats reset` on this worker too.
+    Reset,
+}
+
+/// One forwarded request and, once executed, where its reply ends.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// The connection (slot and generation, so a reply for a closed connection is dropped).
+    pub slot: usize,
+    pub generation: u64,
+    /// The reply's position in the connection's reply order.
+    pub seq: u64,
+    pub kind: Kind,
+    /// End of this entry's request bytes in `Batch::requests`.
+    pub request_end: usize,
+    /// End of this entry's reply bytes in `Batch::replies` (set by the owner).
+    pub reply_end: usize,
+}
+
+/// Requests for one worker, and then its replies.
+#[derive(Default)]
+pub struct Batch {
+    pub requests: Vec<u8>,
+    pub entries: Vec<Entry>,
+    pub replies: Vec<u8>,
+}
+
+impl Batch {
+    /// The request bytes and reply bytes of each entry, in order.
+    pub fn ranges(&self) -> impl Iterator<Item = (Entry, std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+        let mut request_start = 0;
+        let mut reply_start = 0;
+        self.entries.iter().map(move |entry| {
+            let request = request_start..entry.request_end;
+            let reply = reply_start..entry.reply_end.max(reply_start);
+            request_start = entry.request_end;
+            reply_start = reply.end;
+            (*entry, request, reply)
+        })
+    }
+}
+
+pub enum Message {
+    /// Requests to execute; send the batch back as `Replies`.
+    Requests(Box<Batch>),
+    /// The replies to a batch this worker sent.
+    Replies(Box<Batch>),
+}
+
+/// What other workers may touch of a worker: its wake-up and whether it needs one.
+pub struct Peer {
+    /// Set while the worker may block in its poll; senders wake it then.
+    pub sleeping: AtomicBool,
+    pub waker: Waker,
+}
+
+/// One worker's ends of the channels to and from every other worker.
+pub struct Links {
+    id: usize,
+    to: Vec<Option<SyncSender<Message>>>,
+    from: Vec<Option<Receiver<Message>>>,
+    peers: Arc<Vec<Peer>>,
+    /// The batch being filled for each worker.
+    open: Vec<Option<Box<Batch>>>,
+    /// Request batches out to each worker (the open one included).
+    in_flight: Vec<usize>,
+    /// Messages a full channel refused (never expected: the in-flight limit keeps channels
+    /// from filling), sent again later.
+    outbox: Vec<VecDeque<Message>>,
+    woken: Vec<bool>,
+    #[allow(clippy::vec_box)] // batches travel boxed; the pool keeps them boxed to reuse
+    pool: Vec<Box<Batch>>,
+}
+
+/// Channels for `workers` workers: the `Links` of each, in worker order.
+pub fn connect(peers: &Arc<Vec<Peer>>) -> Vec<Links> {
+    let workers = peers.len();
+    let mut to: Vec<Vec<Option<SyncSender<Message>>>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut from: Vec<Vec<Option<Receiver<Message>>>> = (0..workers).map(|_| Vec::new()).collect();
+    for (sender, senders) in to.iter_mut().enumerate() {
+        for (receiver, receivers) in from.iter_mut().enumerate() {
+            if sender == receiver {
+                senders.push(None);
+                receivers.push(None);
+            } else {
+                // Requests from `sender` plus replies to `receiver`'s requests: each at most
+                // MAX_BATCHES_IN_FLIGHT.
+                let (tx, rx) = std::sync::mpsc::sync_channel(2 * MAX_BATCHES_IN_FLIGHT);
+                senders.push(Some(tx));
+                receivers.push(Some(rx));
+            }
+        }
+    }
+    to.into_iter()
+        .zip(from)
+        .enumerate()
+        .map(|(id, (to, from))| Links {
+            id,
+            to,
+            from,
+            peers: Arc::clone(peers),
+            open: (0..workers).map(|_| None).collect(),
+            in_flight: vec![0; workers],
+            outbox: (0..workers).map(|_| VecDeque::new()).collect(),
+            woken: vec![false; workers],
+            pool: Vec::new(),
+        })
+        .collect()
+}
+
+impl Links {
+    pub fn workers(&self) -> usize {
+        self.to.len()
+    }
+
+    /// Whether a request for `owner` can be taken now (a batch is open or may be opened).
+    pub fn can_forward(&self, owner: usize) -> bool {
+        self.open[owner].is_some() || self.in_flight[owner] < MAX_BATCHES_IN_FLIGHT
+    }
+
+    /// Whether a request for every other worker can be taken now.
+    pub fn can_forward_to_all(&self) -> bool {
+        (0..self.workers()).all(|owner| owner == self.id || self.can_forward(owner))
+    }
+
+    /// Adds a request (the concatenation of `parts`) for `owner`; false, changing nothing,
+    /// when `owner` already has the most batches in flight.
+    pub fn forward(&mut self, owner: usize, mut entry: Entry, parts: &[&[u8]]) -> bool {
+        if !self.can_forward(owner) {
+            return false;
+        }
+        let batch = match &mut self.open[owner] {
+            Some(batch) => batch,
+            open @ None => {
+                self.in_flight[owner] += 1;
+                open.insert(self.pool.pop().unwrap_or_default())
+            }
+        };
+        for part in parts {
+            batch.requests.extend_from_slice(part);
+        }
+        entry.request_end = batch.requests.len();
+        batch.entries.push(entry);
+        if batch.requests.len() >= BATCH_BYTES || batch.entries.len() >= BATCH_ENTRIES {
+            self.send_open(owner);
+        }
+        true
+    }
+
+    fn send_open(&mut self, owner: usize) {
+        if let Some(batch) = self.open[owner].take() {
+            self.send(owner, Message::Requests(batch));
+        }
+    }
+
+    /// Sends a batch of executed requests back to the worker that sent it.
+    pub fn reply(&mut self, to: usize, batch: Box<Batch>) {
+        self.send(to, Message::Replies(batch));
+    }
+
+    fn send(&mut self, to: usize, message: Message) {
+        self.outbox[to].push_back(message);
+        self.pump(to);
+    }
+
+    fn pump(&mut self, to: usize) {
+        let Some(sender) = &self.to[to] else { return };
+        while let Some(message) = self.outbox[to].pop_front() {
+            match sender.try_send(message) {
+                Ok(()) => self.woken[to] = true,
+                Err(TrySendError::Full(message)) => {
+                    self.outbox[to].push_front(message);
+                    break;
+                }
+                // The other worker has stopped: the server is shutting down.
+                Err(TrySendError::Disconnected(_)) => self.outbox[to].clear(),
+            }
+        }
+    }
+
+    /// Sends every open batch and wakes the workers that got messages and may be asleep.
+    pub fn send_all(&mut self) {
+        for owner in 0..self.workers() {
+            self.send_open(owner);
+            self.pump(owner);
+        }
+        // Pairs with the fence in `may_sleep`: either this sees the flag set, or the other
+        // worker sees the message before it sleeps.
+        fence(Ordering::SeqCst);
+        for to in 0..self.workers() {
+            if std::mem::take(&mut self.woken[to]) && self.peers[to].sleeping.load(Ordering::Relaxed) {
+                let _ = self.peers[to].waker.wake();
+            }
+        }
+    }
+
+    /// Moves every message waiting for this worker into `inbox` as (sender, message).
+    pub fn receive(&mut self, inbox: &mut Vec<(usize, Message)>) {
+        for (sender, receiver) in self.from.iter().enumerate() {
+            let Some(receiver) = receiver else { continue };
+            // Empty or disconnected (the server is stopping) both end the collection.
+            while let Ok(message) = receiver.try_recv() {
+                inbox.push((sender, message));
+            }
+        }
+    }
+
+    /// Announces that this worker is about to block, then collects what arrived meanwhile;
+    /// true if it may block (nothing arrived). `awake` must be called after the block.
+    pub fn may_sleep(&mut self, inbox: &mut Vec<(usize, Message)>) -> bool {
+        self.peers[self.id].sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        self.receive(inbox);
+        if inbox.is_empty() {
+            true
+        } else {
+            self.awake();
+            false
+        }
+    }
+
+    pub fn awake(&self) {
+        self.peers[self.id].sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Takes back a batch whose replies were delivered.
+    pub fn returned(&mut self, from: usize, mut batch: Box<Batch>) {
+        self.in_flight[from] -= 1;
+        if self.pool.len() < POOL_BATCHES
+            && batch.requests.capacity() <= KEEP_BATCH_BYTES
+            && batch.replies.capacity() <= KEEP_BATCH_BYTES
+        {
+            batch.requests.clear();
+            batch.entries.clear();
+            batch.replies.clear();
+            self.pool.push(batch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links(workers: usize) -> (Vec<Links>, Vec<mio::Poll>) {
+        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
+        let peers: Vec<Peer> = polls
+            .iter()
+            .map(|poll| Peer {
+                sleeping: AtomicBool::new(false),
+                waker: Waker::new(poll.registry(), mio::Token(0)).unwrap(),
+            })
+            .collect();
+        (connect(&Arc::new(peers)), polls)
+    }
+
+    fn entry(seq: u64) -> Entry {
+        Entry { slot: 3, generation: 9, seq, kind: Kind::Request, request_end: 0, reply_end: 0 }
+    }
+
+    #[test]
+    fn batches_travel_in_order_and_come_back() {
+        let (mut all, _polls) = links(2);
+        let mut b = all.pop().unwrap();
+        let mut a = all.pop().unwrap();
+        assert!(a.forward(1, entry(0), &[b"get x\r\n"]));
+        assert!(a.forward(1, entry(1), &[b"get ", b"y\r\n"]));
+        a.send_all();
+        let mut inbox = Vec::new();
+        b.receive(&mut inbox);
+        assert_eq!(inbox.len(), 1);
+        let (from, Message::Requests(mut batch)) = inbox.pop().unwrap() else { panic!("expected requests") };
+        assert_eq!(from, 0);
+        let requests: Vec<Vec<u8>> = batch.ranges().map(|(_, r, _)| batch.requests[r].to_vec()).collect();
+        assert_eq!(requests, vec![b"get x\r\n".to_vec(), b"get y\r\n".to_vec()]);
+        for (i, reply) in [&b"END\r\n"[..], b"VALUE y 0 1\r\nz\r\nEND\r\n"].iter().enumerate() {
+            batch.replies.extend_from_slice(reply);
+            batch.entries[i].reply_end = batch.replies.len();
+        }
+        b.reply(0, batch);
+        b.send_all();
+        a.receive(&mut inbox);
+        let (_, Message::Replies(batch)) = inbox.pop().unwrap() else { panic!("expected replies") };
+        let replies: Vec<(u64, Vec<u8>)> = batch.ranges().map(|(e, _, r)| (e.seq, batch.replies[r].to_vec())).collect();
+        assert_eq!(replies[0], (0, b"END\r\n".to_vec()));
+        assert_eq!(replies[1].0, 1);
+        assert_eq!(a.in_flight[1], 1);
+        a.returned(1, batch);
+        assert_eq!(a.in_flight[1], 0);
+    }
+
+    #[test]
+    fn a_full_pipe_refuses_instead_of_dropping() {
+        let (mut all, _polls) = links(2);
+        let a = &mut all[0];
+        let big = vec![b'x'; BATCH_BYTES];
+        for seq in 0..MAX_BATCHES_IN_FLIGHT as u64 {
+            assert!(a.forward(1, entry(seq), &[&big]), "batch {seq}");
+        }
+        // Every batch went out when it filled; no credit is left.
+        assert!(!a.can_forward(1));
+        assert!(!a.forward(1, entry(99), &[b"get z\r\n"]));
+        assert!(!a.can_forward_to_all());
+        let mut inbox = Vec::new();
+        all[1].receive(&mut inbox);
+        assert_eq!(inbox.len(), MAX_BATCHES_IN_FLIGHT);
+    }
+}

@@ -1,0 +1,29 @@
+//! SIGINT and SIGTERM stop the server cleanly: the handler sets a flag every worker checks at
+//! least once a second.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by SIGINT/SIGTERM; the loop checks it every turn (at least once a second).
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn request_stop(_signal: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write.
+pub fn install_signal_handlers() -> Result<(), String> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
+        // sigaction struct is zero-initialised plain data with the handler and an empty mask.
+        let installed = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = request_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
+        };
+        if !installed {
+            return Err(format!("cannot install the handler for signal {signal}"));
+        }
+    }
+    Ok(())
+}
