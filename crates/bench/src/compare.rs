@@ -178,6 +178,7 @@ fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec
             seed: 1,
             rate: None,
             threads: 1,
+            direct: None,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
         loadgen::preload(&base)?;

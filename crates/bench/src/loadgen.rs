@@ -43,6 +43,10 @@ pub struct RunConfig {
     pub rate: Option<f64>,
     /// Load-generating threads; connections (and the open-loop rate) are split between them.
     pub threads: usize,
+    /// Request direction (closed loop only): the address of each partition of a tierkv
+    /// server. Every connection becomes one socket per partition, and each request goes to the
+    /// socket of the partition that owns its key (`tierkv_client::partition_of`).
+    pub direct: Option<Vec<SocketAddr>>,
 }
 
 /// What a run measured.
@@ -262,10 +266,16 @@ fn drive_until(
 ) -> Result<RunResult, String> {
     let limits = Limits { max_value_bytes: config.value_bytes.1.max(1 << 20), ..Limits::default() };
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
-    let mut connections = Vec::with_capacity(config.connections);
-    for i in 0..config.connections {
-        let std_stream = std::net::TcpStream::connect_timeout(&config.target, Duration::from_secs(2))
-            .map_err(|e| format!("cannot connect to {}: {e}", config.target))?;
+    let routes: Vec<SocketAddr> = config.direct.clone().unwrap_or_else(|| vec![config.target]);
+    let fan = routes.len();
+    if fan > 1 && config.rate.is_some() {
+        return Err("request direction (--direct) runs the closed loop only; drop --rate".into());
+    }
+    let mut connections = Vec::with_capacity(config.connections * fan);
+    for i in 0..config.connections * fan {
+        let target = routes[i % fan];
+        let std_stream = std::net::TcpStream::connect_timeout(&target, Duration::from_secs(2))
+            .map_err(|e| format!("cannot connect to {target}: {e}"))?;
         std_stream.set_nodelay(true).map_err(|e| e.to_string())?;
         std_stream.set_nonblocking(true).map_err(|e| e.to_string())?;
         let mut stream = TcpStream::from_std(std_stream);
@@ -291,9 +301,9 @@ fn drive_until(
     let mut active = 0usize;
     let mut open = config.rate.map(|rate| OpenLoop { rate, start, issued: 0, next_connection: 0 });
     if open.is_none() {
-        // Closed loop: start a round on every connection.
-        for connection in connections.iter_mut() {
-            if start_round(connection, config, values, &mut rng, &mut key, &mut next, start) {
+        // Closed loop: start a round on every connection (every group of sockets).
+        for group in connections.chunks_mut(fan) {
+            if start_round(group, config, values, &mut rng, &mut key, &mut next, start) {
                 active += 1;
             } else {
                 finished = true;
@@ -322,6 +332,7 @@ fn drive_until(
             last_progress = Instant::now();
         }
         for event in events.iter() {
+            let first = event.token().0 / fan * fan;
             let connection = &mut connections[event.token().0];
             if connection.pending.is_empty() {
                 continue;
@@ -370,8 +381,13 @@ fn drive_until(
                 if open.is_some() {
                     continue;
                 }
+                // A round ends when every socket of the connection's group has its replies.
+                let group = &mut connections[first..first + fan];
+                if group.iter().any(|socket| !socket.pending.is_empty()) {
+                    continue;
+                }
                 let now = Instant::now();
-                let more = !finished && start_round(connection, config, values, &mut rng, &mut key, &mut next, now);
+                let more = !finished && start_round(group, config, values, &mut rng, &mut key, &mut next, now);
                 if !more {
                     finished = true;
                     active -= 1;
@@ -388,10 +404,11 @@ fn drive_until(
     Ok(RunResult { operations, gets, get_hits, refused_sets, elapsed: start.elapsed(), latency_ns })
 }
 
-/// Encodes the next round (up to `pipeline` requests, all meant for `now`) and writes it;
-/// false when `next` is done.
+/// Encodes the next round (up to `pipeline` requests, all meant for `now`) for a connection
+/// (one socket, or one per partition with request direction, each request on the socket of
+/// its key's partition) and writes it; false when `next` is done.
 fn start_round(
-    connection: &mut Connection,
+    group: &mut [Connection],
     config: &RunConfig,
     values: &Values,
     rng: &mut Rng,
@@ -399,13 +416,28 @@ fn start_round(
     next: &mut impl FnMut() -> Option<(u64, bool)>,
     now: Instant,
 ) -> bool {
-    connection.output.clear();
-    connection.written = 0;
+    for socket in group.iter_mut() {
+        socket.output.clear();
+        socket.written = 0;
+    }
     for _ in 0..config.pipeline {
         let Some(request) = next() else { break };
-        queue(connection, config, values, rng, key, request, now);
+        let socket = if group.len() > 1 {
+            write_text_key(request.0, key);
+            tierkv_client::partition_of(key, group.len())
+        } else {
+            0
+        };
+        queue(&mut group[socket], config, values, rng, key, request, now);
     }
-    !connection.pending.is_empty() && flush(connection).is_ok()
+    let mut any = false;
+    for socket in group.iter_mut().filter(|socket| !socket.pending.is_empty()) {
+        if flush(socket).is_err() {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Encodes one request into the connection's output and records it as pending.

@@ -3,4 +3,130 @@
 //! consistent hashing.
 //!
 //! It must never depend on the engine's internals beyond the published key-hash function, and it
-//! must never block the caller on one slow server. Nothing is implemented yet.
+//! must never block the caller on one slow server. So far: `Topology`, which learns a server's
+//! partitions from `stats tierkv` and names the port that owns each key.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The partition hash this client implements; a server reporting another one is refused.
+pub const PARTITION_HASH: &str = "xxh3-64-seed0-mica";
+
+/// The partition (0..partitions) that owns `key`: xxh3-64 with seed 0, and MICA's split of
+/// its top 16 bits, `((h >> 48) * partitions) >> 16`.
+pub fn partition_of(key: &[u8], partitions: usize) -> usize {
+    assert!((1..=1 << 16).contains(&partitions), "1 to 65536 partitions");
+    (((xxh3_64(key) >> 48) * partitions as u64) >> 16) as usize
+}
+
+/// How a server splits its keys, from its `stats tierkv`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// The address asked.
+    pub server: SocketAddr,
+    pub partitions: usize,
+    /// Partition i listens on this port + i; None when the server has no direct ports.
+    pub direct_port_base: Option<u16>,
+    /// Requests the server has forwarded between its workers so far.
+    pub forwarded_requests: u64,
+}
+
+impl Topology {
+    /// Asks `server` with `stats tierkv`.
+    pub fn fetch(server: SocketAddr, timeout: Duration) -> Result<Topology, String> {
+        let mut stream =
+            TcpStream::connect_timeout(&server, timeout).map_err(|e| format!("cannot connect to {server}: {e}"))?;
+        stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+        stream.write_all(b"stats tierkv\r\n").map_err(|e| format!("{server}: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !(reply.ends_with(b"END\r\n") || reply.ends_with(b"ERROR\r\n")) {
+            if Instant::now() > deadline || reply.len() > 64 << 10 {
+                return Err(format!("{server} did not answer stats tierkv"));
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) => return Err(format!("{server} closed the connection")),
+                Ok(n) => reply.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("{server}: {e}")),
+            }
+        }
+        Topology::parse(server, &String::from_utf8_lossy(&reply))
+    }
+
+    /// Reads the reply to `stats tierkv`.
+    pub fn parse(server: SocketAddr, reply: &str) -> Result<Topology, String> {
+        let stat = |name: &str| {
+            reply.lines().find_map(|line| line.strip_prefix("STAT ")?.strip_prefix(name)?.strip_prefix(' '))
+        };
+        let Some(partitions) = stat("partitions") else {
+            return Err(format!("{server} is not a tierkv server (no stats tierkv)"));
+        };
+        let hash = stat("hash").unwrap_or_default();
+        if hash != PARTITION_HASH {
+            return Err(format!("{server} partitions keys with {hash:?}, not {PARTITION_HASH}"));
+        }
+        let number = |name: &str, text: Option<&str>| {
+            text.and_then(|t| t.parse::<u64>().ok()).ok_or_else(|| format!("{server}: bad stat {name}"))
+        };
+        let partitions = number("partitions", Some(partitions))? as usize;
+        if !(1..=1 << 16).contains(&partitions) {
+            return Err(format!("{server}: {partitions} partitions"));
+        }
+        let base = number("direct_port_base", stat("direct_port_base"))?;
+        let forwarded_requests = number("forwarded_requests", stat("forwarded_requests"))?;
+        let direct_port_base = match base {
+            0 => None,
+            base if base + partitions as u64 - 1 <= u64::from(u16::MAX) => Some(base as u16),
+            _ => return Err(format!("{server}: direct ports from {base} do not fit")),
+        };
+        Ok(Topology { server, partitions, direct_port_base, forwarded_requests })
+    }
+
+    /// The partition that owns `key`.
+    pub fn partition(&self, key: &[u8]) -> usize {
+        partition_of(key, self.partitions)
+    }
+
+    /// Where to send requests for partition `partition`: its direct port, or the server's
+    /// main port when it has none.
+    pub fn address_of(&self, partition: usize) -> SocketAddr {
+        match self.direct_port_base {
+            Some(base) => SocketAddr::new(self.server.ip(), base + partition as u16),
+            None => self.server,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_is_the_engines() {
+        for n in [1usize, 2, 3, 4, 7, 64, 65536] {
+            for i in 0..2000u32 {
+                let key = format!("key:{i}");
+                assert_eq!(
+                    partition_of(key.as_bytes(), n),
+                    tierkv_engine::partition_of(key.as_bytes(), n as u32) as usize
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stats_tierkv_is_read_and_checked() {
+        let server: SocketAddr = "127.0.0.1:11211".parse().unwrap();
+        let reply = "STAT partitions 2\r\nSTAT hash xxh3-64-seed0-mica\r\nSTAT direct_port_base 7000\r\nSTAT forwarded_requests 5\r\nEND\r\n";
+        let topology = Topology::parse(server, reply).unwrap();
+        assert_eq!((topology.partitions, topology.direct_port_base, topology.forwarded_requests), (2, Some(7000), 5));
+        assert_eq!(topology.address_of(1), "127.0.0.1:7001".parse().unwrap());
+        let off = Topology::parse(server, &reply.replace("7000", "0")).unwrap();
+        assert_eq!(off.address_of(1), server);
+        assert!(Topology::parse(server, &reply.replace("mica", "other")).unwrap_err().contains("other"));
+        assert!(Topology::parse(server, "ERROR\r\n").unwrap_err().contains("not a tierkv server"));
+    }
+}

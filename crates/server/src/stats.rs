@@ -98,6 +98,11 @@ impl State {
         }
     }
 
+    /// The same state with a verbosity level shared with other workers.
+    pub fn sharing_verbosity(self, verbosity: Arc<AtomicU32>) -> State {
+        State { verbosity, ..self }
+    }
+
     /// `stats reset`: counters start again from zero; gauges (items, bytes, connections) stay.
     pub fn reset(&mut self, partition: &Partition) {
         self.counters = Counters::default();

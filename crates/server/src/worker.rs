@@ -284,7 +284,15 @@ fn run_worker(
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
     let mut worker = Worker {
-        core: Core { id, workers, partition, state: State::new(settings, unix_now()), limits, links, pool: Vec::new() },
+        core: Core {
+            id,
+            workers,
+            partition,
+            state: State::new(settings, unix_now()).sharing_verbosity(verbosity),
+            limits,
+            links,
+            pool: Vec::new(),
+        },
         connections: Vec::new(),
         free: Vec::new(),
         next_generation: 0,

@@ -83,6 +83,10 @@ struct RunArgs {
     /// Print one compact JSON line on stdout.
     #[arg(long)]
     json: bool,
+    /// Request direction: read the partitions of the tierkv target (`stats tierkv`) and send
+    /// each key to its owner's direct port (the target must run with --direct-ports).
+    #[arg(long)]
+    direct: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -248,7 +252,18 @@ fn run(args: RunArgs) {
         seed: args.seed,
         rate: args.rate,
         threads: args.threads.clamp(1, 64),
+        direct: None,
     };
+    let topology = tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2));
+    let direct = match (&topology, args.direct) {
+        (Ok(topology), true) if topology.direct_port_base.is_some() => {
+            Some((0..topology.partitions).map(|p| topology.address_of(p)).collect())
+        }
+        (Ok(_), true) => fail(format!("--direct: {target} has no direct ports (start tierkv with --direct-ports)")),
+        (Err(e), true) => fail(format!("--direct: {e}")),
+        (_, false) => None,
+    };
+    let config = RunConfig { direct, ..config };
     let rates: Vec<Option<f64>> =
         if args.sweep.is_empty() { vec![args.rate] } else { args.sweep.iter().map(|&r| Some(r)).collect() };
     if rates.iter().flatten().any(|&r| r.is_nan() || r <= 0.0) {
@@ -257,6 +272,16 @@ fn run(args: RunArgs) {
     for (i, rate) in rates.into_iter().enumerate() {
         let config = RunConfig { rate, preload: config.preload && i == 0, ..config.clone() };
         measure_and_report(&args, &config);
+    }
+    // For a tierkv target: how many requests its workers forwarded to each other.
+    if let Ok(before) = topology {
+        if let Ok(after) = tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2)) {
+            eprintln!(
+                "{target}: {} partitions, {} requests forwarded between workers",
+                after.partitions,
+                after.forwarded_requests - before.forwarded_requests
+            );
+        }
     }
 }
 
