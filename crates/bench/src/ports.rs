@@ -40,6 +40,23 @@ pub fn free_port() -> Result<u16, String> {
     Err(format!("no free loopback port between {LOWEST} and {}", LOWEST + span))
 }
 
+/// `count` consecutive free ports (for a server's direct ports), the first returned.
+pub fn free_ports(count: u16) -> Result<u16, String> {
+    for _ in 0..64 {
+        let base = free_port()?;
+        if u32::from(base) + u32::from(count) >= ephemeral_start() {
+            continue;
+        }
+        let rest_free = (1..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        // Keep the sequence past the run so later calls do not hand out its ports.
+        NEXT.fetch_add(u32::from(count), Ordering::Relaxed);
+        if rest_free {
+            return Ok(base);
+        }
+    }
+    Err(format!("no {count} consecutive free loopback ports"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +72,10 @@ mod tests {
             assert!(u32::from(port) >= LOWEST && u32::from(port) < ephemeral_start());
             TcpListener::bind(("127.0.0.1", port)).unwrap();
         }
+        let base = free_ports(4).unwrap();
+        for port in base..base + 4 {
+            TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+        assert!(free_port().unwrap() >= base + 4 || free_port().unwrap() < base);
     }
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{exchange, exchange_binary_to_sentinel, exchange_to_sentinel, memcached, tierkv};
+use common::{exchange, exchange_binary_to_sentinel, exchange_to_sentinel, mask_cas, memcached, tierkv};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -95,17 +95,6 @@ fn bin(op: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     tierkv_protocol::binary::write_request(&mut out, op, 0x1122_3344, 0, extras, key, value);
     out
-}
-
-/// Zeroes the CAS of every response packet (CAS values differ between servers by design).
-fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
-    let mut at = 0;
-    while at + 24 <= reply.len() {
-        let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
-        reply[at + 16..at + 24].fill(0);
-        at += 24 + body;
-    }
-    reply
 }
 
 #[test]

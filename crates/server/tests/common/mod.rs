@@ -136,3 +136,14 @@ pub fn resident_bytes(pid: u32) -> u64 {
     let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
+
+/// Zeroes the CAS of every response packet (CAS values differ between servers by design).
+pub fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
+    let mut at = 0;
+    while at + 24 <= reply.len() {
+        let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
+        reply[at + 16..at + 24].fill(0);
+        at += 24 + body;
+    }
+    reply
+}
