@@ -25,36 +25,30 @@ fn ephemeral_start() -> u32 {
 
 /// A loopback TCP port that nothing listens on now and no outgoing connection will take.
 pub fn free_port() -> Result<u16, String> {
+    free_ports(1)
+}
+
+/// `count` consecutive free ports (for a server's direct ports), the first returned. The run
+/// is taken from the sequence in one step, so concurrent callers never share a port.
+pub fn free_ports(count: u16) -> Result<u16, String> {
     let span = ephemeral_start() - LOWEST;
+    let count = u32::from(count.max(1));
     if NEXT.load(Ordering::Relaxed) == 0 {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let seed = (std::process::id().wrapping_mul(2_654_435_761) ^ nanos) % span;
         let _ = NEXT.compare_exchange(0, seed + 1, Ordering::Relaxed, Ordering::Relaxed);
     }
     for _ in 0..span.min(4096) {
-        let port = (LOWEST + NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err(format!("no free loopback port between {LOWEST} and {}", LOWEST + span))
-}
-
-/// `count` consecutive free ports (for a server's direct ports), the first returned.
-pub fn free_ports(count: u16) -> Result<u16, String> {
-    for _ in 0..64 {
-        let base = free_port()?;
-        if u32::from(base) + u32::from(count) >= ephemeral_start() {
+        let first = NEXT.fetch_add(count, Ordering::Relaxed) % span;
+        if first + count > span {
             continue;
         }
-        let rest_free = (1..count).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        // Keep the sequence past the run so later calls do not hand out its ports.
-        NEXT.fetch_add(u32::from(count), Ordering::Relaxed);
-        if rest_free {
+        let base = (LOWEST + first) as u16;
+        if (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return Ok(base);
         }
     }
-    Err(format!("no {count} consecutive free loopback ports"))
+    Err(format!("no {count} consecutive free loopback ports between {LOWEST} and {}", LOWEST + span))
 }
 
 #[cfg(test)]
