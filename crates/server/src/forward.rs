@@ -51,6 +51,8 @@ pub struct Entry {
     /// The reply's position in the connection's reply order.
     pub seq: u64,
     pub kind: Kind,
+    /// The key's hash (0: none), so the owner can prefetch a run of entries together.
+    pub hash: u64,
     /// End of this entry's request bytes in `Batch::requests`.
     pub request_end: usize,
     /// End of this entry's reply bytes in `Batch::replies` (set by the owner).
@@ -295,7 +297,7 @@ mod tests {
     }
 
     fn entry(seq: u64) -> Entry {
-        Entry { slot: 3, generation: 9, seq, kind: Kind::Request, request_end: 0, reply_end: 0 }
+        Entry { slot: 3, generation: 9, seq, kind: Kind::Request, hash: 0, request_end: 0, reply_end: 0 }
     }
 
     #[test]

@@ -515,28 +515,38 @@ impl Worker {
 }
 
 impl Core {
-    /// Executes a batch another worker forwarded and sends the replies back.
+    /// Executes a batch another worker forwarded and sends the replies back. The keys of each
+    /// run of `BATCH` entries are prefetched together first, as for local requests.
     fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>) {
         let Batch { requests, entries, replies } = &mut *batch;
         let mut request_start = 0;
-        for entry in entries.iter_mut() {
-            let request = &requests[request_start..entry.request_end];
-            request_start = entry.request_end;
-            match entry.kind {
-                Kind::Request | Kind::GetKey => {
-                    if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
-                        let mut resume = 0;
-                        execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
-                        if entry.kind == Kind::GetKey && replies.ends_with(b"END\r\n") {
-                            replies.truncate(replies.len() - 5);
+        for chunk in entries.chunks_mut(BATCH) {
+            let mut hashes = [KeyHash(0); BATCH];
+            let mut count = 0;
+            for entry in chunk.iter().filter(|entry| entry.hash != 0) {
+                hashes[count] = KeyHash(entry.hash);
+                count += 1;
+            }
+            self.partition.prefetch_hashes(&hashes[..count]);
+            for entry in chunk.iter_mut() {
+                let request = &requests[request_start..entry.request_end];
+                request_start = entry.request_end;
+                match entry.kind {
+                    Kind::Request | Kind::GetKey => {
+                        if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
+                            let mut resume = 0;
+                            execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
+                            if entry.kind == Kind::GetKey && replies.ends_with(b"END\r\n") {
+                                replies.truncate(replies.len() - 5);
+                            }
                         }
                     }
+                    Kind::Flush { delay } => self.partition.flush_all(delay),
+                    Kind::Snapshot => self.state.snapshot(&self.partition).write_to(replies),
+                    Kind::Reset => self.state.reset(&self.partition),
                 }
-                Kind::Flush { delay } => self.partition.flush_all(delay),
-                Kind::Snapshot => self.state.snapshot(&self.partition).write_to(replies),
-                Kind::Reset => self.state.reset(&self.partition),
+                entry.reply_end = replies.len();
             }
-            entry.reply_end = replies.len();
         }
         self.links.reply(from, batch);
     }
@@ -546,47 +556,42 @@ impl Core {
         KeyHash::of(key).partition(self.workers as u32) as usize
     }
 
-    /// The worker that owns a request's key (base64 keys decoded); None if the key is not one
-    /// (the request executes here and gets its error).
-    fn owner_of(&self, key: &Key<'_>) -> Option<usize> {
-        let mut buffer = [0u8; 256];
-        key.decode_into(&mut buffer).map(|key| self.owner(key))
-    }
-
-    /// Where a request is executed.
-    fn route(&self, request: &Request<'_>) -> Route {
-        if self.workers == 1 {
-            return Route::Local;
-        }
-        let owner = match request.command {
+    /// Where a request is executed, and the hash of its one key (None for requests without
+    /// exactly one valid key), which the executing worker prefetches with.
+    fn route(&self, request: &Request<'_>) -> (Route, Option<KeyHash>) {
+        let hashed = |key: Key<'_>| {
+            let mut buffer = [0u8; 256];
+            key.decode_into(&mut buffer).map(KeyHash::of)
+        };
+        let hash = match request.command {
             Command::Get { keys, base64, .. } => {
                 if keys.len() == 1 {
-                    let key = keys.iter().next().unwrap_or_default();
-                    self.owner_of(&Key { raw: key, base64 })
-                } else if keys.iter().all(|key| self.owner(key) == self.id) {
-                    Some(self.id)
+                    hashed(Key { raw: keys.iter().next().unwrap_or_default(), base64 })
+                } else if self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id) {
+                    return (Route::Local, None);
                 } else {
-                    return Route::Split;
+                    return (Route::Split, None);
                 }
             }
             Command::Store { key, .. }
             | Command::Delete { key, .. }
             | Command::Arith { key, .. }
             | Command::Touch { key, .. }
-            | Command::MetaDebug { key } => self.owner_of(&key),
-            Command::FlushAll { delay } => return Route::Flush(delay),
-            Command::Stats { args } => {
-                return match Group::parse(args) {
+            | Command::MetaDebug { key } => hashed(key),
+            Command::FlushAll { delay } if self.workers > 1 => return (Route::Flush(delay), None),
+            Command::Stats { args } if self.workers > 1 => {
+                let route = match Group::parse(args) {
                     Some(Group::Reset) => Route::Reset,
                     Some(group) => Route::Gather(group),
                     None => Route::Local,
-                }
+                };
+                return (route, None);
             }
             _ => None,
         };
-        match owner {
-            Some(owner) if owner != self.id => Route::Remote(owner),
-            _ => Route::Local,
+        match hash.map(|hash| hash.partition(self.workers as u32) as usize) {
+            Some(owner) if owner != self.id => (Route::Remote(owner), hash),
+            _ => (Route::Local, hash),
         }
     }
 }
@@ -750,7 +755,8 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         while batch_len < BATCH && decoded_end < input.len() {
             match decode_request(&input[decoded_end..], &core.limits) {
                 Decoded::Request { request, consumed } => {
-                    batch[batch_len] = Some((request, consumed, core.route(&request)));
+                    let (route, hash) = core.route(&request);
+                    batch[batch_len] = Some((request, consumed, route, hash));
                     batch_len += 1;
                     decoded_end += consumed;
                 }
@@ -761,17 +767,17 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
             }
         }
         if batch_len > 1 {
-            let mut keys: [&[u8]; BATCH] = [&[]; BATCH];
-            let mut key_count = 0;
-            for (request, _, route) in batch[..batch_len].iter().flatten() {
-                if let (Route::Local, Some(key)) = (route, first_key(request)) {
-                    keys[key_count] = key;
-                    key_count += 1;
+            let mut hashes = [KeyHash(0); BATCH];
+            let mut count = 0;
+            for (_, _, route, hash) in batch[..batch_len].iter().flatten() {
+                if let (Route::Local, Some(hash)) = (route, hash) {
+                    hashes[count] = *hash;
+                    count += 1;
                 }
             }
-            core.partition.prefetch_keys(&keys[..key_count]);
+            core.partition.prefetch_hashes(&hashes[..count]);
         }
-        for (request, consumed, route) in batch[..batch_len].iter().flatten() {
+        for (request, consumed, route, hash) in batch[..batch_len].iter().flatten() {
             if connection.over_output_limit() {
                 // Behind a forwarded reply, the wait ends when it arrives; otherwise when the
                 // socket takes the output.
@@ -783,7 +789,7 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
                 break;
             }
             let raw = &input[at..at + consumed];
-            match dispatch(connection, slot, core, request, raw, *route) {
+            match dispatch(connection, slot, core, request, raw, *route, *hash) {
                 Step::Done(After::Continue) => at += consumed,
                 // A multi-get filled the output: the rest of its keys wait for a later turn.
                 Step::Done(After::Pause) => {
@@ -847,6 +853,7 @@ fn dispatch(
     request: &Request<'_>,
     raw: &[u8],
     route: Route,
+    hash: Option<KeyHash>,
 ) -> Step {
     if route != Route::Local
         && (connection.parts.len() >= MAX_PARTS || connection.remote_waiting >= MAX_REMOTE_PER_CONNECTION)
@@ -858,6 +865,7 @@ fn dispatch(
         generation: connection.generation,
         seq,
         kind,
+        hash: hash.map_or(0, |hash| hash.0),
         request_end: 0,
         reply_end: 0,
     };
@@ -929,7 +937,8 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             connection.resume = number;
             return Step::Blocked;
         }
-        let owner = core.owner(key);
+        let hash = KeyHash::of(key);
+        let owner = hash.partition(core.workers as u32) as usize;
         if owner == core.id {
             let out = connection.local_out(&mut core.pool);
             let item = match touch {
@@ -961,8 +970,15 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
         line.extend_from_slice(key);
         line.extend_from_slice(b"\r\n");
         let seq = connection.next_seq();
-        let entry =
-            Entry { slot, generation: connection.generation, seq, kind: Kind::GetKey, request_end: 0, reply_end: 0 };
+        let entry = Entry {
+            slot,
+            generation: connection.generation,
+            seq,
+            kind: Kind::GetKey,
+            hash: hash.0,
+            request_end: 0,
+            reply_end: 0,
+        };
         if !core.links.forward(owner, entry, &[&line]) {
             connection.resume = number;
             return Step::Blocked;
@@ -1009,21 +1025,5 @@ fn pin_to_cpu(cpu: usize, verbose: bool, worker: usize) {
     };
     if verbose && pinned {
         eprintln!("tierkv: worker {worker} pinned to CPU {cpu}");
-    }
-}
-
-/// The key whose bucket and item a request will read first (plain keys only).
-fn first_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
-    match request.command {
-        Command::Get { keys, base64: false, .. } => keys.iter().next(),
-        Command::Store { key, .. }
-        | Command::Delete { key, .. }
-        | Command::Arith { key, .. }
-        | Command::Touch { key, .. }
-            if !key.base64 =>
-        {
-            Some(key.raw)
-        }
-        _ => None,
     }
 }
