@@ -66,7 +66,12 @@ pub fn framed_bytes(reply_bytes: usize) -> usize {
 /// (the request's id, its sequence number and the count), appended to `out`; calls
 /// `datagram(start, end)` with each one's range in `out`. An empty reply sends nothing. None
 /// (and nothing appended) if the reply needs more than 65535 datagrams.
-pub fn frame_reply(reply: &[u8], request_id: u16, out: &mut Vec<u8>, mut datagram: impl FnMut(usize, usize)) -> Option<()> {
+pub fn frame_reply(
+    reply: &[u8],
+    request_id: u16,
+    out: &mut Vec<u8>,
+    mut datagram: impl FnMut(usize, usize),
+) -> Option<()> {
     let count = u16::try_from(reply.len().div_ceil(MAX_PAYLOAD_BYTES)).ok()?;
     for (sequence, chunk) in reply.chunks(MAX_PAYLOAD_BYTES).enumerate() {
         let start = out.len();

@@ -37,7 +37,7 @@ pub struct Config {
     /// Verbose logging to stderr (repeat for more).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// UDP port; only 0 (off, memcached's default) is accepted so far.
+    /// UDP port (memcached's UDP protocol); 0 turns UDP off [default: 0].
     #[arg(short = 'U', long = "udp-port")]
     pub udp_port: Option<u16>,
     /// Write the process id to this file (removed again on a clean stop).
@@ -86,8 +86,10 @@ pub struct Settings {
     pub address: std::net::SocketAddr,
     /// Worker threads = partitions.
     pub threads: usize,
-    /// Worker i also listens on this port + i.
+    /// Worker i also listens on this port + i (TCP, and UDP when UDP is on).
     pub direct_ports: Option<u16>,
+    /// memcached's UDP protocol on this port (None: off).
+    pub udp_port: Option<u16>,
     /// The whole item memory (`-m`); each partition gets an equal share.
     pub memory_bytes: usize,
     pub conn_limit: usize,
@@ -166,9 +168,6 @@ impl Config {
         if threads == 0 || threads > MAX_THREADS {
             return Err(format!("-t/--threads {threads} must be 1 to {MAX_THREADS}"));
         }
-        if let Some(udp) = config.udp_port.filter(|&port| port != 0) {
-            return Err(format!("-U/--udp-port {udp}: UDP is not served yet; use -U 0"));
-        }
         let listen = config.listen.as_deref().unwrap_or("127.0.0.1");
         let port = config.port.unwrap_or(11211);
         let ip: std::net::IpAddr =
@@ -200,6 +199,9 @@ impl Config {
             if (usize::from(base)..=last).contains(&usize::from(port)) {
                 return Err(format!("--direct-ports {base}: ports {base}..={last} include -p/--port {port}"));
             }
+            if let Some(udp) = config.udp_port.filter(|&udp| (usize::from(base)..=last).contains(&usize::from(udp))) {
+                return Err(format!("--direct-ports {base}: ports {base}..={last} include -U/--udp-port {udp}"));
+            }
         }
         let mut notes = Vec::new();
         if let Some(user) = &config.user {
@@ -212,6 +214,7 @@ impl Config {
             address,
             threads,
             direct_ports: config.direct_ports,
+            udp_port: config.udp_port.filter(|&port| port != 0),
             memory_bytes: memory_mib << 20,
             conn_limit,
             max_item_bytes,
@@ -274,9 +277,9 @@ mod tests {
         named(&["-t", "2", "--direct-ports", "65535"], "--direct-ports");
         named(&["-t", "2", "-p", "7001", "--direct-ports", "7000"], "--direct-ports");
         named(&["-t", "4", "-m", "2", "-I", "1m"], "-I/--max-item-size");
-        named(&["-U", "11211"], "-U/--udp-port");
         named(&["--config", "/nonexistent/tierkv.toml"], "--config");
-        assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().is_ok());
+        assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().unwrap().udp_port.is_none());
+        assert_eq!(parse(&["-U", "11311"]).unwrap().settings().unwrap().udp_port, Some(11311));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod execute;
 mod forward;
 mod signals;
 mod stats;
+mod udp;
 mod worker;
 
 use clap::Parser;

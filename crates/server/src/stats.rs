@@ -325,7 +325,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("maxbytes", &s.memory_bytes);
     put("maxconns", &s.conn_limit);
     put("tcpport", &s.address.port());
-    put("udpport", &0);
+    put("udpport", &s.udp_port.unwrap_or(0));
     put("inter", &s.address.ip());
     put("verbosity", &state.verbosity.load(Ordering::Relaxed));
     put("evictions", &"on");

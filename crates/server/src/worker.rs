@@ -19,12 +19,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tierkv_engine::{unix_now, KeyHash, Partition, PartitionConfig};
+use tierkv_protocol::udp::FrameHeader;
 use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
 use tierkv_protocol::{Key, ReplyStyle, Request};
 
 const MAIN_LISTENER: Token = Token(usize::MAX);
 const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
+const UDP_MAIN: Token = Token(usize::MAX - 3);
+const UDP_DIRECT: Token = Token(usize::MAX - 4);
+/// A UDP reply may be this many times the size of its request (frame headers included) until
+/// the sender has proven it receives at its address (see `Proven`).
+pub const UDP_AMPLIFICATION: usize = 10;
+/// The largest UDP reply even to a proven sender.
+const MAX_UDP_REPLY_BYTES: usize = MAX_PENDING_OUTPUT_BYTES;
 /// Replies a connection may have waiting before the server stops executing its requests (it
 /// may exceed this by one reply of at most one item).
 pub const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
@@ -56,7 +64,9 @@ struct Gather {
 }
 
 struct Connection {
-    stream: TcpStream,
+    /// The TCP socket; None for the reply to one UDP request (it has `udp`).
+    stream: Option<TcpStream>,
+    udp: Option<UdpReply>,
     /// Tells this connection from an earlier one in the same slot.
     generation: u64,
     input: Vec<u8>,
@@ -81,7 +91,42 @@ struct Connection {
     closing: bool,
 }
 
+/// Where the reply to one UDP request goes, and how large it may be.
+#[derive(Clone, Copy)]
+struct UdpReply {
+    peer: SocketAddr,
+    request_id: u16,
+    /// The socket it came in on (0: the shared UDP port, 1: this worker's direct port).
+    socket: usize,
+    /// Reply bytes on the wire allowed before the sender has proven it receives there.
+    limit: usize,
+    /// The request's binary header (a too-large reply is refused in its protocol).
+    binary: Option<BinaryRequestInfo>,
+    /// The reply outgrew `MAX_UDP_REPLY_BYTES` and is refused whatever the sender.
+    oversized: bool,
+}
+
 impl Connection {
+    fn new(stream: Option<TcpStream>, udp: Option<UdpReply>, generation: u64) -> Connection {
+        Connection {
+            stream,
+            udp,
+            generation,
+            input: Vec::new(),
+            output: Vec::new(),
+            parts: VecDeque::new(),
+            first_seq: 0,
+            remote_waiting: 0,
+            gather: None,
+            blocked: false,
+            swallow: 0,
+            after_swallow: None,
+            resume: 0,
+            hangup: false,
+            closing: false,
+        }
+    }
+
     /// Sequence number the next part gets.
     fn next_seq(&self) -> u64 {
         self.first_seq + self.parts.len() as u64
@@ -135,8 +180,47 @@ struct Start {
     poll: Poll,
     main: TcpListener,
     direct: Option<TcpListener>,
+    /// UDP on the shared port and on this worker's direct port.
+    udp: [Option<mio::net::UdpSocket>; 2],
     links: Links,
     cpu: Option<usize>,
+}
+
+/// What all workers share besides the forwarding queues: counts and settings changed rarely.
+struct Shared {
+    /// Connections open in the whole server (for `-c`).
+    open_connections: AtomicUsize,
+    verbosity: Arc<std::sync::atomic::AtomicU32>,
+    proven: Proven,
+}
+
+/// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
+/// address receives what is sent to it, so UDP replies to it need no amplification bound
+/// (memcached's 2018 reflection attacks sent large replies to forged source addresses).
+#[derive(Default)]
+struct Proven(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+impl Proven {
+    fn enter(&self, address: std::net::IpAddr) {
+        if let Ok(mut map) = self.0.lock() {
+            *map.entry(address).or_insert(0) += 1;
+        }
+    }
+
+    fn leave(&self, address: std::net::IpAddr) {
+        if let Ok(mut map) = self.0.lock() {
+            if let Some(count) = map.get_mut(&address) {
+                *count -= 1;
+                if *count == 0 {
+                    map.remove(&address);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, address: std::net::IpAddr) -> bool {
+        self.0.lock().map(|map| map.contains_key(&address)).unwrap_or(false)
+    }
 }
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
@@ -155,8 +239,11 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     }
     let links = crate::forward::connect(&Arc::new(peers));
     let cpus = crate::config::cpu_list();
-    let connections = Arc::new(AtomicUsize::new(0));
-    let verbosity = State::new(settings, 0).verbosity;
+    let shared = Arc::new(Shared {
+        open_connections: AtomicUsize::new(0),
+        verbosity: State::new(settings, 0).verbosity,
+        proven: Proven::default(),
+    });
     let mut starts = Vec::with_capacity(workers);
     for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
         let direct = match settings.direct_ports {
@@ -169,8 +256,19 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
             }
             None => None,
         };
+        let mut udp = [None, None];
+        if let Some(port) = settings.udp_port {
+            let at = SocketAddr::new(address.ip(), port);
+            udp[0] = Some(crate::udp::bind(at, true).map_err(|e| format!("-U/--udp-port: cannot bind {at}: {e}"))?);
+            if let Some(base) = settings.direct_ports {
+                let at = SocketAddr::new(address.ip(), base + id as u16);
+                udp[1] = Some(
+                    crate::udp::bind(at, false).map_err(|e| format!("--direct-ports: cannot bind UDP {at}: {e}"))?,
+                );
+            }
+        }
         let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
-        starts.push(Start { id, poll, main, direct, links, cpu });
+        starts.push(Start { id, poll, main, direct, udp, links, cpu });
     }
     if settings.verbose > 0 {
         eprintln!(
@@ -183,12 +281,11 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
         .into_iter()
         .map(|start| {
             let settings = settings.clone();
-            let connections = Arc::clone(&connections);
-            let verbosity = Arc::clone(&verbosity);
+            let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name(format!("tierkv-worker-{}", start.id))
                 .spawn(move || {
-                    let result = run_worker(start, &settings, connections, verbosity);
+                    let result = run_worker(start, &settings, shared);
                     // One worker failing stops the others.
                     STOP.store(true, Ordering::Relaxed);
                     result
@@ -249,8 +346,7 @@ struct Worker {
     connections: Vec<Option<Connection>>,
     free: Vec<usize>,
     next_generation: u64,
-    /// Connections open in the whole server (for `-c`).
-    open_connections: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
     chunk: Vec<u8>,
     input_limit: usize,
     /// Connections with work left over from their last turn, served again without an event.
@@ -258,15 +354,16 @@ struct Worker {
     /// Connections that stopped for forwarded replies or forwarding room; served again when
     /// replies arrive.
     blocked: Vec<usize>,
+    /// UDP sockets (shared port, direct port), their batched receive buffers and reply queues.
+    udp: [Option<mio::net::UdpSocket>; 2],
+    receiver: Option<Box<crate::udp::Receiver>>,
+    senders: [crate::udp::Sender; 2],
+    /// UDP sockets that may hold more datagrams than the last batch took.
+    udp_again: [bool; 2],
 }
 
-fn run_worker(
-    start: Start,
-    settings: &Settings,
-    open_connections: Arc<AtomicUsize>,
-    verbosity: Arc<std::sync::atomic::AtomicU32>,
-) -> Result<(), String> {
-    let Start { id, mut poll, mut main, mut direct, links, cpu } = start;
+fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
+    let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
     let workers = settings.threads;
     let config = PartitionConfig {
         memory_bytes: settings.memory_bytes / workers,
@@ -280,6 +377,11 @@ fn run_worker(
     if let Some(direct) = direct.as_mut() {
         poll.registry().register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
     }
+    for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
+        if let Some(socket) = socket.as_mut() {
+            poll.registry().register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
+        }
+    }
     if let Some(cpu) = cpu {
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
@@ -288,7 +390,7 @@ fn run_worker(
             id,
             workers,
             partition,
-            state: State::new(settings, unix_now()).sharing_verbosity(verbosity),
+            state: State::new(settings, unix_now()).sharing_verbosity(Arc::clone(&shared.verbosity)),
             limits,
             links,
             pool: Vec::new(),
@@ -296,18 +398,22 @@ fn run_worker(
         connections: Vec::new(),
         free: Vec::new(),
         next_generation: 0,
-        open_connections,
+        shared,
         chunk: vec![0u8; READ_CHUNK_BYTES],
         input_limit: input_limit(&limits),
         again: Vec::new(),
         blocked: Vec::new(),
+        receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
+        udp,
+        senders: Default::default(),
+        udp_again: [false; 2],
     };
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
         worker.core.links.receive(&mut inbox);
-        let busy = !worker.again.is_empty() || !inbox.is_empty();
+        let busy = !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
         let timeout =
             if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { Duration::from_secs(1) };
         let polled = poll.poll(&mut events, Some(timeout));
@@ -334,6 +440,8 @@ fn run_worker(
                     }
                 }
                 WAKER => {}
+                UDP_MAIN => worker.udp_again[0] = true,
+                UDP_DIRECT => worker.udp_again[1] = true,
                 Token(slot) => {
                     // A short read normally means the socket is drained, but data and the
                     // peer's close can arrive in one edge; then the read must go on to the end.
@@ -349,6 +457,12 @@ fn run_worker(
         for slot in again.drain(..) {
             worker.turn(slot, &poll);
         }
+        for socket in 0..2 {
+            if std::mem::take(&mut worker.udp_again[socket]) {
+                worker.receive_udp(socket);
+            }
+        }
+        worker.send_udp();
         worker.core.links.send_all();
     }
     if settings.verbose > 0 {
@@ -385,8 +499,8 @@ impl Worker {
                 Err(_) => return Ok(()),
             };
             let limit = self.core.state.settings.conn_limit;
-            if self.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
-                self.open_connections.fetch_sub(1, Ordering::Relaxed);
+            if self.shared.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
                 // memcached's reply, then the connection is closed.
                 let _ = stream.write(b"ERROR Too many open connections\r\n");
                 self.core.state.counters.rejected_connections += 1;
@@ -400,26 +514,14 @@ impl Worker {
             if let Err(e) = poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
             {
                 self.free.push(slot);
-                self.open_connections.fetch_sub(1, Ordering::Relaxed);
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
                 return Err(e.to_string());
             }
             self.next_generation += 1;
-            self.connections[slot] = Some(Connection {
-                stream,
-                generation: self.next_generation,
-                input: Vec::new(),
-                output: Vec::new(),
-                parts: VecDeque::new(),
-                first_seq: 0,
-                remote_waiting: 0,
-                gather: None,
-                blocked: false,
-                swallow: 0,
-                after_swallow: None,
-                resume: 0,
-                hangup: false,
-                closing: false,
-            });
+            if let Ok(peer) = stream.peer_addr() {
+                self.shared.proven.enter(peer.ip());
+            }
+            self.connections[slot] = Some(Connection::new(Some(stream), None, self.next_generation));
             self.core.state.curr_connections += 1;
             self.core.state.counters.total_connections += 1;
         }
@@ -442,10 +544,15 @@ impl Worker {
 
     fn close(&mut self, slot: usize, poll: &Poll) {
         if let Some(mut connection) = self.connections[slot].take() {
-            let _ = poll.registry().deregister(&mut connection.stream);
             self.free.push(slot);
-            self.core.state.curr_connections -= 1;
-            self.open_connections.fetch_sub(1, Ordering::Relaxed);
+            if let Some(stream) = connection.stream.as_mut() {
+                let _ = poll.registry().deregister(stream);
+                if let Ok(peer) = stream.peer_addr() {
+                    self.shared.proven.leave(peer.ip());
+                }
+                self.core.state.curr_connections -= 1;
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -498,6 +605,12 @@ impl Worker {
         for slot in touched {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             connection.drain_parts(&mut self.core.pool);
+            if connection.udp.is_some() {
+                if connection.settled() {
+                    self.finish_udp(slot);
+                }
+                continue;
+            }
             let failed = !flush(connection, &mut self.core.state);
             if failed || (connection.closing && connection.settled() && connection.output.is_empty()) {
                 self.close(slot, poll);
@@ -513,6 +626,191 @@ impl Worker {
         }
     }
 }
+
+impl Worker {
+    /// Takes one batch of datagrams from UDP socket `socket` and answers or forwards every
+    /// request in them; asks for another turn when the batch was full.
+    fn receive_udp(&mut self, socket: usize) {
+        let (Some(udp), Some(mut receiver)) = (self.udp[socket].take(), self.receiver.take()) else { return };
+        match receiver.receive(&udp) {
+            Ok(count) => {
+                for i in 0..count {
+                    if let Some((peer, datagram)) = receiver.datagram(i) {
+                        self.udp_datagram(socket, peer, datagram);
+                    }
+                }
+                self.udp_again[socket] = count == crate::udp::RECV_BATCH;
+            }
+            Err(_) => self.udp_again[socket] = false,
+        }
+        self.udp[socket] = Some(udp);
+        self.receiver = Some(receiver);
+    }
+
+    /// Every request in one datagram, each answered with its own reply (as memcached does):
+    /// executed here, or forwarded to its owner and answered when the reply comes back.
+    fn udp_datagram(&mut self, socket: usize, peer: SocketAddr, datagram: &[u8]) {
+        // Too short, or part of a multi-datagram request: dropped, as memcached drops them.
+        let Ok((header, payload)) = FrameHeader::decode_request(datagram) else { return };
+        let mut at = 0;
+        let mut framing = tierkv_protocol::udp::FRAME_BYTES;
+        while at < payload.len() {
+            match decode_request(&payload[at..], &self.core.limits) {
+                Decoded::Request { request, consumed } => {
+                    let binary = match request.style {
+                        ReplyStyle::Binary(info) => Some(info),
+                        _ => None,
+                    };
+                    let reply = UdpReply {
+                        peer,
+                        request_id: header.request_id,
+                        socket,
+                        limit: UDP_AMPLIFICATION * (consumed + framing),
+                        binary,
+                        oversized: false,
+                    };
+                    framing = 0;
+                    let slot = self.free.pop().unwrap_or_else(|| {
+                        self.connections.push(None);
+                        self.connections.len() - 1
+                    });
+                    self.next_generation += 1;
+                    let connection =
+                        self.connections[slot].insert(Connection::new(None, Some(reply), self.next_generation));
+                    let (route, hash) = self.core.route(&request);
+                    let raw = &payload[at..at + consumed];
+                    let step = dispatch(connection, slot, &mut self.core, &request, raw, route, hash);
+                    at += consumed;
+                    match step {
+                        Step::Done(After::Continue) => {}
+                        // Over the largest reply: refused whole by `finish_udp`.
+                        Step::Done(After::Pause) => {
+                            if let Some(udp) = connection.udp.as_mut() {
+                                udp.oversized = true;
+                            }
+                        }
+                        Step::Done(After::Close) => {
+                            self.finish_udp(slot);
+                            return;
+                        }
+                        // No room to forward now: dropped, as a full UDP receive buffer would.
+                        Step::Blocked => {
+                            self.connections[slot] = None;
+                            self.free.push(slot);
+                            self.senders[socket].dropped += 1;
+                            return;
+                        }
+                    }
+                    if connection.settled() {
+                        self.finish_udp(slot);
+                    }
+                }
+                // The rest of the datagram is not a whole request: nothing more to answer.
+                Decoded::Incomplete { .. } => return,
+                Decoded::Error(error) => {
+                    if error.skip > payload.len() - at {
+                        return;
+                    }
+                    at += error.skip;
+                    if !error.noreply {
+                        let mut bytes = Vec::new();
+                        reply::error(&mut bytes, &error.reply);
+                        let limit = UDP_AMPLIFICATION * (error.skip + framing);
+                        framing = 0;
+                        self.send_udp_reply(socket, peer, header.request_id, Some(&bytes), limit, None);
+                    }
+                    if error.close {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends the completed reply of the UDP request in `slot` and frees the slot.
+    fn finish_udp(&mut self, slot: usize) {
+        let Some(connection) = self.connections[slot].take() else { return };
+        self.free.push(slot);
+        let Some(target) = connection.udp else { return };
+        let reply = (!target.oversized).then_some(&connection.output[..]);
+        self.send_udp_reply(target.socket, target.peer, target.request_id, reply, target.limit, target.binary);
+        if connection.output.capacity() <= 64 << 10 {
+            let mut buffer = connection.output;
+            buffer.clear();
+            if self.core.pool.len() < POOL_BUFFERS {
+                self.core.pool.push(buffer);
+            }
+        }
+    }
+
+    /// Frames and queues a UDP reply, within the amplification bound: a reply larger than
+    /// `limit` on the wire goes only to a sender with a TCP connection open from its address;
+    /// others get `SERVER_ERROR reply too large for UDP` (in the request's protocol), or
+    /// nothing if even that exceeds the bound. None: a reply over `MAX_UDP_REPLY_BYTES`,
+    /// refused for everyone.
+    fn send_udp_reply(
+        &mut self,
+        socket: usize,
+        peer: SocketAddr,
+        request_id: u16,
+        reply: Option<&[u8]>,
+        limit: usize,
+        binary: Option<BinaryRequestInfo>,
+    ) {
+        let too_large =
+            |reply: &[u8]| reply.len() > MAX_UDP_REPLY_BYTES || tierkv_protocol::udp::framed_bytes(reply.len()) > limit;
+        let mut refusal = Vec::new();
+        let reply = match reply {
+            Some(reply)
+                if !too_large(reply)
+                    || (reply.len() <= MAX_UDP_REPLY_BYTES && self.shared.proven.contains(peer.ip())) =>
+            {
+                reply
+            }
+            _ => {
+                match binary {
+                    Some(info) => binary::write_response(
+                        &mut refusal,
+                        &info,
+                        binary::status::E2BIG,
+                        0,
+                        &[],
+                        &[],
+                        UDP_TOO_LARGE.as_bytes(),
+                    ),
+                    None => reply::error(&mut refusal, &ErrorReply::Server(UDP_TOO_LARGE)),
+                }
+                if tierkv_protocol::udp::framed_bytes(refusal.len()) > limit {
+                    return;
+                }
+                &refusal[..]
+            }
+        };
+        let wire = tierkv_protocol::udp::framed_bytes(reply.len());
+        let sender = &mut self.senders[socket];
+        if !sender.has_room(wire) {
+            sender.dropped += 1;
+            return;
+        }
+        sender.queue(peer, |bytes, record| {
+            let _ = tierkv_protocol::udp::frame_reply(reply, request_id, bytes, |start, end| record(start, end));
+        });
+    }
+
+    /// Sends every queued UDP reply.
+    fn send_udp(&mut self) {
+        for (sender, socket) in self.senders.iter_mut().zip(&self.udp) {
+            if let Some(socket) = socket {
+                if !sender.is_empty() {
+                    sender.send(socket);
+                }
+            }
+        }
+    }
+}
+
+/// What a UDP request gets instead of a reply over the amplification bound.
+const UDP_TOO_LARGE: &str = "reply too large for UDP";
 
 impl Core {
     /// Executes a batch another worker forwarded and sends the replies back. The keys of each
@@ -691,7 +989,8 @@ fn read_some(
         if connection.input.len() >= input_limit {
             return Ok(ReadEnd::Limited);
         }
-        match connection.stream.read(chunk) {
+        let Some(stream) = connection.stream.as_mut() else { return Ok(ReadEnd::Drained) };
+        match stream.read(chunk) {
             Ok(0) => return Ok(ReadEnd::Eof),
             Ok(n) => {
                 state.counters.bytes_read += n as u64;
@@ -992,11 +1291,13 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
     Step::Done(After::Continue)
 }
 
-/// Writes what the socket takes; false if the connection failed.
+/// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
+/// when it is complete, not here.)
 fn flush(connection: &mut Connection, state: &mut State) -> bool {
+    let Some(stream) = connection.stream.as_mut() else { return true };
     let mut written = 0;
     while written < connection.output.len() {
-        match connection.stream.write(&connection.output[written..]) {
+        match stream.write(&connection.output[written..]) {
             Ok(0) => return false,
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
