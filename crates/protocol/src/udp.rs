@@ -25,7 +25,8 @@ pub struct FrameHeader {
 pub enum FrameError {
     /// Shorter than the frame header: dropped silently.
     TooShort,
-    /// A request spread over several datagrams: dropped silently, as memcached 1.6 drops it.
+    /// A datagram count other than 1 (a request spread over several datagrams): dropped
+    /// silently, as memcached 1.6 drops it.
     MultiPacket(FrameHeader),
 }
 
@@ -38,11 +39,11 @@ impl FrameHeader {
         Ok((header, &datagram[FRAME_BYTES..]))
     }
 
-    /// Reads a request datagram, refusing what memcached refuses (a datagram count above 1;
-    /// memcached takes 0 as 1).
+    /// Reads a request datagram, refusing what memcached 1.6 refuses: a datagram count other
+    /// than 1 (the sequence number and the reserved field are ignored).
     pub fn decode_request(datagram: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
         let (header, payload) = FrameHeader::decode(datagram)?;
-        if header.datagrams > 1 {
+        if header.datagrams != 1 {
             return Err(FrameError::MultiPacket(header));
         }
         Ok((header, payload))
@@ -99,7 +100,7 @@ mod tests {
         out[5] = 1;
         assert!(FrameHeader::decode_request(&out).is_ok());
         out[5] = 0;
-        assert!(FrameHeader::decode_request(&out).is_ok(), "memcached takes a count of 0 as 1");
+        assert!(FrameHeader::decode_request(&out).is_err(), "memcached drops a count of 0 too");
     }
 
     #[test]

@@ -53,6 +53,8 @@ struct Part {
     bytes: Vec<u8>,
     /// Replies (or acknowledgements) still due from other workers.
     waiting: usize,
+    /// The end of one UDP message (no bytes): where the output stands is recorded in `marks`.
+    mark: bool,
 }
 
 /// A `stats` request waiting for the other workers' figures.
@@ -67,6 +69,8 @@ struct Connection {
     /// The TCP socket; None for the reply to one UDP request (it has `udp`).
     stream: Option<TcpStream>,
     udp: Option<UdpReply>,
+    /// For UDP: where each message ends in `output`.
+    marks: Vec<usize>,
     /// Tells this connection from an earlier one in the same slot.
     generation: u64,
     input: Vec<u8>,
@@ -100,7 +104,7 @@ struct UdpReply {
     socket: usize,
     /// Reply bytes on the wire allowed before the sender has proven it receives there.
     limit: usize,
-    /// The request's binary header (a too-large reply is refused in its protocol).
+    /// The first binary request's header (a too-large reply is refused in its protocol).
     binary: Option<BinaryRequestInfo>,
     /// The reply outgrew `MAX_UDP_REPLY_BYTES` and is refused whatever the sender.
     oversized: bool,
@@ -111,6 +115,7 @@ impl Connection {
         Connection {
             stream,
             udp,
+            marks: Vec::new(),
             generation,
             input: Vec::new(),
             output: Vec::new(),
@@ -138,8 +143,8 @@ impl Connection {
         if self.parts.is_empty() {
             return &mut self.output;
         }
-        if self.parts.back().is_some_and(|part| part.waiting > 0) {
-            self.parts.push_back(Part { bytes: pool.pop().unwrap_or_default(), waiting: 0 });
+        if self.parts.back().is_some_and(|part| part.waiting > 0 || part.mark) {
+            self.parts.push_back(Part { bytes: pool.pop().unwrap_or_default(), waiting: 0, mark: false });
         }
         &mut self.parts.back_mut().expect("a part was just ensured").bytes
     }
@@ -149,11 +154,23 @@ impl Connection {
         while self.parts.front().is_some_and(|part| part.waiting == 0) {
             let mut part = self.parts.pop_front().expect("front exists");
             self.first_seq += 1;
+            if part.mark {
+                self.marks.push(self.output.len());
+            }
             self.output.extend_from_slice(&part.bytes);
             if pool.len() < POOL_BUFFERS && part.bytes.capacity() <= 64 << 10 {
                 part.bytes.clear();
                 pool.push(part.bytes);
             }
+        }
+    }
+
+    /// Ends one UDP message here (after every reply given so far).
+    fn mark(&mut self) {
+        if self.parts.is_empty() {
+            self.marks.push(self.output.len());
+        } else {
+            self.parts.push_back(Part { bytes: Vec::new(), waiting: 0, mark: true });
         }
     }
 
@@ -606,7 +623,7 @@ impl Worker {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             connection.drain_parts(&mut self.core.pool);
             if connection.udp.is_some() {
-                if connection.settled() {
+                if connection.settled() && connection.closing {
                     self.finish_udp(slot);
                 }
                 continue;
@@ -647,93 +664,128 @@ impl Worker {
         self.receiver = Some(receiver);
     }
 
-    /// Every request in one datagram, each answered with its own reply (as memcached does):
-    /// executed here, or forwarded to its owner and answered when the reply comes back.
+    /// Every request in one datagram, executed here or forwarded to its owner; the replies go
+    /// back in request order once all are in, each request's reply (and each key's of a text
+    /// multi-get) its own message of datagrams, as memcached sends them.
     fn udp_datagram(&mut self, socket: usize, peer: SocketAddr, datagram: &[u8]) {
         // Too short, or part of a multi-datagram request: dropped, as memcached drops them.
         let Ok((header, payload)) = FrameHeader::decode_request(datagram) else { return };
+        let target = UdpReply {
+            peer,
+            request_id: header.request_id,
+            socket,
+            limit: UDP_AMPLIFICATION * datagram.len(),
+            binary: None,
+            oversized: false,
+        };
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.connections.push(None);
+            self.connections.len() - 1
+        });
+        self.next_generation += 1;
+        let connection = self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation));
+        let core = &mut self.core;
         let mut at = 0;
-        let mut framing = tierkv_protocol::udp::FRAME_BYTES;
         while at < payload.len() {
-            match decode_request(&payload[at..], &self.core.limits) {
+            match decode_request(&payload[at..], &core.limits) {
                 Decoded::Request { request, consumed } => {
-                    let binary = match request.style {
-                        ReplyStyle::Binary(info) => Some(info),
-                        _ => None,
-                    };
-                    let reply = UdpReply {
-                        peer,
-                        request_id: header.request_id,
-                        socket,
-                        limit: UDP_AMPLIFICATION * (consumed + framing),
-                        binary,
-                        oversized: false,
-                    };
-                    framing = 0;
-                    let slot = self.free.pop().unwrap_or_else(|| {
-                        self.connections.push(None);
-                        self.connections.len() - 1
-                    });
-                    self.next_generation += 1;
-                    let connection =
-                        self.connections[slot].insert(Connection::new(None, Some(reply), self.next_generation));
-                    let (route, hash) = self.core.route(&request);
+                    if let (Some(udp), ReplyStyle::Binary(info)) = (connection.udp.as_mut(), request.style) {
+                        udp.binary = udp.binary.or(Some(info));
+                    }
+                    let (mut route, hash) = core.route(&request);
+                    if matches!(request.command, Command::Get { keys, .. } if keys.len() > 1) {
+                        // One message per key: the keys are read one by one wherever they live.
+                        route = Route::Split;
+                    }
                     let raw = &payload[at..at + consumed];
-                    let step = dispatch(connection, slot, &mut self.core, &request, raw, route, hash);
                     at += consumed;
-                    match step {
-                        Step::Done(After::Continue) => {}
-                        // Over the largest reply: refused whole by `finish_udp`.
+                    match dispatch(connection, slot, core, &request, raw, route, hash) {
+                        Step::Done(After::Continue) => connection.mark(),
+                        // Over the largest reply: refused whole.
                         Step::Done(After::Pause) => {
                             if let Some(udp) = connection.udp.as_mut() {
                                 udp.oversized = true;
                             }
+                            break;
                         }
-                        Step::Done(After::Close) => {
-                            self.finish_udp(slot);
-                            return;
-                        }
-                        // No room to forward now: dropped, as a full UDP receive buffer would.
+                        Step::Done(After::Close) => break,
+                        // No room to forward now: the rest is dropped, as a full receive
+                        // buffer would drop it.
                         Step::Blocked => {
-                            self.connections[slot] = None;
-                            self.free.push(slot);
                             self.senders[socket].dropped += 1;
-                            return;
+                            break;
                         }
-                    }
-                    if connection.settled() {
-                        self.finish_udp(slot);
                     }
                 }
                 // The rest of the datagram is not a whole request: nothing more to answer.
-                Decoded::Incomplete { .. } => return,
+                Decoded::Incomplete { .. } => break,
                 Decoded::Error(error) => {
                     if error.skip > payload.len() - at {
-                        return;
+                        break;
                     }
                     at += error.skip;
                     if !error.noreply {
-                        let mut bytes = Vec::new();
-                        reply::error(&mut bytes, &error.reply);
-                        let limit = UDP_AMPLIFICATION * (error.skip + framing);
-                        framing = 0;
-                        self.send_udp_reply(socket, peer, header.request_id, Some(&bytes), limit, None);
+                        reply::error(connection.local_out(&mut core.pool), &error.reply);
+                        connection.mark();
                     }
                     if error.close {
-                        return;
+                        break;
                     }
                 }
             }
         }
+        // Requests forwarded and not yet answered are waited for; their replies finish it.
+        connection.closing = true;
+        if connection.settled() {
+            self.finish_udp(slot);
+        }
     }
 
-    /// Sends the completed reply of the UDP request in `slot` and frees the slot.
+    /// Sends the replies of the UDP datagram in `slot` (complete now) and frees the slot.
     fn finish_udp(&mut self, slot: usize) {
         let Some(connection) = self.connections[slot].take() else { return };
         self.free.push(slot);
         let Some(target) = connection.udp else { return };
-        let reply = (!target.oversized).then_some(&connection.output[..]);
-        self.send_udp_reply(target.socket, target.peer, target.request_id, reply, target.limit, target.binary);
+        let mut messages = Vec::with_capacity(connection.marks.len());
+        let mut start = 0;
+        for &end in &connection.marks {
+            if end > start {
+                messages.push(&connection.output[start..end]);
+            }
+            start = end;
+        }
+        let wire: usize = messages.iter().map(|message| tierkv_protocol::udp::framed_bytes(message.len())).sum();
+        let within = wire <= target.limit || self.shared.proven.contains(target.peer.ip());
+        let sender = &mut self.senders[target.socket];
+        if target.oversized || !within || connection.output.len() > MAX_UDP_REPLY_BYTES {
+            // memcached's 2018 lesson: no large reply to an address that may be forged.
+            let mut refusal = Vec::new();
+            match target.binary {
+                Some(info) => binary::write_response(
+                    &mut refusal,
+                    &info,
+                    binary::status::E2BIG,
+                    0,
+                    &[],
+                    &[],
+                    UDP_TOO_LARGE.as_bytes(),
+                ),
+                None => reply::error(&mut refusal, &ErrorReply::Server(UDP_TOO_LARGE)),
+            }
+            if tierkv_protocol::udp::framed_bytes(refusal.len()) <= target.limit {
+                sender.queue(target.peer, |bytes, record| {
+                    let _ = tierkv_protocol::udp::frame_reply(&refusal, target.request_id, bytes, record);
+                });
+            }
+        } else if !sender.has_room(wire) {
+            sender.dropped += 1;
+        } else {
+            for message in messages {
+                sender.queue(target.peer, |bytes, record| {
+                    let _ = tierkv_protocol::udp::frame_reply(message, target.request_id, bytes, record);
+                });
+            }
+        }
         if connection.output.capacity() <= 64 << 10 {
             let mut buffer = connection.output;
             buffer.clear();
@@ -741,60 +793,6 @@ impl Worker {
                 self.core.pool.push(buffer);
             }
         }
-    }
-
-    /// Frames and queues a UDP reply, within the amplification bound: a reply larger than
-    /// `limit` on the wire goes only to a sender with a TCP connection open from its address;
-    /// others get `SERVER_ERROR reply too large for UDP` (in the request's protocol), or
-    /// nothing if even that exceeds the bound. None: a reply over `MAX_UDP_REPLY_BYTES`,
-    /// refused for everyone.
-    fn send_udp_reply(
-        &mut self,
-        socket: usize,
-        peer: SocketAddr,
-        request_id: u16,
-        reply: Option<&[u8]>,
-        limit: usize,
-        binary: Option<BinaryRequestInfo>,
-    ) {
-        let too_large =
-            |reply: &[u8]| reply.len() > MAX_UDP_REPLY_BYTES || tierkv_protocol::udp::framed_bytes(reply.len()) > limit;
-        let mut refusal = Vec::new();
-        let reply = match reply {
-            Some(reply)
-                if !too_large(reply)
-                    || (reply.len() <= MAX_UDP_REPLY_BYTES && self.shared.proven.contains(peer.ip())) =>
-            {
-                reply
-            }
-            _ => {
-                match binary {
-                    Some(info) => binary::write_response(
-                        &mut refusal,
-                        &info,
-                        binary::status::E2BIG,
-                        0,
-                        &[],
-                        &[],
-                        UDP_TOO_LARGE.as_bytes(),
-                    ),
-                    None => reply::error(&mut refusal, &ErrorReply::Server(UDP_TOO_LARGE)),
-                }
-                if tierkv_protocol::udp::framed_bytes(refusal.len()) > limit {
-                    return;
-                }
-                &refusal[..]
-            }
-        };
-        let wire = tierkv_protocol::udp::framed_bytes(reply.len());
-        let sender = &mut self.senders[socket];
-        if !sender.has_room(wire) {
-            sender.dropped += 1;
-            return;
-        }
-        sender.queue(peer, |bytes, record| {
-            let _ = tierkv_protocol::udp::frame_reply(reply, request_id, bytes, |start, end| record(start, end));
-        });
     }
 
     /// Sends every queued UDP reply.
@@ -1181,7 +1179,7 @@ fn dispatch(
             if !core.links.forward(owner, entry(seq, Kind::Request), &[raw]) {
                 return Step::Blocked;
             }
-            connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1 });
+            connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
             connection.remote_waiting += 1;
             core.state.counters.forwarded_requests += 1;
             Step::Done(After::Continue)
@@ -1201,7 +1199,7 @@ fn dispatch(
                 let forwarded = core.links.forward(owner, entry(seq, kind), &[]);
                 debug_assert!(forwarded, "room was checked for every worker");
             }
-            let mut part = Part { bytes: core.pool.pop().unwrap_or_default(), waiting: core.workers - 1 };
+            let mut part = Part { bytes: core.pool.pop().unwrap_or_default(), waiting: core.workers - 1, mark: false };
             match route {
                 // Executed here as usual (counted once); the other workers only flush or reset.
                 Route::Flush(_) | Route::Reset => {
@@ -1253,21 +1251,12 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
                 connection.resume = number + 1;
                 return Step::Done(After::Pause);
             }
+            if connection.udp.is_some() && number + 1 < keys.len() {
+                connection.mark();
+            }
             continue;
         }
-        line.clear();
-        line.extend_from_slice(match (touch.is_some(), return_cas) {
-            (false, false) => b"get ",
-            (false, true) => b"gets ",
-            (true, false) => b"gat ",
-            (true, true) => b"gats ",
-        });
-        if let Some(exptime) = touch {
-            line.extend_from_slice(exptime.to_string().as_bytes());
-            line.push(b' ');
-        }
-        line.extend_from_slice(key);
-        line.extend_from_slice(b"\r\n");
+        single_get_line(&mut line, key, return_cas, touch);
         let seq = connection.next_seq();
         let entry = Entry {
             slot,
@@ -1282,13 +1271,33 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             connection.resume = number;
             return Step::Blocked;
         }
-        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1 });
+        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
         connection.remote_waiting += 1;
         core.state.counters.forwarded_requests += 1;
+        if connection.udp.is_some() && number + 1 < keys.len() {
+            connection.mark();
+        }
     }
     connection.resume = 0;
     reply::status(connection.local_out(&mut core.pool), reply::Status::End);
     Step::Done(After::Continue)
+}
+
+/// The text get (`get`, `gets`, `gat`, `gats`) of one key into `line`.
+fn single_get_line(line: &mut Vec<u8>, key: &[u8], return_cas: bool, touch: Option<i64>) {
+    line.clear();
+    line.extend_from_slice(match (touch.is_some(), return_cas) {
+        (false, false) => b"get ",
+        (false, true) => b"gets ",
+        (true, false) => b"gat ",
+        (true, true) => b"gats ",
+    });
+    if let Some(exptime) = touch {
+        line.extend_from_slice(exptime.to_string().as_bytes());
+        line.push(b' ');
+    }
+    line.extend_from_slice(key);
+    line.extend_from_slice(b"\r\n");
 }
 
 /// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
