@@ -179,6 +179,7 @@ fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec
             rate: None,
             threads: 1,
             direct: None,
+            udp: false,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
         loadgen::preload(&base)?;

@@ -106,9 +106,15 @@ fn against_the_floor_server() {
 
 /// Debian's memcached on a free port, and that port.
 fn memcached() -> (Server, u16) {
+    memcached_with_udp(false)
+}
+
+/// Debian's memcached, with UDP on the same port number when `udp`.
+fn memcached_with_udp(udp: bool) -> (Server, u16) {
     let port = free_port();
+    let udp_port = if udp { port.to_string() } else { "0".to_string() };
     let mut command = Command::new("memcached");
-    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
+    command.args(["-p", &port.to_string(), "-U", &udp_port, "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
     // SAFETY: geteuid only reads the process's user id.
     if unsafe { libc::geteuid() } == 0 {
         command.args(["-u", "root"]);
@@ -149,6 +155,40 @@ fn against_debian_memcached() {
         let json = assert_sane(&output, true);
         assert!(number(&json, "server_cpu_us_per_op") > 0.0, "{json}");
     }
+}
+
+#[test]
+fn over_udp_against_debian_memcached() {
+    let _serial = serial();
+    let (server, port) = memcached_with_udp(true);
+    let target = format!("127.0.0.1:{port}");
+    let pid = server.0.id().to_string();
+    for protocol in ["text", "binary"] {
+        let output = run_bench(&[
+            "--target",
+            &target,
+            "--udp",
+            "--protocol",
+            protocol,
+            "--keys",
+            "2000",
+            "--connections",
+            "8",
+            "--seconds",
+            "1",
+            "--preload",
+            "--server-pid",
+            &pid,
+            "--json",
+        ]);
+        let json = assert_sane(&output, true);
+        assert!(number(&json, "lost") < number(&json, "operations") / 100.0, "{json}");
+    }
+    // Without UDP on the target, the run fails with a clear message instead of hanging.
+    let (_tcp_only, tcp_port) = memcached();
+    let output = run_bench(&["--target", &format!("127.0.0.1:{tcp_port}"), "--udp", "--seconds", "5", "--keys", "100"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("UDP"), "{}", String::from_utf8_lossy(&output.stderr));
 }
 
 /// Runs the bench against `target` and returns its stderr, asserting a quick failure.

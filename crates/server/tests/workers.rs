@@ -278,3 +278,40 @@ fn many_clients_on_overlapping_keys_never_read_an_unacknowledged_past() {
     assert_eq!(checked, CLIENTS * ROUNDS * 4);
     assert!(topology(port).forwarded_requests > (CLIENTS * ROUNDS) as u64, "forwarding was exercised");
 }
+
+#[test]
+fn the_bench_steers_every_key_to_its_owner_with_direct() {
+    use tierkv_bench::loadgen::{measure, Protocol, RunConfig};
+    let (server, _base) = tierkv_direct(2);
+    let topology = topology(server.1);
+    let config = RunConfig {
+        target: ([127, 0, 0, 1], server.1).into(),
+        protocol: Protocol::Text,
+        get_ratio: 0.9,
+        keys: 5_000,
+        key_bytes: 16,
+        value_bytes: (32, 32),
+        dist: "zipf:0.99".parse().unwrap(),
+        connections: 4,
+        pipeline: 8,
+        seconds: 0.5,
+        preload: false,
+        seed: 1,
+        rate: None,
+        threads: 1,
+        direct: Some((0..topology.partitions).map(|p| topology.address_of(p)).collect()),
+        udp: false,
+    };
+    let direct = measure(&config, None).unwrap();
+    assert!(direct.operations > 1000);
+    let after = self::topology(server.1).forwarded_requests;
+    assert_eq!(after, topology.forwarded_requests, "request direction forwards nothing");
+    // The same load through the main port is forwarded about half the time.
+    let forwarded = measure(&RunConfig { direct: None, ..config }, None).unwrap();
+    let moved = self::topology(server.1).forwarded_requests - after;
+    assert!(
+        moved * 4 > forwarded.operations && moved * 4 < 3 * forwarded.operations,
+        "{moved} of {}",
+        forwarded.operations
+    );
+}

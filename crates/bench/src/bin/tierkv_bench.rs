@@ -87,6 +87,10 @@ struct RunArgs {
     /// each key to its owner's direct port (the target must run with --direct-ports).
     #[arg(long)]
     direct: bool,
+    /// memcached's UDP protocol (the target runs with -U): each connection is a UDP socket with
+    /// one request in flight; text or binary protocol. The preload still uses TCP.
+    #[arg(long)]
+    udp: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -253,6 +257,7 @@ fn run(args: RunArgs) {
         rate: args.rate,
         threads: args.threads.clamp(1, 64),
         direct: None,
+        udp: args.udp,
     };
     let topology = tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2));
     let direct = match (&topology, args.direct) {
