@@ -125,34 +125,21 @@ fn memcached_with_udp(udp: bool) -> (Server, u16) {
     (server, port)
 }
 
+/// One second of load on `server` (preloaded, 2000 keys), with `extra` flags; its JSON line.
+fn one_second(server: &Server, port: u16, protocol: &str, extra: &[&str]) -> String {
+    let (target, pid) = (format!("127.0.0.1:{port}"), server.0.id().to_string());
+    let mut args = vec!["--target", &target, "--protocol", protocol, "--keys", "2000", "--seconds", "1", "--preload"];
+    args.extend_from_slice(&["--server-pid", &pid, "--json"]);
+    args.extend_from_slice(extra);
+    assert_sane(&run_bench(&args), true)
+}
+
 #[test]
 fn against_debian_memcached() {
     let _serial = serial();
     let (server, port) = memcached();
-    let target = format!("127.0.0.1:{port}");
-    let pid = server.0.id().to_string();
     for protocol in ["text", "meta", "binary"] {
-        let output = run_bench(&[
-            "--target",
-            &target,
-            "--protocol",
-            protocol,
-            "--workload",
-            "A",
-            "--keys",
-            "2000",
-            "--connections",
-            "4",
-            "--pipeline",
-            "4",
-            "--seconds",
-            "1",
-            "--preload",
-            "--server-pid",
-            &pid,
-            "--json",
-        ]);
-        let json = assert_sane(&output, true);
+        let json = one_second(&server, port, protocol, &["--workload", "A", "--connections", "4", "--pipeline", "4"]);
         assert!(number(&json, "server_cpu_us_per_op") > 0.0, "{json}");
     }
 }
@@ -161,27 +148,8 @@ fn against_debian_memcached() {
 fn over_udp_against_debian_memcached() {
     let _serial = serial();
     let (server, port) = memcached_with_udp(true);
-    let target = format!("127.0.0.1:{port}");
-    let pid = server.0.id().to_string();
     for protocol in ["text", "binary"] {
-        let output = run_bench(&[
-            "--target",
-            &target,
-            "--udp",
-            "--protocol",
-            protocol,
-            "--keys",
-            "2000",
-            "--connections",
-            "8",
-            "--seconds",
-            "1",
-            "--preload",
-            "--server-pid",
-            &pid,
-            "--json",
-        ]);
-        let json = assert_sane(&output, true);
+        let json = one_second(&server, port, protocol, &["--udp", "--connections", "8"]);
         assert!(number(&json, "lost") < number(&json, "operations") / 100.0, "{json}");
     }
     // Without UDP on the target, the run fails with a clear message instead of hanging.
