@@ -31,6 +31,9 @@ const KEEP_BATCH_BYTES: usize = 1 << 20;
 pub enum Kind {
     /// Decode and execute the request bytes; the reply goes back whole.
     Request,
+    /// A `Request` that reads an item (its reply may be large; the sender bounds how many it
+    /// has outstanding).
+    Read,
     /// One key of a multi-key text get: execute, and send back the VALUE lines only (the
     /// connection's worker writes the one END).
     GetKey,

@@ -40,9 +40,10 @@ pub const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Replies a connection may have waiting behind one not yet back from another worker.
 const MAX_PARTS: usize = 256;
-/// Forwarded requests a connection may have outstanding: bounds the replies (up to one item
-/// each) that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`.
-pub const MAX_REMOTE_PER_CONNECTION: usize = 16;
+/// Forwarded reads (gets, whose replies carry an item) a connection may have outstanding:
+/// bounds the replies that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`. Other
+/// forwarded requests (small replies) are bounded by `MAX_PARTS`.
+pub const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
 /// Reply buffers kept for reuse per worker.
 const POOL_BUFFERS: usize = 1024;
 /// Requests decoded and prefetched together in one step of a turn.
@@ -79,8 +80,8 @@ struct Connection {
     parts: VecDeque<Part>,
     /// Sequence number of `parts[0]`.
     first_seq: u64,
-    /// Forwarded reads in `parts` not answered yet.
-    remote_waiting: usize,
+    /// Forwarded reads (`Kind::Read`, `Kind::GetKey`) not answered yet.
+    remote_reads: usize,
     gather: Option<Box<Gather>>,
     /// Stopped taking requests until forwarded replies come back.
     blocked: bool,
@@ -121,7 +122,7 @@ impl Connection {
             output: Vec::new(),
             parts: VecDeque::new(),
             first_seq: 0,
-            remote_waiting: 0,
+            remote_reads: 0,
             gather: None,
             blocked: false,
             swallow: 0,
@@ -490,7 +491,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
 
 /// The most input a connection buffers: its largest possible request and one read more.
 /// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
-/// `MAX_REMOTE_PER_CONNECTION` forwarded reads.
+/// `MAX_REMOTE_READS_PER_CONNECTION` forwarded reads.
 fn input_limit(limits: &Limits) -> usize {
     (limits.max_value_bytes + limits.max_line_bytes + 2).max(limits.max_retrieval_line_bytes()) + READ_CHUNK_BYTES
 }
@@ -587,9 +588,10 @@ impl Worker {
             let bytes = &batch.replies[replies];
             part.waiting = part.waiting.saturating_sub(1);
             match entry.kind {
-                Kind::Request | Kind::GetKey => {
+                Kind::Request => part.bytes.extend_from_slice(bytes),
+                Kind::Read | Kind::GetKey => {
                     part.bytes.extend_from_slice(bytes);
-                    connection.remote_waiting -= 1;
+                    connection.remote_reads -= 1;
                 }
                 Kind::Flush { .. } | Kind::Reset => {}
                 Kind::Snapshot => {
@@ -828,7 +830,7 @@ impl Core {
                 let request = &requests[request_start..entry.request_end];
                 request_start = entry.request_end;
                 match entry.kind {
-                    Kind::Request | Kind::GetKey => {
+                    Kind::Request | Kind::Read | Kind::GetKey => {
                         if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
                             let mut resume = 0;
                             execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
@@ -1152,8 +1154,9 @@ fn dispatch(
     route: Route,
     hash: Option<KeyHash>,
 ) -> Step {
+    let read = matches!(request.command, Command::Get { .. });
     if route != Route::Local
-        && (connection.parts.len() >= MAX_PARTS || connection.remote_waiting >= MAX_REMOTE_PER_CONNECTION)
+        && (connection.parts.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
     {
         return Step::Blocked;
     }
@@ -1176,11 +1179,11 @@ fn dispatch(
         }
         Route::Remote(owner) => {
             let seq = connection.next_seq();
-            if !core.links.forward(owner, entry(seq, Kind::Request), &[raw]) {
+            if !core.links.forward(owner, entry(seq, if read { Kind::Read } else { Kind::Request }), &[raw]) {
                 return Step::Blocked;
             }
             connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
-            connection.remote_waiting += 1;
+            connection.remote_reads += usize::from(read);
             core.state.counters.forwarded_requests += 1;
             Step::Done(After::Continue)
         }
@@ -1230,7 +1233,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
     };
     let mut line = Vec::with_capacity(300);
     for (number, key) in keys.iter().enumerate().skip(connection.resume) {
-        if connection.parts.len() >= MAX_PARTS || connection.remote_waiting >= MAX_REMOTE_PER_CONNECTION {
+        if connection.parts.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
             connection.resume = number;
             return Step::Blocked;
         }
@@ -1272,7 +1275,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             return Step::Blocked;
         }
         connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
-        connection.remote_waiting += 1;
+        connection.remote_reads += 1;
         core.state.counters.forwarded_requests += 1;
         if connection.udp.is_some() && number + 1 < keys.len() {
             connection.mark();

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    exchange_binary_to_sentinel, exchange_to_sentinel, free_port, mask_cas, memcached, start, Server, TIERKV,
+    exchange_binary_to_sentinel_within, exchange_to_sentinel_within, free_port, mask_cas, memcached, start, Server,
+    PATIENT, TIERKV,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -98,8 +99,8 @@ fn keys_of_both_partitions_answer_in_order_through_one_connection() {
     assert!(keys.iter().any(|(_, owner)| *owner == 0) && keys.iter().any(|(_, owner)| *owner == 1));
     let script = mixed_script(&keys);
     let before = topology(ours.1).forwarded_requests;
-    let mine = exchange_to_sentinel(ours.1, &script);
-    let theirs = exchange_to_sentinel(reference.1, &script);
+    let mine = exchange_to_sentinel_within(ours.1, &script, PATIENT);
+    let theirs = exchange_to_sentinel_within(reference.1, &script, PATIENT);
     assert!(theirs.len() > 10_000, "the script's replies are long: {}", theirs.len());
     assert_same(&mine, &theirs);
     let forwarded = topology(ours.1).forwarded_requests - before;
@@ -131,8 +132,8 @@ fn binary_pipelines_over_both_partitions_answer_in_order() {
     write_request(&mut script, opcode::INCREMENT, 5000, 0, &counter, b"bin:counter", &[]);
     write_request(&mut script, opcode::INCREMENT, 5001, 0, &counter, b"bin:counter", &[]);
     // Binary replies carry CAS values, which differ between servers; compare everything else.
-    let mine = mask_cas(exchange_binary_to_sentinel(ours.1, &script));
-    let theirs = mask_cas(exchange_binary_to_sentinel(reference.1, &script));
+    let mine = mask_cas(exchange_binary_to_sentinel_within(ours.1, &script, PATIENT));
+    let theirs = mask_cas(exchange_binary_to_sentinel_within(reference.1, &script, PATIENT));
     assert!(theirs.len() > 24 * 60);
     assert_eq!(mine, theirs);
 }
@@ -154,7 +155,7 @@ fn direct_ports_serve_their_own_keys_without_forwarding() {
             script.extend_from_slice(format!("set {key} 0 0 {}\r\n{key}\r\nget {key}\r\n", key.len()).as_bytes());
         }
         script.extend_from_slice(format!("get {}\r\n", own.join(" ")).as_bytes());
-        let reply = exchange_to_sentinel(base + partition as u16, &script);
+        let reply = exchange_to_sentinel_within(base + partition as u16, &script, PATIENT);
         let mut expected = Vec::new();
         for key in &own {
             expected.extend_from_slice(format!("STORED\r\nVALUE {key} 0 {}\r\n{key}\r\nEND\r\n", key.len()).as_bytes());
@@ -173,7 +174,7 @@ fn direct_ports_serve_their_own_keys_without_forwarding() {
     // The same keys through the main port are forwarded when another worker owns them, and
     // read the values written through the direct ports.
     let all: Vec<&str> = keys.iter().map(|(key, _)| key.as_str()).collect();
-    let reply = exchange_to_sentinel(ours.1, format!("get {}\r\n", all.join(" ")).as_bytes());
+    let reply = exchange_to_sentinel_within(ours.1, format!("get {}\r\n", all.join(" ")).as_bytes(), PATIENT);
     assert_eq!(reply.windows(6).filter(|w| w == b"VALUE ").count(), all.len());
     assert!(self::topology(ours.1).forwarded_requests > before);
 }

@@ -81,13 +81,25 @@ pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8
     }
 }
 
+/// How long `exchange_to_sentinel` waits in silence before deciding the sentinel was swallowed.
+pub const QUIET: Duration = Duration::from_millis(300);
+/// The same for scripts whose sentinel is always answered, where a busy machine (other tests'
+/// servers on both cores, replies waiting on a worker that waits for a CPU) may pause longer.
+pub const PATIENT: Duration = Duration::from_secs(5);
+
 /// Sends `request` and then `sentinel` on a fresh connection and collects the reply until
-/// `done(reply)` (the sentinel's answer arrived), the end of stream, or 300 ms of quiet (when the
-/// sentinel itself was swallowed as data).
-fn exchange_until(port: u16, request: &[u8], sentinel: &[u8], done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+/// `done(reply)` (the sentinel's answer arrived), the end of stream, or `quiet` of silence (when
+/// the sentinel itself was swallowed as data).
+fn exchange_until(
+    port: u16,
+    request: &[u8],
+    sentinel: &[u8],
+    quiet: Duration,
+    done: impl Fn(&[u8]) -> bool,
+) -> Vec<u8> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let _ = stream.write_all(&[request, sentinel].concat());
-    stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    stream.set_read_timeout(Some(quiet)).unwrap();
     let mut reply = Vec::new();
     let mut buffer = [0u8; 65536];
     while let Ok(n) = stream.read(&mut buffer) {
@@ -105,7 +117,12 @@ fn exchange_until(port: u16, request: &[u8], sentinel: &[u8], done: impl Fn(&[u8
 /// `request`, then a meta get with a unique opaque token whose answer ends the reply. Much
 /// faster than `exchange` for scripts that end normally.
 pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
-    exchange_until(port, request, b"mg sentinel-key O7u5k\r\n", |reply| {
+    exchange_to_sentinel_within(port, request, QUIET)
+}
+
+/// `exchange_to_sentinel` with the given silence before giving up.
+pub fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
+    exchange_until(port, request, b"mg sentinel-key O7u5k\r\n", quiet, |reply| {
         reply.ends_with(b"\r\n") && reply.windows(6).any(|w| w == b" O7u5k")
     })
 }
@@ -113,6 +130,11 @@ pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
 /// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
 /// whose 24-byte response ends the reply.
 pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+    exchange_binary_to_sentinel_within(port, request, QUIET)
+}
+
+/// `exchange_binary_to_sentinel` with the given silence before giving up.
+pub fn exchange_binary_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
     const SENTINEL: u32 = 0x5E47_1E11;
     let mut noop = Vec::new();
     tierkv_protocol::binary::write_request(
@@ -124,7 +146,7 @@ pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
         &[],
         &[],
     );
-    exchange_until(port, request, &noop, |reply| {
+    exchange_until(port, request, &noop, quiet, |reply| {
         let tail = &reply[reply.len().saturating_sub(24)..];
         tail.len() == 24 && tail[0] == 0x81 && tail[1] == 0x0a && tail[12..16] == SENTINEL.to_be_bytes()
     })
