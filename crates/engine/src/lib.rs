@@ -5,6 +5,7 @@
 //! It must never do network I/O, parse protocol bytes, spawn threads, take locks, read the clock
 //! per operation, or allocate after a partition is created.
 
+mod alloc;
 mod batch;
 mod census;
 mod hash;
@@ -19,6 +20,7 @@ mod time;
 #[cfg(test)]
 mod partition_tests;
 
+pub use alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
 pub use batch::{SetRequest, BATCH_CHUNK};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
 pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
