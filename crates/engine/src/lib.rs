@@ -8,6 +8,7 @@
 mod alloc;
 mod batch;
 mod census;
+mod chain_index;
 mod hash;
 mod index;
 mod item;
@@ -22,6 +23,7 @@ mod partition_tests;
 
 pub use alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
 pub use batch::{SetRequest, BATCH_CHUNK};
+pub use chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
 pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
 pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
