@@ -16,6 +16,7 @@ mod log;
 mod numeric;
 mod partition;
 mod region;
+mod store;
 mod time;
 
 #[cfg(test)]
@@ -33,4 +34,5 @@ pub use partition::{
     ItemDebug, MemoryOverhead, MetaGet, MetaItem, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest,
     DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,
 };
+pub use store::{StoreConfig, StorePartition, StoreStats, STORE_FIXED_HEADER_BYTES};
 pub use time::{expiry_from_exptime, unix_now, RELATIVE_EXPTIME_MAX};

@@ -115,6 +115,8 @@ pub enum EngineError {
     ItemTooLarge { bytes: usize, max_bytes: usize },
     /// incr/decr on a value that is not a decimal number.
     NonNumeric,
+    /// Store mode: no free block or index slot is left for the write (nothing changed).
+    OutOfMemory,
 }
 
 impl fmt::Display for EngineError {
@@ -126,6 +128,7 @@ impl fmt::Display for EngineError {
                 write!(f, "item of {bytes} bytes exceeds the maximum of {max_bytes}")
             }
             EngineError::NonNumeric => write!(f, "cannot increment or decrement non-numeric value"),
+            EngineError::OutOfMemory => write!(f, "out of memory storing object"),
         }
     }
 }

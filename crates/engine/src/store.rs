@@ -1,0 +1,300 @@
+//! Store mode, first part (MICA's store mode): a partition that never evicts, built from the
+//! lossless chained index (`chain_index`) and the segregated-fits allocator (`alloc`). So far it
+//! serves get, set and delete with the cache-mode semantics; a write that finds no memory or no
+//! spare bucket fails with `EngineError::OutOfMemory` and changes nothing, and every item it
+//! acknowledged stays readable.
+//!
+//! ```text
+//!  item (one allocator block):  [ block header 4 | item header, CAS always explicit | key | value ]
+//!  fixed cost per item: 4 (block) + 3 (control, key length, value length) + 8 (CAS) = 15 bytes,
+//!  plus 4 more with flags and 4 with an expiry, plus padding to 8 bytes
+//! ```
+
+use crate::alloc::{Allocator, BLOCK_HEADER_BYTES};
+use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
+use crate::hash::KeyHash;
+use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
+use crate::partition::{check_key, ConfigError, DeleteOutcome, EngineError, Item, MIN_ITEM_BYTES};
+use crate::time::{expiry_from_exptime, is_expired, unix_now};
+
+/// Bytes every item costs besides its key, value, flags and expiry: block header, item header
+/// with an explicit CAS.
+pub const STORE_FIXED_HEADER_BYTES: usize = BLOCK_HEADER_BYTES + 3 + 8;
+
+/// Spare buckets per main bucket (MICA uses 10%).
+const SPARE_FRACTION: f64 = 0.10;
+
+/// How a store-mode partition is sized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Everything the partition may allocate: index (main and spare buckets) and arena.
+    pub memory_bytes: usize,
+    /// Largest item (header + key + value) accepted.
+    pub max_item_bytes: usize,
+    /// Typical key + value size: sizes the index at about 70% load for a full arena.
+    pub expected_item_bytes: usize,
+}
+
+/// Where a store partition's memory is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub live_items: u64,
+    /// Bytes of live items counted as fixed header + key + value (+ flags, expiry fields).
+    pub item_bytes: u64,
+    /// Key + value bytes of live items.
+    pub payload_bytes: u64,
+    /// Bytes the allocator manages, and how many of them are free.
+    pub managed_bytes: u64,
+    pub free_bytes: u64,
+    pub spare_buckets: u64,
+    pub spare_buckets_free: u64,
+}
+
+/// A store-mode partition, owned by one thread.
+pub struct StorePartition {
+    index: ChainIndex,
+    alloc: Allocator,
+    max_item_bytes: usize,
+    next_cas: u64,
+    now: u32,
+    stats: StoreStats,
+}
+
+/// An item found: its index slot, its location (payload offset) and header.
+struct Found {
+    slot: crate::chain_index::ChainSlot,
+    location: usize,
+    header: ItemHeader,
+    header_len: usize,
+}
+
+impl StorePartition {
+    pub fn new(config: &StoreConfig) -> Result<StorePartition, ConfigError> {
+        if !(MIN_ITEM_BYTES..=crate::partition::MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
+            return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
+        }
+        let per_item = config.expected_item_bytes.max(1) + STORE_FIXED_HEADER_BYTES + 8;
+        let items = config.memory_bytes / per_item;
+        let buckets = (items * 10 / (CHAIN_ENTRIES * 7)).max(1).next_power_of_two();
+        let spares = ((buckets as f64 * SPARE_FRACTION) as usize).max(1);
+        let index_bytes = (buckets + spares) * 64;
+        let needed_bytes = index_bytes + 2 * config.max_item_bytes;
+        if config.memory_bytes < needed_bytes {
+            return Err(ConfigError::TooSmall { memory_bytes: config.memory_bytes, needed_bytes });
+        }
+        let arena_bytes = config.memory_bytes - index_bytes;
+        let index = ChainIndex::new(buckets, spares).ok_or(ConfigError::OutOfMemory(index_bytes))?;
+        let alloc = Allocator::new(arena_bytes).ok_or(ConfigError::TooLarge(arena_bytes))?;
+        let stats = StoreStats {
+            managed_bytes: alloc.stats().managed_bytes as u64,
+            spare_buckets: spares as u64,
+            ..StoreStats::default()
+        };
+        Ok(StorePartition { index, alloc, max_item_bytes: config.max_item_bytes, next_cas: 1, now: unix_now(), stats })
+    }
+
+    /// Sets the partition's clock (Unix seconds), once per batch.
+    pub fn set_clock(&mut self, now: u32) {
+        self.now = now;
+    }
+
+    /// Bytes allocated at creation (index and arena).
+    pub fn allocated_bytes(&self) -> usize {
+        self.index.bytes() + self.alloc.arena_bytes()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let alloc = self.alloc.stats();
+        StoreStats {
+            free_bytes: alloc.free_bytes as u64,
+            spare_buckets_free: self.index.spares_free() as u64,
+            ..self.stats
+        }
+    }
+
+    fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let alloc = &self.alloc;
+        let (slot, location) = self.index.find(hash, |location| {
+            let bytes = alloc.payload(location as usize);
+            let (header, header_len) = ItemHeader::decode(bytes);
+            header.key_len == key.len() && &bytes[header_len..header_len + key.len()] == key
+        })?;
+        let (header, header_len) = ItemHeader::decode(self.alloc.payload(location as usize));
+        Some(Found { slot, location: location as usize, header, header_len })
+    }
+
+    /// `find`, with an expired item removed and reported absent.
+    fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let found = self.find(key, hash)?;
+        if is_expired(found.header.expiry, self.now) {
+            self.remove(&found, hash);
+            return None;
+        }
+        Some(found)
+    }
+
+    fn remove(&mut self, found: &Found, hash: KeyHash) {
+        self.index.remove(found.slot, hash);
+        self.alloc.free(found.location);
+        self.forget(&found.header);
+    }
+
+    fn forget(&mut self, header: &ItemHeader) {
+        self.stats.live_items -= 1;
+        self.stats.item_bytes -= Self::counted_bytes(header) as u64;
+        self.stats.payload_bytes -= (header.key_len + header.value_len) as u64;
+    }
+
+    /// An item's size as the utilization figure counts it: its encoded header (with the CAS)
+    /// plus the block header, key and value; padding excluded.
+    fn counted_bytes(header: &ItemHeader) -> usize {
+        BLOCK_HEADER_BYTES + header.total_len()
+    }
+
+    /// get: the item for `key`, if present.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
+        check_key(key)?;
+        let hash = KeyHash::of(key);
+        let Some(found) = self.find_live(key, hash) else { return Ok(None) };
+        let start = found.header_len + found.header.key_len;
+        let value = &self.alloc.payload(found.location)[start..start + found.header.value_len];
+        Ok(Some(Item {
+            value,
+            flags: found.header.flags,
+            cas: found.header.cas.unwrap_or(0),
+            expiry: found.header.expiry,
+            fetched: false,
+            stale: false,
+            token_sent: false,
+        }))
+    }
+
+    /// set: stores `value` under `key`; returns its CAS. `OutOfMemory` (nothing changed) when
+    /// no block or index slot is left.
+    pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
+        check_key(key)?;
+        let hash = KeyHash::of(key);
+        let cas = self.next_cas;
+        let expiry = expiry_from_exptime(exptime, self.now);
+        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: Some(cas), state: 0 };
+        let bytes = header.total_len();
+        if bytes > self.max_item_bytes || value.len() > MAX_ENCODABLE_VALUE {
+            return Err(EngineError::ItemTooLarge { bytes, max_bytes: self.max_item_bytes });
+        }
+        let existing = self.find(key, hash);
+        let location = self.alloc.alloc(bytes).ok_or(EngineError::OutOfMemory)?;
+        let out = self.alloc.payload_mut(location);
+        let key_start = header.encode(out);
+        out[key_start..key_start + key.len()].copy_from_slice(key);
+        out[key_start + key.len()..key_start + key.len() + value.len()].copy_from_slice(value);
+        match existing {
+            Some(old) => {
+                self.index.replace(old.slot, hash, location as u64);
+                self.alloc.free(old.location);
+                self.forget(&old.header);
+            }
+            None => {
+                if !self.index.insert(hash, location as u64) {
+                    self.alloc.free(location);
+                    return Err(EngineError::OutOfMemory);
+                }
+            }
+        }
+        self.next_cas += 1;
+        self.stats.live_items += 1;
+        self.stats.item_bytes += Self::counted_bytes(&header) as u64;
+        self.stats.payload_bytes += (key.len() + value.len()) as u64;
+        Ok(cas)
+    }
+
+    /// delete, optionally only if the item has CAS `cas` (0 = any).
+    pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
+        check_key(key)?;
+        let hash = KeyHash::of(key);
+        let Some(found) = self.find_live(key, hash) else { return Ok(DeleteOutcome::NotFound) };
+        if cas != 0 && found.header.cas != Some(cas) {
+            return Ok(DeleteOutcome::Exists);
+        }
+        self.remove(&found, hash);
+        Ok(DeleteOutcome::Deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn small() -> StorePartition {
+        StorePartition::new(&StoreConfig { memory_bytes: 256 << 10, max_item_bytes: 4096, expected_item_bytes: 200 })
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_until_full_then_every_acknowledged_item_reads_back() {
+        let mut store = small();
+        let mut stored = Vec::new();
+        let mut refused = 0;
+        for i in 0..10_000u32 {
+            let key = format!("key:{i}");
+            let value = vec![(i % 251) as u8; 50 + (i as usize * 37) % 900];
+            match store.set(key.as_bytes(), &value, i, 0) {
+                Ok(_) => stored.push((key, value)),
+                Err(EngineError::OutOfMemory) => refused += 1,
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert!(refused > 0, "the store filled up");
+        for (key, value) in &stored {
+            assert_eq!(store.get(key.as_bytes()).unwrap().map(|item| item.value.to_vec()), Some(value.clone()));
+        }
+        // Deleting half makes room again.
+        for (key, _) in stored.iter().step_by(2) {
+            assert_eq!(store.delete(key.as_bytes(), 0).unwrap(), DeleteOutcome::Deleted);
+        }
+        assert!(store.set(b"again", &[7; 500], 0, 0).is_ok());
+        let stats = store.stats();
+        assert_eq!(stats.live_items as usize, stored.len() - stored.len().div_ceil(2) + 1);
+        assert!(stats.item_bytes <= stats.managed_bytes - stats.free_bytes);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Against a HashMap, exactly, with random sizes, overwrites and deletes, through the
+        /// point where memory runs out and after: a refused write changes nothing.
+        #[test]
+        fn matches_a_map_exactly(ops in prop::collection::vec((0u8..4, 0u16..400, 0usize..3000), 1..500)) {
+            let mut store = small();
+            let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+            for (op, key, size) in ops {
+                let key = format!("k{key}").into_bytes();
+                match op {
+                    0 | 1 => {
+                        let value = vec![size as u8; size];
+                        match store.set(&key, &value, 0, 0) {
+                            Ok(_) => {
+                                model.insert(key, value);
+                            }
+                            Err(EngineError::OutOfMemory) => {}
+                            Err(other) => prop_assert!(false, "{}", other),
+                        }
+                    }
+                    2 => {
+                        let deleted = store.delete(&key, 0).unwrap() == DeleteOutcome::Deleted;
+                        prop_assert_eq!(deleted, model.remove(&key).is_some());
+                    }
+                    _ => {
+                        let got = store.get(&key).unwrap().map(|item| item.value.to_vec());
+                        prop_assert_eq!(got.as_ref(), model.get(&key));
+                    }
+                }
+                prop_assert_eq!(store.stats().live_items as usize, model.len());
+            }
+            for (key, value) in &model {
+                let got = store.get(key).unwrap().map(|item| item.value.to_vec());
+                prop_assert_eq!(got.as_ref(), Some(value));
+            }
+        }
+    }
+}
