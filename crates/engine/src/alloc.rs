@@ -181,6 +181,13 @@ impl Allocator {
         &mut self.arena.bytes_mut()[payload..payload - BLOCK_HEADER_BYTES + units * UNIT]
     }
 
+    /// The arena from `payload` to its end: a read of an item whose lengths the caller knows,
+    /// without looking up the block's size.
+    #[inline]
+    pub fn bytes_from(&self, payload: usize) -> &[u8] {
+        &self.arena.bytes()[payload..]
+    }
+
     /// Bytes of the block holding `payload` (header and padding included).
     pub fn block_bytes(&self, payload: usize) -> usize {
         self.units_at(payload - BLOCK_HEADER_BYTES) * UNIT

@@ -43,52 +43,122 @@ impl Partition {
             self.prefetch_item(*hash);
         }
     }
+}
 
+/// What a partition kind provides for the batched operations (sealed: only this crate's
+/// partitions implement it).
+pub(crate) mod sealed {
+    use crate::hash::KeyHash;
+    use crate::partition::{EngineError, Item};
+
+    pub trait Hashed {
+        /// Starts loading what GETs of these keys will read.
+        fn prefetch_for_get(&self, hashes: &[KeyHash]);
+        /// Starts loading what SETs of these keys will touch.
+        fn prefetch_for_set(&self, hashes: &[KeyHash]);
+        /// `get` of a checked key whose hash is known.
+        fn get_hashed_item(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError>;
+        /// `set` of a checked key whose hash is known.
+        fn set_hashed_item(
+            &mut self,
+            key: &[u8],
+            hash: KeyHash,
+            value: &[u8],
+            flags: u32,
+            exptime: i64,
+        ) -> Result<u64, EngineError>;
+    }
+}
+
+/// Batched GET and SET, for either partition kind (`use tierkv_engine::Batched` to call them).
+pub trait Batched: sealed::Hashed + Sized {
     /// GETs every key in order, calling `on_result(i, result)` for key i before looking up
     /// key i + 1. Results equal those of `get` one key at a time.
-    pub fn get_batch<K, F>(&mut self, keys: &[K], mut on_result: F)
+    fn get_batch<K, F>(&mut self, keys: &[K], mut on_result: F)
     where
         K: AsRef<[u8]>,
         F: FnMut(usize, Result<Option<Item<'_>>, EngineError>),
     {
-        for (chunk_no, chunk) in keys.chunks(BATCH_CHUNK).enumerate() {
-            // Stage 1: hash every key and start loading its bucket.
-            let mut hashes = [KeyHash(0); BATCH_CHUNK];
-            for (hash, key) in hashes.iter_mut().zip(chunk) {
-                *hash = KeyHash::of(key.as_ref());
-                self.prefetch_bucket(*hash, false);
-            }
-            // Stage 2: buckets have arrived (or are close); start loading the items.
-            for hash in &hashes[..chunk.len()] {
-                self.prefetch_item(*hash);
-            }
-            // Stage 3: execute in order.
-            for (i, key) in chunk.iter().enumerate() {
+        in_chunks(
+            self,
+            keys,
+            |key| key.as_ref(),
+            |partition, hashes| partition.prefetch_for_get(hashes),
+            |partition, i, key, hash| {
                 let key = key.as_ref();
-                let result = check_key(key).map(|()| self.get_hashed(key, hashes[i]));
-                on_result(chunk_no * BATCH_CHUNK + i, result);
-            }
-        }
+                on_result(i, check_key(key).and_then(|()| partition.get_hashed_item(key, hash)));
+            },
+        );
     }
 
     /// SETs every request in order, calling `on_result(i, cas or error)` for each. Results
     /// equal those of `set` one request at a time.
-    pub fn set_batch<F>(&mut self, requests: &[SetRequest<'_>], mut on_result: F)
+    fn set_batch<F>(&mut self, requests: &[SetRequest<'_>], mut on_result: F)
     where
         F: FnMut(usize, Result<u64, EngineError>),
     {
-        for (chunk_no, chunk) in requests.chunks(BATCH_CHUNK).enumerate() {
-            let mut hashes = [KeyHash(0); BATCH_CHUNK];
-            for (hash, request) in hashes.iter_mut().zip(chunk) {
-                *hash = KeyHash::of(request.key);
-                self.prefetch_bucket(*hash, true);
-            }
-            for (i, request) in chunk.iter().enumerate() {
+        in_chunks(
+            self,
+            requests,
+            |request| request.key,
+            |partition, hashes| partition.prefetch_for_set(hashes),
+            |partition, i, request, hash| {
                 let result = check_key(request.key).and_then(|()| {
-                    self.set_hashed(request.key, hashes[i], request.value, request.flags, request.exptime)
+                    partition.set_hashed_item(request.key, hash, request.value, request.flags, request.exptime)
                 });
-                on_result(chunk_no * BATCH_CHUNK + i, result);
-            }
+                on_result(i, result);
+            },
+        );
+    }
+}
+
+impl<T: sealed::Hashed> Batched for T {}
+
+impl sealed::Hashed for Partition {
+    fn prefetch_for_get(&self, hashes: &[KeyHash]) {
+        self.prefetch_hashes(hashes);
+    }
+
+    fn prefetch_for_set(&self, hashes: &[KeyHash]) {
+        for hash in hashes {
+            self.prefetch_bucket(*hash, true);
+        }
+    }
+
+    fn get_hashed_item(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
+        Ok(self.get_hashed(key, hash))
+    }
+
+    fn set_hashed_item(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
+        self.set_hashed(key, hash, value, flags, exptime)
+    }
+}
+
+/// The shape of every batched operation: for each chunk of up to `BATCH_CHUNK` requests, hash
+/// the keys, let `prefetch` start loading what they need, then `execute` them in order with
+/// their index in `requests` and their hash.
+fn in_chunks<P, T>(
+    partition: &mut P,
+    requests: &[T],
+    key: impl Fn(&T) -> &[u8],
+    prefetch: impl Fn(&P, &[KeyHash]),
+    mut execute: impl FnMut(&mut P, usize, &T, KeyHash),
+) {
+    for (chunk_no, chunk) in requests.chunks(BATCH_CHUNK).enumerate() {
+        let mut hashes = [KeyHash(0); BATCH_CHUNK];
+        for (hash, request) in hashes.iter_mut().zip(chunk) {
+            *hash = KeyHash::of(key(request));
+        }
+        prefetch(partition, &hashes[..chunk.len()]);
+        for (i, request) in chunk.iter().enumerate() {
+            execute(partition, chunk_no * BATCH_CHUNK + i, request, hashes[i]);
         }
     }
 }

@@ -10,6 +10,9 @@
 //!  main buckets 0..buckets, then spare buckets; free spares are chained through their links
 //! ```
 //!
+//! The bucket count is any number (a multiply-shift of 32 hash bits picks the bucket), so the
+//! index is sized to its items instead of doubling in powers of two.
+//!
 //! Occupied entries of a chain are packed: every bucket but the last is full and the last one's
 //! entries fill from slot 0, so "the last entry" is found without scanning holes. Tags are not
 //! unique (nothing is dropped to make them so); a lookup checks every entry with its tag.
@@ -42,10 +45,10 @@ pub struct ChainIndex {
 }
 
 impl ChainIndex {
-    /// `buckets` main buckets (a power of two) and `spares` spare buckets; None if the kernel
-    /// refuses the memory.
+    /// `buckets` main buckets (any count from 1 to 2^32) and `spares` spare buckets; None if
+    /// the kernel refuses the memory.
     pub fn new(buckets: usize, spares: usize) -> Option<ChainIndex> {
-        assert!(buckets.is_power_of_two() && buckets >= 1);
+        assert!((1..=1 << 32).contains(&buckets));
         let region = Region::new((buckets + spares) * 64)?;
         let mut index = ChainIndex { region, buckets, spares, free_spare: 0, spares_free: 0, entries: 0 };
         for spare in (buckets..buckets + spares).rev() {
@@ -85,6 +88,15 @@ impl ChainIndex {
     #[inline]
     pub fn prefetch(&self, hash: KeyHash) {
         prefetch(self.words(self.home(hash)).as_ptr());
+    }
+
+    /// The location of the first entry with `hash`'s tag in its home bucket, for prefetching
+    /// the item before the lookup proper.
+    #[inline]
+    pub fn first_with_tag(&self, hash: KeyHash) -> Option<u64> {
+        let tag = u64::from(hash.tag());
+        let words = self.words(self.home(hash));
+        words[..CHAIN_ENTRIES].iter().find(|&&word| word >> LOCATION_BITS == tag).map(|word| word & LOCATION_MASK)
     }
 
     /// The location stored for the first entry of `hash`'s chain with its tag that `is_key`
@@ -181,8 +193,12 @@ impl ChainIndex {
         })
     }
 
+    /// A key's first bucket: 32 bits of the hash that neither the partition (top 16 bits) nor
+    /// the tag (low 16) use, scaled to the bucket count (so it need not be a power of two and
+    /// the index can be sized to the items it must hold).
+    #[inline]
     fn home(&self, hash: KeyHash) -> usize {
-        hash.bucket(self.buckets)
+        ((u64::from((hash.0 >> 16) as u32) * self.buckets as u64) >> 32) as usize
     }
 
     /// The chain's last bucket and how many entries it holds.

@@ -23,7 +23,7 @@ mod time;
 mod partition_tests;
 
 pub use alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
-pub use batch::{SetRequest, BATCH_CHUNK};
+pub use batch::{Batched, SetRequest, BATCH_CHUNK};
 pub use chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
 pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};

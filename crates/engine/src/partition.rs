@@ -358,7 +358,7 @@ pub struct Partition {
 
 /// Compares two keys of equal length; short keys (the common case) without a library call.
 #[inline]
-fn keys_equal(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn keys_equal(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let len = a.len();
     let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());

@@ -11,10 +11,12 @@
 //! ```
 
 use crate::alloc::{Allocator, BLOCK_HEADER_BYTES};
+use crate::batch::sealed::Hashed;
+use crate::batch::BATCH_CHUNK;
 use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
 use crate::hash::KeyHash;
 use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
-use crate::partition::{check_key, ConfigError, DeleteOutcome, EngineError, Item, MIN_ITEM_BYTES};
+use crate::partition::{check_key, keys_equal, ConfigError, DeleteOutcome, EngineError, Item, MIN_ITEM_BYTES};
 use crate::time::{expiry_from_exptime, is_expired, unix_now};
 
 /// Bytes every item costs besides its key, value, flags and expiry: block header, item header
@@ -23,6 +25,8 @@ pub const STORE_FIXED_HEADER_BYTES: usize = BLOCK_HEADER_BYTES + 3 + 8;
 
 /// Spare buckets per main bucket (MICA uses 10%).
 const SPARE_FRACTION: f64 = 0.10;
+/// Share of the main buckets' entries an index sized for a full arena expects to fill.
+const LOAD: f64 = 0.7;
 
 /// How a store-mode partition is sized.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,7 +35,8 @@ pub struct StoreConfig {
     pub memory_bytes: usize,
     /// Largest item (header + key + value) accepted.
     pub max_item_bytes: usize,
-    /// Typical key + value size: sizes the index at about 70% load for a full arena.
+    /// Typical key + value size: sizes the index at about 70% load for a full arena of such
+    /// items (smaller items fill the arena later than the spare buckets run out).
     pub expected_item_bytes: usize,
 }
 
@@ -73,9 +78,12 @@ impl StorePartition {
         if !(MIN_ITEM_BYTES..=crate::partition::MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
             return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
         }
-        let per_item = config.expected_item_bytes.max(1) + STORE_FIXED_HEADER_BYTES + 8;
-        let items = config.memory_bytes / per_item;
-        let buckets = (items * 10 / (CHAIN_ENTRIES * 7)).max(1).next_power_of_two();
+        // Each item: its block (fixed header, key and value, padded to 8 bytes) and its share
+        // of the index at 70% load (7 entries per 64-byte bucket, plus 10% spare buckets).
+        let block = (STORE_FIXED_HEADER_BYTES + config.expected_item_bytes.max(1)).div_ceil(8) * 8;
+        let index_per_item = 64.0 * (1.0 + SPARE_FRACTION) / (CHAIN_ENTRIES as f64 * LOAD);
+        let items = (config.memory_bytes as f64 / (block as f64 + index_per_item)) as usize;
+        let buckets = ((items as f64 / (CHAIN_ENTRIES as f64 * LOAD)).ceil() as usize).clamp(1, 1 << 32);
         let spares = ((buckets as f64 * SPARE_FRACTION) as usize).max(1);
         let index_bytes = (buckets + spares) * 64;
         let needed_bytes = index_bytes + 2 * config.max_item_bytes;
@@ -112,14 +120,20 @@ impl StorePartition {
         }
     }
 
+    #[inline]
     fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let alloc = &self.alloc;
+        let mut decoded = None;
         let (slot, location) = self.index.find(hash, |location| {
-            let bytes = alloc.payload(location as usize);
+            let bytes = alloc.bytes_from(location as usize);
             let (header, header_len) = ItemHeader::decode(bytes);
-            header.key_len == key.len() && &bytes[header_len..header_len + key.len()] == key
+            let hit = header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key);
+            if hit {
+                decoded = Some((header, header_len));
+            }
+            hit
         })?;
-        let (header, header_len) = ItemHeader::decode(self.alloc.payload(location as usize));
+        let (header, header_len) = decoded?;
         Some(Found { slot, location: location as usize, header, header_len })
     }
 
@@ -154,10 +168,13 @@ impl StorePartition {
     /// get: the item for `key`, if present.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
         check_key(key)?;
-        let hash = KeyHash::of(key);
+        self.get_hashed(key, KeyHash::of(key))
+    }
+
+    fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
         let Some(found) = self.find_live(key, hash) else { return Ok(None) };
         let start = found.header_len + found.header.key_len;
-        let value = &self.alloc.payload(found.location)[start..start + found.header.value_len];
+        let value = &self.alloc.bytes_from(found.location)[start..start + found.header.value_len];
         Ok(Some(Item {
             value,
             flags: found.header.flags,
@@ -173,7 +190,17 @@ impl StorePartition {
     /// no block or index slot is left.
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
         check_key(key)?;
-        let hash = KeyHash::of(key);
+        self.set_hashed(key, KeyHash::of(key), value, flags, exptime)
+    }
+
+    fn set_hashed(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
         let cas = self.next_cas;
         let expiry = expiry_from_exptime(exptime, self.now);
         let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: Some(cas), state: 0 };
@@ -182,12 +209,21 @@ impl StorePartition {
             return Err(EngineError::ItemTooLarge { bytes, max_bytes: self.max_item_bytes });
         }
         let existing = self.find(key, hash);
-        let location = self.alloc.alloc(bytes).ok_or(EngineError::OutOfMemory)?;
+        // An overwrite whose block size does not change is written in place: no allocation,
+        // no free, no index change (the common case of a SET-heavy workload).
+        let same_block = existing.as_ref().is_some_and(|old| {
+            Allocator::units_for(bytes).map(|units| units * 8) == Some(self.alloc.block_bytes(old.location))
+        });
+        let location = match (&existing, same_block) {
+            (Some(old), true) => old.location,
+            _ => self.alloc.alloc(bytes).ok_or(EngineError::OutOfMemory)?,
+        };
         let out = self.alloc.payload_mut(location);
         let key_start = header.encode(out);
         out[key_start..key_start + key.len()].copy_from_slice(key);
         out[key_start + key.len()..key_start + key.len() + value.len()].copy_from_slice(value);
         match existing {
+            Some(old) if same_block => self.forget(&old.header),
             Some(old) => {
                 self.index.replace(old.slot, hash, location as u64);
                 self.alloc.free(old.location);
@@ -207,6 +243,20 @@ impl StorePartition {
         Ok(cas)
     }
 
+    /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
+    /// those point at (as the cache-mode partition does).
+    pub fn prefetch_hashes(&self, hashes: &[KeyHash]) {
+        let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
+        for hash in hashes {
+            self.index.prefetch(*hash);
+        }
+        for hash in hashes {
+            if let Some(location) = self.index.first_with_tag(*hash) {
+                crate::region::prefetch(self.alloc.arena_ptr(location as usize));
+            }
+        }
+    }
+
     /// delete, optionally only if the item has CAS `cas` (0 = any).
     pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
         check_key(key)?;
@@ -220,9 +270,35 @@ impl StorePartition {
     }
 }
 
+impl Hashed for StorePartition {
+    fn prefetch_for_get(&self, hashes: &[KeyHash]) {
+        self.prefetch_hashes(hashes);
+    }
+
+    fn prefetch_for_set(&self, hashes: &[KeyHash]) {
+        self.prefetch_hashes(hashes);
+    }
+
+    fn get_hashed_item(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
+        self.get_hashed(key, hash)
+    }
+
+    fn set_hashed_item(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
+        self.set_hashed(key, hash, value, flags, exptime)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::{Batched, SetRequest};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -257,6 +333,30 @@ mod tests {
         let stats = store.stats();
         assert_eq!(stats.live_items as usize, stored.len() - stored.len().div_ceil(2) + 1);
         assert!(stats.item_bytes <= stats.managed_bytes - stats.free_bytes);
+    }
+
+    #[test]
+    fn batches_give_what_single_operations_give() {
+        let mut store = small();
+        let keys: Vec<String> = (0..200).map(|i| format!("batch:{i}")).collect();
+        let values: Vec<Vec<u8>> = (0..200).map(|i| vec![i as u8; 1 + i % 40]).collect();
+        let requests: Vec<SetRequest<'_>> = keys
+            .iter()
+            .zip(&values)
+            .step_by(2)
+            .map(|(key, value)| SetRequest { key: key.as_bytes(), value, flags: 3, exptime: 0 })
+            .collect();
+        let mut stored = 0;
+        store.set_batch(&requests, |_, result| stored += usize::from(result.is_ok()));
+        assert_eq!(stored, 100);
+        let mut seen = Vec::new();
+        store.get_batch(&keys, |i, result| {
+            seen.push((i, result.unwrap().map(|item| (item.value.to_vec(), item.flags))))
+        });
+        for (i, got) in seen {
+            let want = (i % 2 == 0).then(|| (values[i].clone(), 3));
+            assert_eq!(got, want, "key {i}");
+        }
     }
 
     proptest! {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tierkv_bench::workload::{key_sequence, write_key, Distribution, Rng};
 
-use tierkv_engine::{item_log_bytes, Item, Partition, PartitionConfig, SetRequest, DEFAULT_MAX_ITEM_BYTES};
+use tierkv_engine::{item_log_bytes, Batched, Item, Partition, PartitionConfig, SetRequest, DEFAULT_MAX_ITEM_BYTES};
 
 #[derive(Parser, Debug)]
 #[command(name = "engine-bench", about = "Measure the tierkv engine in-process against std HashMap")]
@@ -49,6 +49,21 @@ struct Args {
     /// Print one compact JSON line on stdout.
     #[arg(long)]
     json: bool,
+    /// cache (the circular log, lossy) or store (MICA's store mode: lossless index over a
+    /// segregated-fits allocator; get and set so far).
+    #[arg(long, default_value = "cache")]
+    mode: Mode,
+    /// Store mode: churn (overwrites and deletes with fresh random sizes, writing three times
+    /// the budget), then write new items until the first write fails, and report
+    /// allocator_utilization and payload_ratio. Needs --memory-mib.
+    #[arg(long)]
+    fill: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Cache,
+    Store,
 }
 
 fn parse_range(text: &str) -> Result<(usize, usize), String> {
@@ -173,6 +188,85 @@ fn mops(ops: u64, elapsed: Duration) -> f64 {
     ops as f64 / elapsed.as_secs_f64() / 1e6
 }
 
+/// What the timed phases need of an engine (cache or store mode).
+trait Bench {
+    /// GETs `keys`, calling `on_value` with each found value.
+    fn get_values(&mut self, keys: &[&[u8]], on_value: &mut dyn FnMut(&[u8]));
+    /// SETs `requests`; returns how many failed.
+    fn set_all(&mut self, requests: &[SetRequest<'_>]) -> u64;
+}
+
+impl<P: Batched> Bench for P {
+    fn get_values(&mut self, keys: &[&[u8]], on_value: &mut dyn FnMut(&[u8])) {
+        self.get_batch(keys, |_, result| {
+            if let Ok(Some(Item { value, .. })) = result {
+                on_value(value);
+            }
+        });
+    }
+
+    fn set_all(&mut self, requests: &[SetRequest<'_>]) -> u64 {
+        let mut errors = 0;
+        self.set_batch(requests, |_, result| errors += u64::from(result.is_err()));
+        errors
+    }
+}
+
+/// Writes every key once, in key order, in batches; returns the time taken and the failures.
+fn preload_all(engine: &mut impl Bench, data: &Dataset, args: &Args) -> (Duration, u64) {
+    let start = Instant::now();
+    let mut errors = 0;
+    let mut key_buffer = vec![0u8; args.batch * args.key_bytes];
+    for first in (0..args.items as u32).step_by(args.batch) {
+        let last = (first + args.batch as u32).min(args.items as u32);
+        for (i, key) in (first..last).zip(key_buffer.chunks_exact_mut(args.key_bytes)) {
+            write_key(u64::from(i), key);
+        }
+        let preload: Vec<SetRequest<'_>> = (first..last)
+            .zip(key_buffer.chunks_exact(args.key_bytes))
+            .map(|(i, key)| SetRequest { key, value: data.value(i), flags: 0, exptime: 0 })
+            .collect();
+        errors += engine.set_all(&preload);
+    }
+    (start.elapsed(), errors)
+}
+
+/// The timed GET phase along the request sequence: (operations, time, hits, checksum).
+fn get_phase(engine: &mut impl Bench, data: &Dataset, args: &Args) -> (u64, Duration, u64, u64) {
+    let (mut hits, mut checksum) = (0u64, 0u64);
+    let mut keys: Vec<&[u8]> = Vec::with_capacity(args.batch);
+    let (ops, time) = timed(args.seconds, |round| {
+        keys.clear();
+        let base = round * args.batch;
+        keys.extend((0..args.batch).map(|j| data.request_key(base + j)));
+        engine.get_values(&keys, &mut |value| {
+            hits += 1;
+            checksum = fold(checksum, value);
+        });
+        args.batch
+    });
+    (ops, time, hits, checksum)
+}
+
+/// The timed SET phase (overwrites with the same values along the sequence from `offset`):
+/// (operations, time, failures).
+fn set_phase(engine: &mut impl Bench, data: &Dataset, args: &Args, offset: usize) -> (u64, Duration, u64) {
+    let mut errors = 0;
+    let mut requests: Vec<SetRequest<'_>> = Vec::with_capacity(args.batch);
+    let seconds = if args.no_sets { 1e-9 } else { args.seconds };
+    let (ops, time) = timed(seconds, |round| {
+        requests.clear();
+        let base = offset + round * args.batch;
+        for j in 0..args.batch {
+            let (key, i) = data.request(base + j);
+            requests.push(SetRequest { key, value: data.value(i), flags: 0, exptime: 0 });
+        }
+        errors += engine.set_all(&requests);
+        args.batch
+    });
+    (ops, time, errors)
+}
+
 fn engine_config(args: &Args, data: &Dataset) -> PartitionConfig {
     let mean_item = item_log_bytes(args.key_bytes, data.mean_value_bytes().round() as usize);
     let max_item_bytes = DEFAULT_MAX_ITEM_BYTES.max(item_log_bytes(args.key_bytes, args.value_bytes.1));
@@ -223,6 +317,10 @@ fn main() {
         eprintln!("engine-bench: {message}");
         std::process::exit(2);
     }
+    if args.mode == Mode::Store {
+        store_mode::run(&args);
+        return;
+    }
     let data = Dataset::new(&args);
     let config = engine_config(&args, &data);
     let mut engine = match Partition::new(&config) {
@@ -246,41 +344,13 @@ fn main() {
     let mut figures = Figures { fields: Vec::new() };
 
     // Preload every key once, in key order.
-    let start = Instant::now();
-    let mut requests: Vec<SetRequest<'_>> = Vec::with_capacity(batch);
-    let mut errors = 0u64;
-    let mut key_buffer = vec![0u8; batch * args.key_bytes];
-    for first in (0..args.items as u32).step_by(batch) {
-        let last = (first + batch as u32).min(args.items as u32);
-        for (i, key) in (first..last).zip(key_buffer.chunks_exact_mut(args.key_bytes)) {
-            write_key(u64::from(i), key);
-        }
-        let preload: Vec<SetRequest<'_>> = (first..last)
-            .zip(key_buffer.chunks_exact(args.key_bytes))
-            .map(|(i, key)| SetRequest { key, value: data.value(i), flags: 0, exptime: 0 })
-            .collect();
-        engine.set_batch(&preload, |_, result| errors += u64::from(result.is_err()));
-    }
-    let preload = start.elapsed();
+    let (preload, mut errors) = preload_all(&mut engine, &data, &args);
     let resident_items = engine.resident_items();
     let mismatches = verify(&mut engine, &data, &args);
     eprintln!("preload: {:.2} Mops, {resident_items} resident, {mismatches} wrong values", mops(args.items, preload));
 
     // Engine GET.
-    let (mut hits, mut checksum) = (0u64, 0u64);
-    let mut keys: Vec<&[u8]> = Vec::with_capacity(batch);
-    let (get_ops, get_time) = timed(args.seconds, |round| {
-        keys.clear();
-        let base = round * batch;
-        keys.extend((0..batch).map(|j| data.request_key(base + j)));
-        engine.get_batch(&keys, |_, result| {
-            if let Ok(Some(Item { value, .. })) = result {
-                hits += 1;
-                checksum = fold(checksum, value);
-            }
-        });
-        batch
-    });
+    let (get_ops, get_time, hits, checksum) = get_phase(&mut engine, &data, &args);
     let get_mops = mops(get_ops, get_time);
     let hit_ratio = hits as f64 / get_ops as f64;
     eprintln!("engine GET: {get_mops:.2} Mops, hit ratio {hit_ratio:.4}, checksum {checksum:016x}");
@@ -310,17 +380,8 @@ fn main() {
 
     // Engine SET (overwrites with the same values, along the same sequence).
     let offset = get_ops as usize;
-    let set_seconds = if args.no_sets { 1e-9 } else { args.seconds };
-    let (set_ops, set_time) = timed(set_seconds, |round| {
-        requests.clear();
-        let base = offset + round * batch;
-        for j in 0..batch {
-            let (key, i) = data.request(base + j);
-            requests.push(SetRequest { key, value: data.value(i), flags: 0, exptime: 0 });
-        }
-        engine.set_batch(&requests, |_, result| errors += u64::from(result.is_err()));
-        batch
-    });
+    let (set_ops, set_time, set_errors) = set_phase(&mut engine, &data, &args, offset);
+    errors += set_errors;
     let set_mops = mops(set_ops, set_time);
     eprintln!("engine SET: {set_mops:.2} Mops");
 
@@ -429,4 +490,160 @@ fn verify(engine: &mut Partition, data: &Dataset, args: &Args) -> u64 {
         }
     }
     wrong
+}
+
+/// `--mode store`: the store-mode partition, GET and SET phases (same keys, values, batches and
+/// JSON names as cache mode), or with `--fill` the allocator's utilization after churn.
+mod store_mode {
+    use super::*;
+    use tierkv_engine::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
+
+    fn partition(args: &Args, memory_bytes: usize) -> StorePartition {
+        let config = StoreConfig {
+            memory_bytes,
+            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
+            expected_item_bytes: args.key_bytes + (args.value_bytes.0 + args.value_bytes.1) / 2,
+        };
+        StorePartition::new(&config).unwrap_or_else(|error| {
+            eprintln!("engine-bench: cannot create the store partition: {error}");
+            std::process::exit(2);
+        })
+    }
+
+    pub(super) fn run(args: &Args) {
+        if args.fill {
+            return fill(args);
+        }
+        let data = Dataset::new(args);
+        let mean_item = STORE_FIXED_HEADER_BYTES + args.key_bytes + data.mean_value_bytes() as usize;
+        // Room for every item (rounded to 8-byte blocks) and its index share, with 10% spare.
+        let default_bytes = (args.items as f64 * (mean_item.div_ceil(8) * 8 + 16) as f64 * 1.1) as usize + (64 << 20);
+        let mut engine = partition(args, args.memory_mib.map_or(default_bytes, |mib| mib << 20));
+        let batch = args.batch;
+        let (preload, mut errors) = preload_all(&mut engine, &data, args);
+        eprintln!("store preload: {:.2} Mops, {errors} refused", mops(args.items, preload));
+        let (get_ops, get_time, hits, checksum) = get_phase(&mut engine, &data, args);
+        let get_mops = mops(get_ops, get_time);
+        let hit_ratio = hits as f64 / get_ops as f64;
+        eprintln!("store GET: {get_mops:.2} Mops, hit ratio {hit_ratio:.4}, checksum {checksum:016x}");
+        let (set_ops, set_time, set_errors) = set_phase(&mut engine, &data, args, get_ops as usize);
+        errors += set_errors;
+        let set_mops = mops(set_ops, set_time);
+        eprintln!("store SET: {set_mops:.2} Mops");
+        let stats = engine.stats();
+        let mut figures = Figures { fields: Vec::new() };
+        figures.put_str("mode", "store");
+        figures.put("get_mops", format!("{get_mops:.3}"));
+        figures.put("set_mops", format!("{set_mops:.3}"));
+        figures.put("hit_ratio", format!("{hit_ratio:.5}"));
+        figures.put("live_items", stats.live_items);
+        figures.put("allocated_bytes", engine.allocated_bytes());
+        figures.put(
+            "overhead_bytes_per_item",
+            format!(
+                "{:.3}",
+                (engine.allocated_bytes() as f64 - stats.payload_bytes as f64) / stats.live_items.max(1) as f64
+            ),
+        );
+        figures.put("spare_buckets_free", stats.spare_buckets_free);
+        figures.put("preload_mops", format!("{:.3}", mops(args.items, preload)));
+        figures.put("checksum", format!("\"{checksum:016x}\""));
+        figures.put("errors", errors);
+        figures.put("items", args.items);
+        figures.put("key_bytes", args.key_bytes);
+        figures.put_str("value_bytes", &format!("{}..{}", args.value_bytes.0, args.value_bytes.1));
+        figures.put_str("dist", &args.dist.to_string());
+        figures.put("batch", batch);
+        if args.json {
+            println!("{}", figures.json());
+        }
+    }
+
+    /// Churn, then fill until the first refused write; report how well the memory is used.
+    fn fill(args: &Args) {
+        let Some(mib) = args.memory_mib else {
+            eprintln!("engine-bench: --fill needs --memory-mib");
+            std::process::exit(2);
+        };
+        let budget = mib << 20;
+        let mut engine = partition(args, budget);
+        let (min, max) = args.value_bytes;
+        let mut rng = Rng::new(args.seed ^ 0xF111);
+        let pool: Vec<u8> = (0..max + 4096).map(|_| rng.next_u64() as u8).collect();
+        let mut key = vec![0u8; args.key_bytes];
+        // Keys are numbered; a churn step overwrites or deletes a random key below `next`.
+        let mut next = 0u64;
+        let mut written = 0usize;
+        let mut refused = 0u64;
+        let value = |rng: &mut Rng| {
+            let len = min + rng.below((max - min + 1) as u64) as usize;
+            let start = rng.below(4096) as usize;
+            &pool[start..start + len]
+        };
+        let start = Instant::now();
+        while written < 3 * budget {
+            let roll = rng.below(10);
+            if roll < 2 && next > 0 {
+                write_key(rng.below(next), &mut key);
+                let _ = engine.delete(&key, 0);
+                continue;
+            }
+            let number = if roll < 6 && next > 0 { rng.below(next) } else { next };
+            write_key(number, &mut key);
+            let value = value(&mut rng);
+            match engine.set(&key, value, 0, 0) {
+                Ok(_) => {
+                    written += key.len() + value.len();
+                    next = next.max(number + 1);
+                }
+                // Full: make room the way a store's user would, by deleting.
+                Err(_) => {
+                    refused += 1;
+                    for _ in 0..4 {
+                        write_key(rng.below(next.max(1)), &mut key);
+                        let _ = engine.delete(&key, 0);
+                    }
+                }
+            }
+        }
+        let churn = start.elapsed();
+        // Fill with new keys until the first write fails.
+        loop {
+            write_key(next, &mut key);
+            next += 1;
+            let value = value(&mut rng);
+            if engine.set(&key, value, 0, 0).is_err() {
+                break;
+            }
+        }
+        let stats = engine.stats();
+        let utilization = stats.item_bytes as f64 / stats.managed_bytes as f64;
+        let payload_ratio = stats.payload_bytes as f64 / budget as f64;
+        eprintln!(
+            "store fill: churn wrote {written} bytes ({refused} refused) in {:.1} s; at the first failed write: \
+             {} items, allocator_utilization {utilization:.4}, payload_ratio {payload_ratio:.4}, \
+             {} of {} bytes free, {} of {} spare buckets free",
+            churn.as_secs_f64(),
+            stats.live_items,
+            stats.free_bytes,
+            stats.managed_bytes,
+            stats.spare_buckets_free,
+            stats.spare_buckets,
+        );
+        let mut figures = Figures { fields: Vec::new() };
+        figures.put_str("mode", "store");
+        figures.put("memory_mib", mib);
+        figures.put("key_bytes", args.key_bytes);
+        figures.put_str("value_bytes", &format!("{min}..{max}"));
+        figures.put("churn_bytes_written", written);
+        figures.put("live_items", stats.live_items);
+        figures.put("allocator_utilization", format!("{utilization:.4}"));
+        figures.put("payload_ratio", format!("{payload_ratio:.4}"));
+        figures.put("free_bytes", stats.free_bytes);
+        figures.put("spare_buckets_free", stats.spare_buckets_free);
+        figures.put("fixed_header_bytes", STORE_FIXED_HEADER_BYTES);
+        if args.json {
+            println!("{}", figures.json());
+        }
+    }
 }
