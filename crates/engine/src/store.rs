@@ -26,7 +26,7 @@ pub const STORE_FIXED_HEADER_BYTES: usize = BLOCK_HEADER_BYTES + 3 + 8;
 /// Spare buckets per main bucket (MICA uses 10%).
 const SPARE_FRACTION: f64 = 0.10;
 /// Share of the main buckets' entries an index sized for a full arena expects to fill.
-const LOAD: f64 = 0.7;
+const LOAD: f64 = 0.6;
 
 /// How a store-mode partition is sized.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct StoreConfig {
     pub memory_bytes: usize,
     /// Largest item (header + key + value) accepted.
     pub max_item_bytes: usize,
-    /// Typical key + value size: sizes the index at about 70% load for a full arena of such
+    /// Typical key + value size: sizes the index at about 60% load for a full arena of such
     /// items (smaller items fill the arena later than the spare buckets run out).
     pub expected_item_bytes: usize,
 }
@@ -79,7 +79,8 @@ impl StorePartition {
             return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
         }
         // Each item: its block (fixed header, key and value, padded to 8 bytes) and its share
-        // of the index at 70% load (7 entries per 64-byte bucket, plus 10% spare buckets).
+        // of the index at 60% load (7 entries per 64-byte bucket, plus 10% spare buckets: at
+        // that load about 6% of buckets overflow into a spare, so the arena fills first).
         let block = (STORE_FIXED_HEADER_BYTES + config.expected_item_bytes.max(1)).div_ceil(8) * 8;
         let index_per_item = 64.0 * (1.0 + SPARE_FRACTION) / (CHAIN_ENTRIES as f64 * LOAD);
         let items = (config.memory_bytes as f64 / (block as f64 + index_per_item)) as usize;

@@ -599,7 +599,7 @@ mod store_mode {
                 // Full: make room the way a store's user would, by deleting.
                 Err(_) => {
                     refused += 1;
-                    for _ in 0..4 {
+                    for _ in 0..64 {
                         write_key(rng.below(next.max(1)), &mut key);
                         let _ = engine.delete(&key, 0);
                     }
