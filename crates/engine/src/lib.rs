@@ -14,6 +14,7 @@ mod index;
 mod item;
 mod log;
 mod numeric;
+mod ops;
 mod partition;
 mod region;
 mod store;

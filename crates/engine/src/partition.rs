@@ -5,9 +5,9 @@ use crate::census::Census;
 use crate::hash::KeyHash;
 use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::item;
-use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
+use crate::item::ItemHeader;
 use crate::log::Log;
-use crate::numeric::{apply_delta, parse_counter, CounterValue};
+use crate::ops;
 use crate::region::Region;
 use crate::time::ClockMarks;
 use crate::time::{expiry_from_exptime, is_expired, unix_now};
@@ -312,7 +312,7 @@ pub struct MemoryOverhead {
 
 /// An item found in the index.
 #[derive(Clone, Copy, Debug)]
-struct Found {
+pub(crate) struct Found {
     slot: Slot,
     position: u64,
     ring_index: usize,
@@ -577,14 +577,6 @@ impl Partition {
 
     // ----- writes -----
 
-    fn check_size(&self, header: &ItemHeader) -> Result<(), EngineError> {
-        let bytes = header.total_len();
-        if bytes > self.max_item_bytes || header.value_len > MAX_ENCODABLE_VALUE {
-            return Err(EngineError::ItemTooLarge { bytes, max_bytes: self.max_item_bytes });
-        }
-        Ok(())
-    }
-
     /// Claims log space for an item and writes its header and key; returns (position, ring
     /// index of the value).
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
@@ -687,7 +679,7 @@ impl Partition {
     /// Copies `found` to the tail with `header` (which must keep its key and value lengths
     /// and carry its CAS explicitly) and repoints its index entry. With `only_if_cheap`, gives
     /// up (returning `found`) when the copy would overwrite the original.
-    fn rewrite(&mut self, found: &Found, header: &ItemHeader, only_if_cheap: bool) -> Found {
+    fn rewrite_item(&mut self, found: &Found, header: &ItemHeader, only_if_cheap: bool) -> Found {
         debug_assert_eq!((header.key_len, header.value_len), (found.header.key_len, found.header.value_len));
         let size = header.total_len();
         let payload_len = found.header.key_len + found.header.value_len;
@@ -760,7 +752,7 @@ impl Partition {
         self.item_bytes_hint = (self.item_bytes_hint * 7 + found.total_len()) / 8;
         if self.log.tail() - found.position > self.reappend_age {
             let header = ItemHeader { cas: Some(found.cas()), ..found.header };
-            found = self.rewrite(&found, &header, true);
+            found = self.rewrite_item(&found, &header, true);
             self.stats.reappends += 1;
         }
         self.set_state(&found, item::FETCHED);
@@ -782,223 +774,62 @@ impl Partition {
         flags: u32,
         exptime: i64,
     ) -> Result<u64, EngineError> {
-        let expiry = expiry_from_exptime(exptime, self.now);
-        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None, state: 0 };
-        self.check_size(&header)?;
-        Ok(self.write_item(hash, &header, key, [value, &[]]))
+        ops::set(self, key, hash, value, flags, exptime)
     }
 
     /// set, add, replace, append, prepend and cas with memcached's semantics.
     pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
         check_key(request.key)?;
-        let hash = KeyHash::of(request.key);
-        if request.mode == StoreMode::Set {
-            let cas = self.set_hashed(request.key, hash, request.value, request.flags, request.exptime)?;
-            return Ok(StoreOutcome::Stored { cas });
-        }
-        let found = self.find_live(request.key, hash);
-        match (request.mode, found) {
-            (StoreMode::Add, Some(_)) => Ok(StoreOutcome::NotStored),
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => Ok(StoreOutcome::NotStored),
-            (StoreMode::Cas, None) => Ok(StoreOutcome::NotFound),
-            (StoreMode::Cas, Some(found)) if found.cas() != request.cas => Ok(StoreOutcome::Exists),
-            (StoreMode::Append | StoreMode::Prepend, Some(found)) if request.cas != 0 && found.cas() != request.cas => {
-                Ok(StoreOutcome::Exists)
-            }
-            (StoreMode::Append | StoreMode::Prepend, Some(found)) => {
-                let header = ItemHeader {
-                    value_len: found.header.value_len + request.value.len(),
-                    cas: None,
-                    state: 0,
-                    ..found.header
-                };
-                self.check_size(&header)?;
-                let old_first = request.mode == StoreMode::Append;
-                let cas = self.write_combined(hash, &header, request.key, &found, request.value, old_first);
-                Ok(StoreOutcome::Stored { cas })
-            }
-            _ => {
-                let cas = self.set_hashed(request.key, hash, request.value, request.flags, request.exptime)?;
-                Ok(StoreOutcome::Stored { cas })
-            }
-        }
+        ops::store(self, request)
     }
 
     /// delete, optionally only if the item has CAS `cas` (0 = any).
     pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
         check_key(key)?;
-        let Some(found) = self.find_live(key, KeyHash::of(key)) else {
-            return Ok(DeleteOutcome::NotFound);
-        };
-        if cas != 0 && cas != found.cas() {
-            return Ok(DeleteOutcome::Exists);
-        }
-        self.index.set(found.slot, 0);
-        self.census.removed(found.position);
-        Ok(DeleteOutcome::Deleted)
+        Ok(ops::delete(self, key, cas))
     }
 
     /// incr / decr with memcached's semantics.
     pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
         check_key(key)?;
-        let hash = KeyHash::of(key);
-        let Some(found) = self.find_live(key, hash) else {
-            return match request.initial {
-                None => Ok(ArithOutcome::NotFound),
-                Some(initial) => {
-                    let counter = CounterValue::new(initial.value, 0);
-                    let cas = self.set_hashed(key, hash, counter.digits(), initial.flags, initial.exptime)?;
-                    Ok(ArithOutcome::Value { value: initial.value, cas, created: true })
-                }
-            };
-        };
-        // memcached refuses an empty value as non-numeric before it compares the CAS.
-        if found.header.value_len == 0 {
-            return Err(EngineError::NonNumeric);
-        }
-        if request.cas != 0 && request.cas != found.cas() {
-            return Ok(ArithOutcome::Exists);
-        }
-        let current = parse_counter(self.value_of(&found)).ok_or(EngineError::NonNumeric)?;
-        let value = apply_delta(current, request.delta, request.decrement);
-        let counter = CounterValue::new(value, found.header.value_len);
-        let header = ItemHeader { value_len: counter.value_len, cas: None, state: 0, ..found.header };
-        self.check_size(&header)?;
-        let (position, value_start) = self.start_item(&header, key);
-        counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
-        self.install(hash, position);
-        Ok(ArithOutcome::Value { value, cas: position + 1, created: false })
+        ops::arith(self, key, request)
     }
 
     /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
     pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
         check_key(key)?;
-        Ok(self.touch_hashed(key, KeyHash::of(key), exptime).is_some())
+        Ok(ops::touch(self, key, exptime)?.is_some())
     }
 
     /// gat / gats: touch, then return the item.
     pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
         check_key(key)?;
-        let found = self.touch_hashed(key, KeyHash::of(key), exptime);
+        let found = ops::touch(self, key, exptime)?;
         Ok(found.map(|found| self.item_at(&found)))
     }
 
-    fn touch_hashed(&mut self, key: &[u8], hash: KeyHash, exptime: i64) -> Option<Found> {
-        let found = self.read_hashed(key, hash)?;
-        self.set_expiry(found, exptime)
-    }
-
-    /// Gives `found` a new exptime, in place when the header keeps its size.
-    fn set_expiry(&mut self, found: Found, exptime: i64) -> Option<Found> {
-        let expiry = expiry_from_exptime(exptime, self.now);
-        match (found.header.expiry_field(), expiry) {
-            (None, 0) => Some(found),
-            (Some(field), expiry) if expiry != 0 => {
-                let at = found.ring_index + field;
-                self.log.bytes_from_mut(at)[..4].copy_from_slice(&expiry.to_le_bytes());
-                Some(Found { header: ItemHeader { expiry, ..found.header }, ..found })
-            }
-            _ => {
-                // The header gains or loses its expiry field: copy the item forward.
-                let header = ItemHeader { expiry, cas: Some(found.cas()), ..found.header };
-                Some(self.rewrite(&found, &header, false))
-            }
-        }
-    }
-
-    /// mg: a get with memcached's meta semantics. `T` sets a new exptime; on a miss, `N`
-    /// creates an empty item and hands its creator the recache token; on a hit the token goes
-    /// to the first reader of a stale item, or with `R` to the first reader of an item that
-    /// expires before the `R` time. Every read marks the item fetched.
+    /// mg: a get with memcached's meta semantics (see `ops::meta_get`).
     pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
         check_key(key)?;
-        let hash = KeyHash::of(key);
-        let (found, created) = match self.read_hashed(key, hash) {
-            Some(found) => (found, false),
-            None => {
-                let Some(exptime) = request.vivify else { return Ok(None) };
-                self.set_hashed(key, hash, &[], 0, exptime)?;
-                match self.find_live(key, hash) {
-                    Some(found) => (found, true),
-                    // An already-expired vivify exptime leaves nothing to return.
-                    None => return Ok(None),
-                }
-            }
-        };
-        let found = match request.touch {
-            Some(exptime) => match self.set_expiry(found, exptime) {
-                Some(found) => found,
-                None => return Ok(None),
-            },
-            None => found,
-        };
-        let state = found.header.state;
-        let recache_due = request.recache.is_some_and(|exptime| {
-            let expiry = found.header.expiry;
-            expiry != 0 && expiry < expiry_from_exptime(exptime, self.now)
-        });
-        let won = state & item::TOKEN_SENT == 0 && (created || recache_due || state & item::STALE != 0);
-        if won {
-            self.set_state(&found, item::TOKEN_SENT);
-        }
-        let last_access =
-            if request.last_access { self.now.saturating_sub(self.clock_marks.time_at(found.position)) } else { 0 };
-        Ok(Some(MetaItem { item: self.item_at(&found), won, last_access }))
+        ops::meta_get(self, key, request)
     }
 
-    /// md with `I`: instead of deleting, marks the item stale with a new CAS (and exptime, if
-    /// given) and takes back any recache token, so the next reader wins it.
+    /// md with `I`: marks the item stale with a new CAS instead of deleting it.
     pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
         check_key(key)?;
-        let Some(found) = self.find_live(key, KeyHash::of(key)) else {
-            return Ok(DeleteOutcome::NotFound);
-        };
-        if cas != 0 && cas != found.cas() {
-            return Ok(DeleteOutcome::Exists);
-        }
-        let expiry = exptime.map_or(found.header.expiry, |exptime| expiry_from_exptime(exptime, self.now));
-        let state = (found.header.state | item::STALE) & !item::TOKEN_SENT;
-        // A copy at a new position: its implicit CAS is new and unique.
-        let header = ItemHeader { expiry, state, cas: None, ..found.header };
-        self.rewrite(&found, &header, false);
-        Ok(DeleteOutcome::Deleted)
+        ops::invalidate(self, key, cas, exptime)
     }
 
-    /// ms with `I` and a CAS: like `store`, except that a CAS older than the item's stores the
-    /// value anyway, marked stale, keeping the item's expiry and any recache token already
-    /// handed out (memcached's invalidation by a late writer).
+    /// ms with `I` and a CAS: a late writer's value is stored stale (see `ops`).
     pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
         check_key(request.key)?;
-        let hash = KeyHash::of(request.key);
-        let Some(found) = self.find_live(request.key, hash) else { return self.store(request) };
-        if request.mode != StoreMode::Cas || request.cas >= found.cas() {
-            return self.store(request);
-        }
-        let header = ItemHeader {
-            key_len: request.key.len(),
-            value_len: request.value.len(),
-            flags: request.flags,
-            expiry: found.header.expiry,
-            cas: None,
-            state: item::STALE | (found.header.state & item::TOKEN_SENT),
-        };
-        self.check_size(&header)?;
-        let cas = self.write_item(hash, &header, request.key, [request.value, &[]]);
-        Ok(StoreOutcome::Stored { cas })
+        ops::store_invalidating(self, request)
     }
 
     /// me: what memcached's meta debug reports, without counting as a read.
     pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
         check_key(key)?;
-        let Some(found) = self.find_live(key, KeyHash::of(key)) else { return Ok(None) };
-        let expiry = found.header.expiry;
-        Ok(Some(ItemDebug {
-            ttl: if expiry == 0 { -1 } else { i64::from(expiry) - i64::from(self.now) },
-            last_access: self.now.saturating_sub(self.clock_marks.time_at(found.position)),
-            cas: found.cas(),
-            fetched: found.header.state & item::FETCHED != 0,
-            size: found.total_len(),
-        }))
+        Ok(ops::debug_item(self, key))
     }
 
     /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
@@ -1054,6 +885,101 @@ impl Partition {
     pub(crate) fn force_sweep_stride(&mut self, stride: u64) {
         self.sweep_stride = stride;
         self.sweep_next_at = self.log.tail() + stride;
+    }
+}
+
+impl ops::Storage for Partition {
+    type Found = Found;
+
+    fn now(&self) -> u32 {
+        self.now
+    }
+
+    fn header(found: &Found) -> &ItemHeader {
+        &found.header
+    }
+
+    fn cas(found: &Found) -> u64 {
+        found.cas()
+    }
+
+    fn size(found: &Found) -> usize {
+        found.total_len()
+    }
+
+    fn lookup(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        self.find_live(key, hash)
+    }
+
+    fn read(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        self.read_hashed(key, hash)
+    }
+
+    fn item(&self, found: &Found) -> Item<'_> {
+        self.item_at(found)
+    }
+
+    fn value(&self, found: &Found) -> &[u8] {
+        self.value_of(found)
+    }
+
+    fn set_state(&mut self, found: &Found, bits: u8) {
+        Partition::set_state(self, found, bits);
+    }
+
+    fn write(
+        &mut self,
+        hash: KeyHash,
+        header: &ItemHeader,
+        key: &[u8],
+        value: ops::NewValue<'_, Found>,
+    ) -> Result<u64, EngineError> {
+        Ok(match value {
+            ops::NewValue::Parts(parts) => self.write_item(hash, header, key, parts),
+            ops::NewValue::Combined { old, data, old_first } => {
+                self.write_combined(hash, header, key, &old, data, old_first)
+            }
+            ops::NewValue::Counter(counter) => {
+                let (position, value_start) = self.start_item(header, key);
+                counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
+                self.install(hash, position);
+                header.cas.unwrap_or(position + 1)
+            }
+        })
+    }
+
+    fn remove(&mut self, found: &Found) {
+        self.index.set(found.slot, 0);
+        self.census.removed(found.position);
+    }
+
+    fn rewrite(&mut self, found: &Found, header: &ItemHeader) -> Result<Found, EngineError> {
+        // A copy at a new position: with `cas` None its implicit CAS is new and unique.
+        Ok(self.rewrite_item(found, header, false))
+    }
+
+    /// In place when the header keeps its size; otherwise the item is copied forward.
+    fn set_expiry(&mut self, found: Found, expiry: u32) -> Result<Found, EngineError> {
+        Ok(match (found.header.expiry_field(), expiry) {
+            (None, 0) => found,
+            (Some(field), expiry) if expiry != 0 => {
+                let at = found.ring_index + field;
+                self.log.bytes_from_mut(at)[..4].copy_from_slice(&expiry.to_le_bytes());
+                Found { header: ItemHeader { expiry, ..found.header }, ..found }
+            }
+            _ => {
+                let header = ItemHeader { expiry, cas: Some(found.cas()), ..found.header };
+                self.rewrite_item(&found, &header, false)
+            }
+        })
+    }
+
+    fn written_at(&self, found: &Found) -> u32 {
+        self.clock_marks.time_at(found.position)
+    }
+
+    fn max_item_bytes(&self) -> usize {
+        self.max_item_bytes
     }
 }
 

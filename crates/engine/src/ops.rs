@@ -1,0 +1,265 @@
+//! memcached's data operations, written once over the primitives a partition kind provides
+//! (`Storage`): the cache-mode partition (circular log, lossy index) and the store-mode one
+//! (allocator, lossless index) differ in how items are found, written and removed, never in
+//! what the operations mean.
+
+use crate::hash::KeyHash;
+use crate::item::{self, ItemHeader};
+use crate::numeric::{apply_delta, parse_counter, CounterValue};
+use crate::partition::{
+    ArithOutcome, ArithRequest, DeleteOutcome, EngineError, Item, ItemDebug, MetaGet, MetaItem, StoreMode,
+    StoreOutcome, StoreRequest,
+};
+use crate::time::expiry_from_exptime;
+
+/// The value of an item being written.
+pub(crate) enum NewValue<'a, F> {
+    /// These bytes, concatenated.
+    Parts([&'a [u8]; 2]),
+    /// `data` after (or, with `old_first` false, before) the value of `old`, an item of the
+    /// same partition.
+    Combined { old: F, data: &'a [u8], old_first: bool },
+    /// A counter's digits.
+    Counter(CounterValue),
+}
+
+/// What a partition kind provides to the operations.
+pub(crate) trait Storage {
+    /// A found item: where it is and its header.
+    type Found: Copy;
+
+    fn now(&self) -> u32;
+    fn header(found: &Self::Found) -> &ItemHeader;
+    fn cas(found: &Self::Found) -> u64;
+    /// Bytes the item takes (memcached's `me` size).
+    fn size(found: &Self::Found) -> usize;
+    /// The item for `key`, expired ones removed and reported absent.
+    fn lookup(&mut self, key: &[u8], hash: KeyHash) -> Option<Self::Found>;
+    /// A read: `lookup`, then whatever a read does to the item (marked fetched; the cache
+    /// copies an item close to eviction forward). The header returned has the state before.
+    fn read(&mut self, key: &[u8], hash: KeyHash) -> Option<Self::Found>;
+    fn item(&self, found: &Self::Found) -> Item<'_>;
+    fn value(&self, found: &Self::Found) -> &[u8];
+    fn set_state(&mut self, found: &Self::Found, bits: u8);
+    /// Writes an item with `header` (a `cas` of None gets a new CAS) in place of any other
+    /// item of its key; returns its CAS. Nothing changes on an error.
+    fn write(
+        &mut self,
+        hash: KeyHash,
+        header: &ItemHeader,
+        key: &[u8],
+        value: NewValue<'_, Self::Found>,
+    ) -> Result<u64, EngineError>;
+    fn remove(&mut self, found: &Self::Found);
+    /// The same key and value with a new header (a `cas` of None gets a new CAS).
+    fn rewrite(&mut self, found: &Self::Found, header: &ItemHeader) -> Result<Self::Found, EngineError>;
+    /// A new expiry, keeping the CAS.
+    fn set_expiry(&mut self, found: Self::Found, expiry: u32) -> Result<Self::Found, EngineError>;
+    /// When the item was written or last copied (Unix seconds), for meta `l` and `me`.
+    fn written_at(&self, found: &Self::Found) -> u32;
+    fn max_item_bytes(&self) -> usize;
+}
+
+/// Refuses an item larger than the partition takes.
+pub(crate) fn check_size(max_item_bytes: usize, header: &ItemHeader) -> Result<(), EngineError> {
+    let bytes = header.total_len();
+    if bytes > max_item_bytes || header.value_len > item::MAX_ENCODABLE_VALUE {
+        return Err(EngineError::ItemTooLarge { bytes, max_bytes: max_item_bytes });
+    }
+    Ok(())
+}
+
+/// set: stores unconditionally; returns the new CAS.
+pub(crate) fn set<S: Storage>(
+    s: &mut S,
+    key: &[u8],
+    hash: KeyHash,
+    value: &[u8],
+    flags: u32,
+    exptime: i64,
+) -> Result<u64, EngineError> {
+    let expiry = expiry_from_exptime(exptime, s.now());
+    let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None, state: 0 };
+    check_size(s.max_item_bytes(), &header)?;
+    s.write(hash, &header, key, NewValue::Parts([value, &[]]))
+}
+
+/// set, add, replace, append, prepend and cas with memcached's semantics.
+pub(crate) fn store<S: Storage>(s: &mut S, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+    let hash = KeyHash::of(request.key);
+    if request.mode == StoreMode::Set {
+        let cas = set(s, request.key, hash, request.value, request.flags, request.exptime)?;
+        return Ok(StoreOutcome::Stored { cas });
+    }
+    let found = s.lookup(request.key, hash);
+    match (request.mode, found) {
+        (StoreMode::Add, Some(_)) => Ok(StoreOutcome::NotStored),
+        (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => Ok(StoreOutcome::NotStored),
+        (StoreMode::Cas, None) => Ok(StoreOutcome::NotFound),
+        (StoreMode::Cas, Some(found)) if S::cas(&found) != request.cas => Ok(StoreOutcome::Exists),
+        (StoreMode::Append | StoreMode::Prepend, Some(found)) if request.cas != 0 && S::cas(&found) != request.cas => {
+            Ok(StoreOutcome::Exists)
+        }
+        (StoreMode::Append | StoreMode::Prepend, Some(found)) => {
+            let old = S::header(&found);
+            let header = ItemHeader { value_len: old.value_len + request.value.len(), cas: None, state: 0, ..*old };
+            check_size(s.max_item_bytes(), &header)?;
+            let old_first = request.mode == StoreMode::Append;
+            let value = NewValue::Combined { old: found, data: request.value, old_first };
+            let cas = s.write(hash, &header, request.key, value)?;
+            Ok(StoreOutcome::Stored { cas })
+        }
+        _ => {
+            let cas = set(s, request.key, hash, request.value, request.flags, request.exptime)?;
+            Ok(StoreOutcome::Stored { cas })
+        }
+    }
+}
+
+/// delete, optionally only if the item has CAS `cas` (0 = any).
+pub(crate) fn delete<S: Storage>(s: &mut S, key: &[u8], cas: u64) -> DeleteOutcome {
+    let Some(found) = s.lookup(key, KeyHash::of(key)) else { return DeleteOutcome::NotFound };
+    if cas != 0 && cas != S::cas(&found) {
+        return DeleteOutcome::Exists;
+    }
+    s.remove(&found);
+    DeleteOutcome::Deleted
+}
+
+/// incr / decr with memcached's semantics.
+pub(crate) fn arith<S: Storage>(s: &mut S, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
+    let hash = KeyHash::of(key);
+    let Some(found) = s.lookup(key, hash) else {
+        return match request.initial {
+            None => Ok(ArithOutcome::NotFound),
+            Some(initial) => {
+                let counter = CounterValue::new(initial.value, 0);
+                let cas = set(s, key, hash, counter.digits(), initial.flags, initial.exptime)?;
+                Ok(ArithOutcome::Value { value: initial.value, cas, created: true })
+            }
+        };
+    };
+    let old = *S::header(&found);
+    // memcached refuses an empty value as non-numeric before it compares the CAS.
+    if old.value_len == 0 {
+        return Err(EngineError::NonNumeric);
+    }
+    if request.cas != 0 && request.cas != S::cas(&found) {
+        return Ok(ArithOutcome::Exists);
+    }
+    let current = parse_counter(s.value(&found)).ok_or(EngineError::NonNumeric)?;
+    let value = apply_delta(current, request.delta, request.decrement);
+    let counter = CounterValue::new(value, old.value_len);
+    let header = ItemHeader { value_len: counter.value_len, cas: None, state: 0, ..old };
+    check_size(s.max_item_bytes(), &header)?;
+    let cas = s.write(hash, &header, key, NewValue::Counter(counter))?;
+    Ok(ArithOutcome::Value { value, cas, created: false })
+}
+
+/// touch and get-and-touch: a read that sets a new exptime.
+pub(crate) fn touch<S: Storage>(s: &mut S, key: &[u8], exptime: i64) -> Result<Option<S::Found>, EngineError> {
+    let Some(found) = s.read(key, KeyHash::of(key)) else { return Ok(None) };
+    let expiry = expiry_from_exptime(exptime, s.now());
+    s.set_expiry(found, expiry).map(Some)
+}
+
+/// mg: a get with memcached's meta semantics. `T` sets a new exptime; on a miss, `N` creates an
+/// empty item and hands its creator the recache token; on a hit the token goes to the first
+/// reader of a stale item, or with `R` to the first reader of an item that expires before the
+/// `R` time. Every read marks the item fetched.
+pub(crate) fn meta_get<'s, S: Storage>(
+    s: &'s mut S,
+    key: &[u8],
+    request: &MetaGet,
+) -> Result<Option<MetaItem<'s>>, EngineError> {
+    let hash = KeyHash::of(key);
+    let (found, created) = match s.read(key, hash) {
+        Some(found) => (found, false),
+        None => {
+            let Some(exptime) = request.vivify else { return Ok(None) };
+            set(s, key, hash, &[], 0, exptime)?;
+            match s.lookup(key, hash) {
+                Some(found) => (found, true),
+                // An already-expired vivify exptime leaves nothing to return.
+                None => return Ok(None),
+            }
+        }
+    };
+    let found = match request.touch {
+        Some(exptime) => {
+            let expiry = expiry_from_exptime(exptime, s.now());
+            s.set_expiry(found, expiry)?
+        }
+        None => found,
+    };
+    let header = *S::header(&found);
+    let recache_due = request
+        .recache
+        .is_some_and(|exptime| header.expiry != 0 && header.expiry < expiry_from_exptime(exptime, s.now()));
+    let state = header.state;
+    let won = state & item::TOKEN_SENT == 0 && (created || recache_due || state & item::STALE != 0);
+    if won {
+        s.set_state(&found, item::TOKEN_SENT);
+    }
+    let last_access = if request.last_access { s.now().saturating_sub(s.written_at(&found)) } else { 0 };
+    Ok(Some(MetaItem { item: s.item(&found), won, last_access }))
+}
+
+/// md with `I`: instead of deleting, marks the item stale with a new CAS (and exptime, if
+/// given) and takes back any recache token, so the next reader wins it.
+pub(crate) fn invalidate<S: Storage>(
+    s: &mut S,
+    key: &[u8],
+    cas: u64,
+    exptime: Option<i64>,
+) -> Result<DeleteOutcome, EngineError> {
+    let Some(found) = s.lookup(key, KeyHash::of(key)) else { return Ok(DeleteOutcome::NotFound) };
+    if cas != 0 && cas != S::cas(&found) {
+        return Ok(DeleteOutcome::Exists);
+    }
+    let old = *S::header(&found);
+    let expiry = exptime.map_or(old.expiry, |exptime| expiry_from_exptime(exptime, s.now()));
+    let state = (old.state | item::STALE) & !item::TOKEN_SENT;
+    s.rewrite(&found, &ItemHeader { expiry, state, cas: None, ..old })?;
+    Ok(DeleteOutcome::Deleted)
+}
+
+/// ms with `I` and a CAS: like `store`, except that a CAS older than the item's stores the
+/// value anyway, marked stale, keeping the item's expiry and any recache token already handed
+/// out (memcached's invalidation by a late writer).
+pub(crate) fn store_invalidating<S: Storage>(
+    s: &mut S,
+    request: &StoreRequest<'_>,
+) -> Result<StoreOutcome, EngineError> {
+    let hash = KeyHash::of(request.key);
+    let Some(found) = s.lookup(request.key, hash) else { return store(s, request) };
+    if request.mode != StoreMode::Cas || request.cas >= S::cas(&found) {
+        return store(s, request);
+    }
+    let old = S::header(&found);
+    let header = ItemHeader {
+        key_len: request.key.len(),
+        value_len: request.value.len(),
+        flags: request.flags,
+        expiry: old.expiry,
+        cas: None,
+        state: item::STALE | (old.state & item::TOKEN_SENT),
+    };
+    check_size(s.max_item_bytes(), &header)?;
+    let cas = s.write(hash, &header, request.key, NewValue::Parts([request.value, &[]]))?;
+    Ok(StoreOutcome::Stored { cas })
+}
+
+/// me: what memcached's meta debug reports, without counting as a read.
+pub(crate) fn debug_item<S: Storage>(s: &mut S, key: &[u8]) -> Option<ItemDebug> {
+    let found = s.lookup(key, KeyHash::of(key))?;
+    let header = S::header(&found);
+    let now = s.now();
+    Some(ItemDebug {
+        ttl: if header.expiry == 0 { -1 } else { i64::from(header.expiry) - i64::from(now) },
+        last_access: now.saturating_sub(s.written_at(&found)),
+        cas: S::cas(&found),
+        fetched: header.state & item::FETCHED != 0,
+        size: S::size(&found),
+    })
+}
