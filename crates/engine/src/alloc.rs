@@ -92,9 +92,24 @@ impl Allocator {
             nonempty: [0; CLASSES.div_ceil(64)],
             stats: AllocatorStats { managed_bytes, ..AllocatorStats::default() },
         };
-        // The end marker: a used block of one unit that nothing ever frees.
-        allocator.write_u32(managed_bytes, (1 << 2) | USED);
-        // Everything else: free blocks of at most MAX_UNITS each.
+        // The end marker (a used block of one unit that nothing ever frees), then free blocks.
+        allocator.format();
+        Some(allocator)
+    }
+
+    /// Frees every block at once: the arena is one free space again.
+    pub fn reset(&mut self) {
+        let managed_bytes = self.stats.managed_bytes;
+        self.heads = [0; CLASSES];
+        self.nonempty = [0; CLASSES.div_ceil(64)];
+        self.stats = AllocatorStats { managed_bytes, ..AllocatorStats::default() };
+        self.format();
+    }
+
+    /// Lays the arena out as its end marker and free blocks.
+    fn format(&mut self) {
+        let managed_bytes = self.stats.managed_bytes;
+        self.write_u32(managed_bytes, (1 << 2) | USED);
         let mut at = 0;
         let mut prev_used = true;
         while at < managed_bytes {
@@ -102,12 +117,16 @@ impl Allocator {
             if (managed_bytes - at) / UNIT - units == 1 {
                 units -= 1; // never leave a one-unit remainder
             }
-            allocator.make_free(at, units, prev_used);
+            self.make_free(at, units, prev_used);
             prev_used = false;
             at += units * UNIT;
         }
-        allocator.clear_prev_used(managed_bytes);
-        Some(allocator)
+        self.clear_prev_used(managed_bytes);
+    }
+
+    /// Copies `len` bytes inside the arena (between payloads of live blocks).
+    pub fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+        self.arena.bytes_mut().copy_within(from..from + len, to);
     }
 
     /// Payload bytes usable in a block for a request of `payload` bytes, or None if too large.

@@ -15,8 +15,12 @@ use crate::batch::sealed::Hashed;
 use crate::batch::BATCH_CHUNK;
 use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
 use crate::hash::KeyHash;
-use crate::item::{ItemHeader, MAX_ENCODABLE_VALUE};
-use crate::partition::{check_key, keys_equal, ConfigError, DeleteOutcome, EngineError, Item, MIN_ITEM_BYTES};
+use crate::item::{self, ItemHeader};
+use crate::ops::{self, NewValue, Storage};
+use crate::partition::{
+    check_key, keys_equal, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, Item, ItemDebug,
+    MetaGet, MetaItem, StoreOutcome, StoreRequest, MAX_KEY_BYTES, MIN_ITEM_BYTES,
+};
 use crate::time::{expiry_from_exptime, is_expired, unix_now};
 
 /// Bytes every item costs besides its key, value, flags and expiry: block header, item header
@@ -62,13 +66,16 @@ pub struct StorePartition {
     max_item_bytes: usize,
     next_cas: u64,
     now: u32,
+    pending_flush_at: Option<u32>,
     stats: StoreStats,
 }
 
-/// An item found: its index slot, its location (payload offset) and header.
-struct Found {
+/// An item found: its index slot, its location (payload offset), its key's hash and header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
     slot: crate::chain_index::ChainSlot,
     location: usize,
+    hash: KeyHash,
     header: ItemHeader,
     header_len: usize,
 }
@@ -99,12 +106,44 @@ impl StorePartition {
             spare_buckets: spares as u64,
             ..StoreStats::default()
         };
-        Ok(StorePartition { index, alloc, max_item_bytes: config.max_item_bytes, next_cas: 1, now: unix_now(), stats })
+        Ok(StorePartition {
+            index,
+            alloc,
+            max_item_bytes: config.max_item_bytes,
+            next_cas: 1,
+            now: unix_now(),
+            pending_flush_at: None,
+            stats,
+        })
     }
 
-    /// Sets the partition's clock (Unix seconds), once per batch.
+    /// Sets the partition's clock (Unix seconds), once per batch; a delayed flush_all takes
+    /// effect here.
     pub fn set_clock(&mut self, now: u32) {
         self.now = now;
+        if let Some(at) = self.pending_flush_at {
+            if now >= at {
+                self.flush_now();
+            }
+            if now > at {
+                self.pending_flush_at = None;
+            }
+        }
+    }
+
+    /// The partition's current time.
+    pub fn now(&self) -> u32 {
+        self.now
+    }
+
+    /// The largest item (header + key + value) accepted.
+    pub fn max_item_bytes(&self) -> usize {
+        self.max_item_bytes
+    }
+
+    /// Bytes of the index (main and spare buckets).
+    pub fn index_bytes(&self) -> usize {
+        self.index.bytes()
     }
 
     /// Bytes allocated at creation (index and arena).
@@ -135,23 +174,17 @@ impl StorePartition {
             hit
         })?;
         let (header, header_len) = decoded?;
-        Some(Found { slot, location: location as usize, header, header_len })
+        Some(Found { slot, location: location as usize, hash, header, header_len })
     }
 
     /// `find`, with an expired item removed and reported absent.
     fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let found = self.find(key, hash)?;
         if is_expired(found.header.expiry, self.now) {
-            self.remove(&found, hash);
+            ops::Storage::remove(self, &found);
             return None;
         }
         Some(found)
-    }
-
-    fn remove(&mut self, found: &Found, hash: KeyHash) {
-        self.index.remove(found.slot, hash);
-        self.alloc.free(found.location);
-        self.forget(&found.header);
     }
 
     fn forget(&mut self, header: &ItemHeader) {
@@ -166,25 +199,15 @@ impl StorePartition {
         BLOCK_HEADER_BYTES + header.total_len()
     }
 
-    /// get: the item for `key`, if present.
+    /// get: the item for `key`, if present (marked fetched).
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
         check_key(key)?;
         self.get_hashed(key, KeyHash::of(key))
     }
 
     fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
-        let Some(found) = self.find_live(key, hash) else { return Ok(None) };
-        let start = found.header_len + found.header.key_len;
-        let value = &self.alloc.bytes_from(found.location)[start..start + found.header.value_len];
-        Ok(Some(Item {
-            value,
-            flags: found.header.flags,
-            cas: found.header.cas.unwrap_or(0),
-            expiry: found.header.expiry,
-            fetched: false,
-            stale: false,
-            token_sent: false,
-        }))
+        let found = self.read(key, hash);
+        Ok(found.map(|found| self.item(&found)))
     }
 
     /// set: stores `value` under `key`; returns its CAS. `OutOfMemory` (nothing changed) when
@@ -202,46 +225,85 @@ impl StorePartition {
         flags: u32,
         exptime: i64,
     ) -> Result<u64, EngineError> {
-        let cas = self.next_cas;
-        let expiry = expiry_from_exptime(exptime, self.now);
-        let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: Some(cas), state: 0 };
-        let bytes = header.total_len();
-        if bytes > self.max_item_bytes || value.len() > MAX_ENCODABLE_VALUE {
-            return Err(EngineError::ItemTooLarge { bytes, max_bytes: self.max_item_bytes });
+        ops::set(self, key, hash, value, flags, exptime)
+    }
+
+    /// set, add, replace, append, prepend and cas with memcached's semantics.
+    pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+        check_key(request.key)?;
+        ops::store(self, request)
+    }
+
+    /// delete, optionally only if the item has CAS `cas` (0 = any).
+    pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
+        check_key(key)?;
+        Ok(ops::delete(self, key, cas))
+    }
+
+    /// incr / decr with memcached's semantics.
+    pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
+        check_key(key)?;
+        ops::arith(self, key, request)
+    }
+
+    /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
+    pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
+        check_key(key)?;
+        Ok(ops::touch(self, key, exptime)?.is_some())
+    }
+
+    /// gat / gats: touch, then return the item.
+    pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
+        check_key(key)?;
+        let found = ops::touch(self, key, exptime)?;
+        Ok(found.map(|found| self.item(&found)))
+    }
+
+    /// mg: a get with memcached's meta semantics.
+    pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
+        check_key(key)?;
+        ops::meta_get(self, key, request)
+    }
+
+    /// md with `I`: marks the item stale with a new CAS instead of deleting it.
+    pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
+        check_key(key)?;
+        ops::invalidate(self, key, cas, exptime)
+    }
+
+    /// ms with `I` and a CAS: a late writer's value is stored stale.
+    pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+        check_key(request.key)?;
+        ops::store_invalidating(self, request)
+    }
+
+    /// me: what memcached's meta debug reports, without counting as a read.
+    pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
+        check_key(key)?;
+        Ok(ops::debug_item(self, key))
+    }
+
+    /// flush_all, with memcached's timing (as the cache-mode partition): every item is gone
+    /// now (delay <= 0), or a second before the delay runs out, and what is stored during the
+    /// deadline second goes too. Flushed memory is free again.
+    pub fn flush_all(&mut self, delay: i64) {
+        if delay <= 0 {
+            self.flush_now();
+            self.pending_flush_at = None;
+            return;
         }
-        let existing = self.find(key, hash);
-        // An overwrite whose block size does not change is written in place: no allocation,
-        // no free, no index change (the common case of a SET-heavy workload).
-        let same_block = existing.as_ref().is_some_and(|old| {
-            Allocator::units_for(bytes).map(|units| units * 8) == Some(self.alloc.block_bytes(old.location))
-        });
-        let location = match (&existing, same_block) {
-            (Some(old), true) => old.location,
-            _ => self.alloc.alloc(bytes).ok_or(EngineError::OutOfMemory)?,
-        };
-        let out = self.alloc.payload_mut(location);
-        let key_start = header.encode(out);
-        out[key_start..key_start + key.len()].copy_from_slice(key);
-        out[key_start + key.len()..key_start + key.len() + value.len()].copy_from_slice(value);
-        match existing {
-            Some(old) if same_block => self.forget(&old.header),
-            Some(old) => {
-                self.index.replace(old.slot, hash, location as u64);
-                self.alloc.free(old.location);
-                self.forget(&old.header);
-            }
-            None => {
-                if !self.index.insert(hash, location as u64) {
-                    self.alloc.free(location);
-                    return Err(EngineError::OutOfMemory);
-                }
-            }
+        let at = expiry_from_exptime(delay, self.now).saturating_sub(1);
+        if at <= self.now {
+            self.flush_now();
         }
-        self.next_cas += 1;
-        self.stats.live_items += 1;
-        self.stats.item_bytes += Self::counted_bytes(&header) as u64;
-        self.stats.payload_bytes += (key.len() + value.len()) as u64;
-        Ok(cas)
+        self.pending_flush_at = Some(at);
+    }
+
+    fn flush_now(&mut self) {
+        self.index.clear();
+        self.alloc.reset();
+        let StoreStats { managed_bytes, spare_buckets, .. } = self.stats;
+        self.stats = StoreStats { managed_bytes, spare_buckets, ..StoreStats::default() };
     }
 
     /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
@@ -258,16 +320,35 @@ impl StorePartition {
         }
     }
 
-    /// delete, optionally only if the item has CAS `cas` (0 = any).
-    pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
-        check_key(key)?;
-        let hash = KeyHash::of(key);
-        let Some(found) = self.find_live(key, hash) else { return Ok(DeleteOutcome::NotFound) };
-        if cas != 0 && found.header.cas != Some(cas) {
-            return Ok(DeleteOutcome::Exists);
+    /// Writes an item (header, key and value) into the block at `location`.
+    fn fill_block(&mut self, location: usize, header: &ItemHeader, key: &[u8], value: &NewValue<'_, Found>) {
+        let key_start = {
+            let out = self.alloc.payload_mut(location);
+            let key_start = header.encode(out);
+            out[key_start..key_start + key.len()].copy_from_slice(key);
+            key_start
+        };
+        let value_start = location + key_start + key.len();
+        match value {
+            NewValue::Parts([first, second]) => {
+                let out = &mut self.alloc.payload_mut(location)[key_start + key.len()..];
+                out[..first.len()].copy_from_slice(first);
+                out[first.len()..first.len() + second.len()].copy_from_slice(second);
+            }
+            NewValue::Counter(counter) => {
+                let out = &mut self.alloc.payload_mut(location)[key_start + key.len()..];
+                counter.write(&mut out[..counter.value_len]);
+            }
+            NewValue::Combined { old, data, old_first } => {
+                // The old item's block is still allocated: copy its value across the arena.
+                let old_value = old.location + old.header_len + old.header.key_len;
+                let old_len = old.header.value_len;
+                let (at_old, at_data) = if *old_first { (0, old_len) } else { (data.len(), 0) };
+                self.alloc.copy_within(old_value, value_start + at_old, old_len);
+                let out = &mut self.alloc.payload_mut(location)[key_start + key.len()..];
+                out[at_data..at_data + data.len()].copy_from_slice(data);
+            }
         }
-        self.remove(&found, hash);
-        Ok(DeleteOutcome::Deleted)
     }
 }
 
@@ -293,6 +374,145 @@ impl Hashed for StorePartition {
         exptime: i64,
     ) -> Result<u64, EngineError> {
         self.set_hashed(key, hash, value, flags, exptime)
+    }
+}
+
+impl ops::Storage for StorePartition {
+    type Found = Found;
+
+    fn now(&self) -> u32 {
+        self.now
+    }
+
+    fn header(found: &Found) -> &ItemHeader {
+        &found.header
+    }
+
+    fn cas(found: &Found) -> u64 {
+        found.header.cas.unwrap_or(0)
+    }
+
+    fn size(found: &Found) -> usize {
+        found.header_len + found.header.key_len + found.header.value_len
+    }
+
+    fn lookup(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        self.find_live(key, hash)
+    }
+
+    fn read(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let found = self.find_live(key, hash)?;
+        self.set_state(&found, item::FETCHED);
+        Some(found)
+    }
+
+    fn item(&self, found: &Found) -> Item<'_> {
+        Item {
+            value: self.value(found),
+            flags: found.header.flags,
+            cas: found.header.cas.unwrap_or(0),
+            expiry: found.header.expiry,
+            fetched: found.header.state & item::FETCHED != 0,
+            stale: found.header.state & item::STALE != 0,
+            token_sent: found.header.state & item::TOKEN_SENT != 0,
+        }
+    }
+
+    fn value(&self, found: &Found) -> &[u8] {
+        let start = found.header_len + found.header.key_len;
+        &self.alloc.bytes_from(found.location)[start..start + found.header.value_len]
+    }
+
+    fn set_state(&mut self, found: &Found, bits: u8) {
+        if found.header.state & bits != bits {
+            self.alloc.payload_mut(found.location)[0] |= bits;
+        }
+    }
+
+    fn write(
+        &mut self,
+        hash: KeyHash,
+        header: &ItemHeader,
+        key: &[u8],
+        value: NewValue<'_, Found>,
+    ) -> Result<u64, EngineError> {
+        let cas = header.cas.unwrap_or(self.next_cas);
+        let header = ItemHeader { cas: Some(cas), ..*header };
+        let bytes = header.total_len();
+        let existing = self.find(key, hash);
+        // An overwrite whose block size does not change is written in place: no allocation,
+        // no free, no index change. (Not when the new value is built from the old one.)
+        let same_block = !matches!(value, NewValue::Combined { .. })
+            && existing.as_ref().is_some_and(|old| {
+                Allocator::units_for(bytes).map(|units| units * 8) == Some(self.alloc.block_bytes(old.location))
+            });
+        let location = match (&existing, same_block) {
+            (Some(old), true) => old.location,
+            _ => self.alloc.alloc(bytes).ok_or(EngineError::OutOfMemory)?,
+        };
+        self.fill_block(location, &header, key, &value);
+        match existing {
+            Some(old) if same_block => self.forget(&old.header),
+            Some(old) => {
+                self.index.replace(old.slot, hash, location as u64);
+                self.alloc.free(old.location);
+                self.forget(&old.header);
+            }
+            None => {
+                if !self.index.insert(hash, location as u64) {
+                    self.alloc.free(location);
+                    return Err(EngineError::OutOfMemory);
+                }
+            }
+        }
+        self.next_cas += 1;
+        self.stats.live_items += 1;
+        self.stats.item_bytes += Self::counted_bytes(&header) as u64;
+        self.stats.payload_bytes += (key.len() + header.value_len) as u64;
+        // memcached hides whatever is stored during a delayed flush's deadline second.
+        if self.pending_flush_at == Some(self.now) {
+            self.flush_now();
+        }
+        Ok(cas)
+    }
+
+    fn remove(&mut self, found: &Found) {
+        self.index.remove(found.slot, found.hash);
+        self.alloc.free(found.location);
+        self.forget(&found.header);
+    }
+
+    fn rewrite(&mut self, found: &Found, header: &ItemHeader) -> Result<Found, EngineError> {
+        let mut key = [0u8; MAX_KEY_BYTES];
+        let key_len = found.header.key_len;
+        key[..key_len].copy_from_slice(&self.alloc.bytes_from(found.location + found.header_len)[..key_len]);
+        let key = &key[..key_len];
+        let value = NewValue::Combined { old: *found, data: &[], old_first: true };
+        self.write(found.hash, header, key, value)?;
+        self.find(key, found.hash).ok_or(EngineError::OutOfMemory)
+    }
+
+    fn set_expiry(&mut self, found: Found, expiry: u32) -> Result<Found, EngineError> {
+        match (found.header.expiry_field(), expiry) {
+            (None, 0) => Ok(found),
+            (Some(field), expiry) if expiry != 0 => {
+                self.alloc.payload_mut(found.location)[field..field + 4].copy_from_slice(&expiry.to_le_bytes());
+                Ok(Found { header: ItemHeader { expiry, ..found.header }, ..found })
+            }
+            _ => {
+                let header = ItemHeader { expiry, ..found.header };
+                self.rewrite(&found, &header)
+            }
+        }
+    }
+
+    /// Store mode keeps no write times: an item reads as written now (meta `l`, `me`'s `la`).
+    fn written_at(&self, _found: &Found) -> u32 {
+        self.now
+    }
+
+    fn max_item_bytes(&self) -> usize {
+        self.max_item_bytes
     }
 }
 
