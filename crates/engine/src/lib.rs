@@ -6,6 +6,7 @@
 //! per operation, or allocate after a partition is created.
 
 mod alloc;
+mod any;
 mod batch;
 mod census;
 mod chain_index;
@@ -24,6 +25,7 @@ mod time;
 mod partition_tests;
 
 pub use alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
+pub use any::{AnyPartition, Mode};
 pub use batch::{Batched, SetRequest, BATCH_CHUNK};
 pub use chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};

@@ -48,6 +48,8 @@ pub struct StoreConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
     pub live_items: u64,
+    /// Items stored since creation (memcached's `total_items`).
+    pub items_stored: u64,
     /// Bytes of live items counted as fixed header + key + value (+ flags, expiry fields).
     pub item_bytes: u64,
     /// Key + value bytes of live items.
@@ -302,8 +304,8 @@ impl StorePartition {
     fn flush_now(&mut self) {
         self.index.clear();
         self.alloc.reset();
-        let StoreStats { managed_bytes, spare_buckets, .. } = self.stats;
-        self.stats = StoreStats { managed_bytes, spare_buckets, ..StoreStats::default() };
+        let StoreStats { managed_bytes, spare_buckets, items_stored, .. } = self.stats;
+        self.stats = StoreStats { managed_bytes, spare_buckets, items_stored, ..StoreStats::default() };
     }
 
     /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
@@ -467,6 +469,7 @@ impl ops::Storage for StorePartition {
         }
         self.next_cas += 1;
         self.stats.live_items += 1;
+        self.stats.items_stored += 1;
         self.stats.item_bytes += Self::counted_bytes(&header) as u64;
         self.stats.payload_bytes += (key.len() + header.value_len) as u64;
         // memcached hides whatever is stored during a delayed flush's deadline second.

@@ -117,14 +117,14 @@ fn view(item: Option<Item<'_>>) -> Option<ModelItem> {
     item.map(|i| ModelItem { value: i.value.to_vec(), flags: i.flags, expiry: i.expiry, cas: i.cas })
 }
 
-fn run_exact(ops: &[Op]) {
+fn run_exact(ops: &[Op], mode: Mode) {
     let config = PartitionConfig {
         memory_bytes: 4 << 20,
         index_buckets: Some(1 << 12),
         max_item_bytes: 4096,
         expected_item_bytes: 64,
     };
-    let mut p = Partition::new(&config).unwrap();
+    let mut p = AnyPartition::new(mode, &config).unwrap();
     p.set_clock(START);
     let mut m = Model { items: HashMap::new(), now: START, flush_at: None, last_cas: 0 };
     for op in ops {
@@ -348,7 +348,13 @@ proptest! {
 
     #[test]
     fn roomy_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300), 1..400)) {
-        run_exact(&ops);
+        run_exact(&ops, Mode::Cache);
+    }
+
+    /// Store mode never evicts, so it must match the same model exactly too.
+    #[test]
+    fn store_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300), 1..400)) {
+        run_exact(&ops, Mode::Store);
     }
 
     #[test]
