@@ -8,7 +8,7 @@ use crate::stats::State;
 use clap::Parser;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use tierkv_engine::{Partition, PartitionConfig};
+use tierkv_engine::{AnyPartition as Partition, Mode, PartitionConfig};
 use tierkv_protocol::{decode_request, Decoded, Limits};
 
 struct Counting;
@@ -67,8 +67,14 @@ fn allocations_while_serving(partition: &mut Partition, state: &mut State, input
 
 #[test]
 fn get_and_set_paths_do_not_allocate() {
+    for mode in [Mode::Cache, Mode::Store] {
+        serving_does_not_allocate(mode);
+    }
+}
+
+fn serving_does_not_allocate(mode: Mode) {
     let settings = Config::parse_from(["tierkv", "-m", "64"]).settings().unwrap();
-    let mut partition = Partition::new(&PartitionConfig::new(64 << 20)).unwrap();
+    let mut partition = Partition::new(mode, &PartitionConfig::new(64 << 20)).unwrap();
     let mut state = State::new(&settings, 0);
     let mut input = Vec::new();
     for i in 0..500 {
@@ -95,7 +101,7 @@ fn get_and_set_paths_do_not_allocate() {
     allocations_while_serving(&mut partition, &mut state, &input, &mut out);
     out.clear();
     let allocations = allocations_while_serving(&mut partition, &mut state, &input, &mut out);
-    assert_eq!(allocations, 0, "allocations while serving 4000 GET/SET requests");
+    assert_eq!(allocations, 0, "allocations while serving 4000 GET/SET requests in {mode:?} mode");
     assert!(out.len() > 50_000, "the requests were answered");
     // The counter is live: formatting a stats reply does allocate.
     COUNTING.with(|c| c.set(true));

@@ -25,6 +25,14 @@ pub struct Config {
     /// to its owner (MICA's request direction) [default: off].
     #[arg(long = "direct-ports", value_name = "BASE")]
     pub direct_ports: Option<u16>,
+    /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
+    /// evict; refuse writes when memory is full) [default: cache].
+    #[arg(long = "mode", value_name = "cache|store")]
+    pub mode: Option<String>,
+    /// memcached's -M: return an error when memory is exhausted instead of evicting (the same
+    /// as --mode store).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
     /// Item memory in megabytes [default: 1024].
     #[arg(short = 'm', long = "memory-limit")]
     pub memory_limit: Option<usize>,
@@ -62,6 +70,8 @@ struct FileConfig {
     listen: Option<String>,
     threads: Option<usize>,
     direct_ports: Option<u16>,
+    mode: Option<String>,
+    disable_evictions: Option<bool>,
     memory_limit: Option<usize>,
     conn_limit: Option<usize>,
     max_item_size: Option<SizeValue>,
@@ -90,6 +100,8 @@ pub struct Settings {
     pub direct_ports: Option<u16>,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
+    /// Cache (evicting) or store (refusing writes when full).
+    pub mode: tierkv_engine::Mode,
     /// The whole item memory (`-m`); each partition gets an equal share.
     pub memory_bytes: usize,
     pub conn_limit: usize,
@@ -149,6 +161,8 @@ impl Config {
             listen: self.listen.or(file.listen),
             threads: self.threads.or(file.threads),
             direct_ports: self.direct_ports.or(file.direct_ports),
+            mode: self.mode.or(file.mode),
+            disable_evictions: self.disable_evictions || file.disable_evictions.unwrap_or(false),
             memory_limit: self.memory_limit.or(file.memory_limit),
             conn_limit: self.conn_limit.or(file.conn_limit),
             max_item_size: self.max_item_size.or(max_item_size),
@@ -203,6 +217,14 @@ impl Config {
                 return Err(format!("--direct-ports {base}: ports {base}..={last} include -U/--udp-port {udp}"));
             }
         }
+        let mode = match (config.mode.as_deref(), config.disable_evictions) {
+            (None | Some("cache"), false) => tierkv_engine::Mode::Cache,
+            (None | Some("store"), _) => tierkv_engine::Mode::Store,
+            (Some("cache"), true) => {
+                return Err("--mode cache contradicts -M/--disable-evictions (which selects store mode)".to_string())
+            }
+            (Some(other), _) => return Err(format!("--mode {other:?} must be cache or store")),
+        };
         let mut notes = Vec::new();
         if let Some(user) = &config.user {
             notes.push(format!("-u/--user {user}: ignored; tierkv runs as the user that starts it"));
@@ -215,6 +237,7 @@ impl Config {
             threads,
             direct_ports: config.direct_ports,
             udp_port: config.udp_port.filter(|&port| port != 0),
+            mode,
             memory_bytes: memory_mib << 20,
             conn_limit,
             max_item_bytes,
@@ -278,8 +301,14 @@ mod tests {
         named(&["-t", "2", "-p", "7001", "--direct-ports", "7000"], "--direct-ports");
         named(&["-t", "4", "-m", "2", "-I", "1m"], "-I/--max-item-size");
         named(&["--config", "/nonexistent/tierkv.toml"], "--config");
+        named(&["--mode", "lru"], "--mode");
+        named(&["--mode", "cache", "-M"], "-M/--disable-evictions");
         assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().unwrap().udp_port.is_none());
         assert_eq!(parse(&["-U", "11311"]).unwrap().settings().unwrap().udp_port, Some(11311));
+        let mode = |args: &[&str]| parse(args).unwrap().settings().unwrap().mode;
+        assert_eq!(mode(&[]), tierkv_engine::Mode::Cache);
+        assert_eq!(mode(&["--mode", "store"]), tierkv_engine::Mode::Store);
+        assert_eq!(mode(&["-M"]), tierkv_engine::Mode::Store);
     }
 
     #[test]

@@ -12,6 +12,9 @@ use tierkv_protocol::{BinaryRequestInfo, Command, ErrorReply, ReplyStyle, Reques
 /// Clients (libmemcached among them) read the leading number to pick features, so it leads.
 pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
 
+/// memcached's reply (with `-M`) to a store that finds no memory.
+const OUT_OF_MEMORY: &str = "out of memory storing object";
+
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum After {
@@ -36,7 +39,7 @@ fn store_mode(mode: StoreMode) -> engine::StoreMode {
 /// GET or get-and-touch of one key, counted for `stats` as memcached counts them (a gat is
 /// a touch, not a get).
 fn fetch<'p>(
-    partition: &'p mut engine::Partition,
+    partition: &'p mut engine::AnyPartition,
     key: &[u8],
     touch: Option<i64>,
     counters: &mut Counters,
@@ -52,7 +55,7 @@ fn fetch<'p>(
 /// A store through the engine, counted for `stats`. With `invalidate` (meta `I`) a late
 /// writer's value is kept, marked stale.
 fn counted_store(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     request: &engine::StoreRequest<'_>,
     invalidate: bool,
     counters: &mut Counters,
@@ -64,6 +67,7 @@ fn counted_store(
         (Ok(engine::StoreOutcome::Exists), engine::StoreMode::Cas) => counters.cas_badval += 1,
         (Ok(engine::StoreOutcome::NotFound), engine::StoreMode::Cas) => counters.cas_misses += 1,
         (Err(engine::EngineError::ItemTooLarge { .. }), _) => counters.store_too_large += 1,
+        (Err(engine::EngineError::OutOfMemory), _) => counters.store_no_memory += 1,
         _ => {}
     }
     outcome
@@ -71,7 +75,7 @@ fn counted_store(
 
 /// A delete through the engine, counted for `stats`.
 fn counted_delete(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     key: &[u8],
     cas: u64,
     counters: &mut Counters,
@@ -87,7 +91,7 @@ fn counted_delete(
 
 /// incr/decr through the engine, counted for `stats`.
 fn counted_arith(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     key: &[u8],
     request: &engine::ArithRequest,
     counters: &mut Counters,
@@ -107,14 +111,14 @@ fn counted_arith(
 }
 
 /// touch through the engine, counted for `stats`.
-fn counted_touch(partition: &mut engine::Partition, key: &[u8], exptime: i64, counters: &mut Counters) -> bool {
+fn counted_touch(partition: &mut engine::AnyPartition, key: &[u8], exptime: i64, counters: &mut Counters) -> bool {
     let hit = matches!(partition.touch(key, exptime), Ok(true));
     counters.read(true, hit);
     hit
 }
 
 /// flush_all, counted for `stats`.
-fn counted_flush_all(partition: &mut engine::Partition, delay: i64, counters: &mut Counters) {
+fn counted_flush_all(partition: &mut engine::AnyPartition, delay: i64, counters: &mut Counters) {
     counters.cmd_flush += 1;
     partition.flush_all(delay);
 }
@@ -136,7 +140,7 @@ fn arith_request(
 
 /// Appends the reply to `request` to `out`.
 pub fn execute(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
@@ -161,7 +165,7 @@ pub fn execute(
 }
 
 fn execute_text(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
@@ -192,6 +196,7 @@ fn execute_text(
                 Err(engine::EngineError::ItemTooLarge { .. }) => {
                     reply::error(out, &ErrorReply::Server("object too large for cache"))
                 }
+                Err(engine::EngineError::OutOfMemory) => reply::error(out, &ErrorReply::Server(OUT_OF_MEMORY)),
                 Err(_) => reply::error(out, &ErrorReply::Client("bad command line format")),
             }
         }
@@ -248,7 +253,7 @@ pub fn stats_reply(
     info: Option<&BinaryRequestInfo>,
     state: &State,
     total: &stats::Snapshot,
-    partition: &engine::Partition,
+    partition: &engine::AnyPartition,
     out: &mut Vec<u8>,
 ) {
     match info {
@@ -279,7 +284,7 @@ fn ttl_left(expiry: u32, now: u32) -> i64 {
 
 /// The meta commands: mn, mg, ms, md, ma (memcached 1.6 replies; `q` drops the nominal reply).
 fn execute_meta(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     command: &Command<'_>,
     flags: &MetaFlags<'_>,
     out: &mut Vec<u8>,
@@ -340,6 +345,7 @@ fn execute_meta(
                 Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
                 Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
                 Ok(engine::StoreOutcome::NotFound) => (MetaCode::Nf, None),
+                Err(engine::EngineError::OutOfMemory) => return reply::error(out, &ErrorReply::Server(OUT_OF_MEMORY)),
                 Err(_) => return reply::error(out, &ErrorReply::Server("object too large for cache")),
             };
             if !(quiet && code == MetaCode::Hd) {
@@ -424,7 +430,7 @@ fn execute_meta(
 /// The binary protocol: memcached's statuses and bodies; quiet variants drop success replies
 /// (and misses of gets).
 fn execute_binary(
-    partition: &mut engine::Partition,
+    partition: &mut engine::AnyPartition,
     command: &Command<'_>,
     info: &BinaryRequestInfo,
     out: &mut Vec<u8>,
@@ -473,6 +479,7 @@ fn execute_binary(
                 Ok(engine::StoreOutcome::NotStored) => error(out, status::NOT_STORED),
                 Ok(engine::StoreOutcome::Exists) => error(out, status::KEY_EEXISTS),
                 Ok(engine::StoreOutcome::NotFound) => error(out, status::KEY_ENOENT),
+                Err(engine::EngineError::OutOfMemory) => error(out, status::ENOMEM),
                 Err(_) => error(out, status::E2BIG),
             }
         }

@@ -5,7 +5,7 @@
 use crate::config::Settings;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use tierkv_engine::{EngineStats, Partition};
+use tierkv_engine::{AnyPartition as Partition, EngineStats};
 
 /// Declares `Counters` with the given fields and its conversions to and from a flat array
 /// (how a worker sends its counters to the one answering `stats`).
@@ -57,6 +57,7 @@ counters!(
     total_connections,
     rejected_connections,
     forwarded_requests,
+    store_no_memory,
 );
 
 impl Counters {
@@ -120,6 +121,9 @@ impl State {
             evictions: engine.evictions - self.engine_baseline.evictions,
             // Log bytes in use: live items plus dead copies not yet overwritten.
             bytes: engine.log_bytes_written.min(partition.log_bytes() as u64),
+            free_bytes: partition.store_stats().map_or(0, |store| store.free_bytes),
+            spare_buckets: partition.store_stats().map_or(0, |store| store.spare_buckets),
+            spare_buckets_free: partition.store_stats().map_or(0, |store| store.spare_buckets_free),
             hash_bytes: partition.index_bytes() as u64,
             allocated_bytes: partition.allocated_bytes() as u64,
         }
@@ -137,10 +141,14 @@ pub struct Snapshot {
     pub bytes: u64,
     pub hash_bytes: u64,
     pub allocated_bytes: u64,
+    /// Store mode: free arena bytes and spare index buckets (0 in cache mode).
+    pub free_bytes: u64,
+    pub spare_buckets: u64,
+    pub spare_buckets_free: u64,
 }
 
 impl Snapshot {
-    const GAUGES: usize = 7;
+    const GAUGES: usize = 10;
     /// Bytes of the flat form `write_to` appends.
     pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES) * 8;
 
@@ -153,6 +161,9 @@ impl Snapshot {
             self.bytes,
             self.hash_bytes,
             self.allocated_bytes,
+            self.free_bytes,
+            self.spare_buckets,
+            self.spare_buckets_free,
         ]
     }
 
@@ -180,6 +191,9 @@ impl Snapshot {
             bytes: gauges[4],
             hash_bytes: gauges[5],
             allocated_bytes: gauges[6],
+            free_bytes: gauges[7],
+            spare_buckets: gauges[8],
+            spare_buckets_free: gauges[9],
         })
     }
 
@@ -196,6 +210,9 @@ impl Snapshot {
         self.bytes += other.bytes;
         self.hash_bytes += other.hash_bytes;
         self.allocated_bytes += other.allocated_bytes;
+        self.free_bytes += other.free_bytes;
+        self.spare_buckets += other.spare_buckets;
+        self.spare_buckets_free += other.spare_buckets_free;
     }
 }
 
@@ -263,6 +280,11 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("hash", &PARTITION_HASH);
             put("direct_port_base", &state.settings.direct_ports.unwrap_or(0));
             put("forwarded_requests", &total.counters.forwarded_requests);
+            put("mode", &partition.mode().name());
+            put("bytes_used", &total.bytes);
+            put("bytes_free", &total.free_bytes);
+            put("spare_buckets", &total.spare_buckets);
+            put("spare_buckets_free", &total.spare_buckets_free);
         }
         Group::Items | Group::Reset => {}
     }
@@ -303,7 +325,7 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("touch_hits", &c.touch_hits);
     put("touch_misses", &c.touch_misses);
     put("store_too_large", &c.store_too_large);
-    put("store_no_memory", &0);
+    put("store_no_memory", &c.store_no_memory);
     put("auth_cmds", &0);
     put("auth_errors", &0);
     put("bytes_read", &c.bytes_read);
@@ -328,7 +350,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("udpport", &s.udp_port.unwrap_or(0));
     put("inter", &s.address.ip());
     put("verbosity", &state.verbosity.load(Ordering::Relaxed));
-    put("evictions", &"on");
+    put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
     put("domain_socket", &"NULL");
     put("num_threads", &s.threads);
     put("detail_enabled", &"no");

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tierkv_engine::{unix_now, KeyHash, Partition, PartitionConfig};
+use tierkv_engine::{unix_now, AnyPartition as Partition, KeyHash, PartitionConfig};
 use tierkv_protocol::udp::FrameHeader;
 use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
 use tierkv_protocol::{Key, ReplyStyle, Request};
@@ -389,7 +389,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         max_item_bytes: settings.max_item_bytes,
         expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
     };
-    let partition = Partition::new(&config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+    let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
     let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
     poll.registry().register(&mut main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
     if let Some(direct) = direct.as_mut() {

@@ -4,12 +4,19 @@
 
 mod common;
 
-use common::{exchange, exchange_binary_to_sentinel, exchange_to_sentinel, mask_cas, memcached, tierkv};
+use common::{exchange, exchange_binary_to_sentinel, exchange_to_sentinel, mask_cas, memcached, tierkv, tierkv_with};
 use std::time::{Duration, Instant};
 
 #[test]
 fn text_and_meta_replies_match_memcached_byte_for_byte() {
-    let (ours, theirs) = (tierkv(), memcached());
+    // Cache mode, then store mode: the operations mean the same in both.
+    for mode in ["cache", "store"] {
+        text_and_meta_replies_match_memcached_byte_for_byte_in(mode);
+    }
+}
+
+fn text_and_meta_replies_match_memcached_byte_for_byte_in(mode: &str) {
+    let (ours, theirs) = (tierkv_with(&["--mode", mode]), memcached());
     let long_key = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
     let cases: Vec<&[u8]> = vec![
         b"set a 0 0 1\r\nx\r\nget a b a\r\n",
@@ -99,8 +106,15 @@ fn bin(op: u8, key: &[u8], extras: &[u8], value: &[u8]) -> Vec<u8> {
 
 #[test]
 fn binary_replies_match_memcached_byte_for_byte() {
+    // Cache mode, then store mode: the operations mean the same in both.
+    for mode in ["cache", "store"] {
+        binary_replies_match_memcached_byte_for_byte_in(mode);
+    }
+}
+
+fn binary_replies_match_memcached_byte_for_byte_in(mode: &str) {
     use tierkv_protocol::binary::opcode::*;
-    let (ours, theirs) = (tierkv(), memcached());
+    let (ours, theirs) = (tierkv_with(&["--mode", mode]), memcached());
     let set_extras = [0, 0, 0, 5, 0, 0, 0, 0];
     let arith = |delta: u64, initial: u64, expiry: u32| {
         [delta.to_be_bytes().as_slice(), &initial.to_be_bytes(), &expiry.to_be_bytes()].concat()
@@ -302,7 +316,14 @@ fn generated_request(rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn a_generated_corpus_gets_the_same_replies_from_both() {
-    let (ours, theirs) = (tierkv(), memcached());
+    // Cache mode, then store mode: the operations mean the same in both.
+    for mode in ["cache", "store"] {
+        a_generated_corpus_gets_the_same_replies_from_both_in(mode);
+    }
+}
+
+fn a_generated_corpus_gets_the_same_replies_from_both_in(mode: &str) {
+    let (ours, theirs) = (tierkv_with(&["--mode", mode]), memcached());
     let mut scripts = Vec::new();
     for seed in [0x7E57_C0DE_2026_1122, 0x1234_5678_9ABC_DEF1, 0xDEAD_BEEF_0BAD_F00D] {
         let mut rng = Rng(seed);
@@ -422,7 +443,14 @@ fn generated_binary_request(rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn a_generated_binary_corpus_gets_the_same_replies_from_both() {
-    let (ours, theirs) = (tierkv(), memcached());
+    // Cache mode, then store mode: the operations mean the same in both.
+    for mode in ["cache", "store"] {
+        a_generated_binary_corpus_gets_the_same_replies_from_both_in(mode);
+    }
+}
+
+fn a_generated_binary_corpus_gets_the_same_replies_from_both_in(mode: &str) {
+    let (ours, theirs) = (tierkv_with(&["--mode", mode]), memcached());
     let mut differences = Vec::new();
     let mut scripts = Vec::new();
     for seed in [0xB17A_2026_1122, 0x1111_2222_3333_4444] {
