@@ -330,8 +330,14 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
 /// (SO_REUSEPORT would otherwise let a second server share it silently).
 fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, String> {
     let fail = |e: io::Error| format!("cannot listen on {address}: {e}");
-    let probe = std::net::TcpListener::bind(address).map_err(fail)?;
-    let address = probe.local_addr().map_err(fail)?;
+    // The probe binds without listening: a client that connected to a listening probe would
+    // think the server up, then be refused in the moment before the real sockets listen.
+    let probe =
+        socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).map_err(fail)?;
+    probe.set_reuse_address(true).map_err(fail)?;
+    probe.bind(&address.into()).map_err(fail)?;
+    let address =
+        probe.local_addr().map_err(fail)?.as_socket().ok_or_else(|| fail(std::io::ErrorKind::Other.into()))?;
     drop(probe);
     (0..count)
         .map(|_| {
