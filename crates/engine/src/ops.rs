@@ -70,6 +70,7 @@ pub(crate) fn check_size(max_item_bytes: usize, header: &ItemHeader) -> Result<(
 }
 
 /// set: stores unconditionally; returns the new CAS.
+#[inline]
 pub(crate) fn set<S: Storage>(
     s: &mut S,
     key: &[u8],

@@ -1,8 +1,9 @@
-//! Store mode, first part (MICA's store mode): a partition that never evicts, built from the
-//! lossless chained index (`chain_index`) and the segregated-fits allocator (`alloc`). So far it
-//! serves get, set and delete with the cache-mode semantics; a write that finds no memory or no
-//! spare bucket fails with `EngineError::OutOfMemory` and changes nothing, and every item it
-//! acknowledged stays readable.
+//! Store mode (MICA's store mode): a partition that never evicts, built from the lossless
+//! chained index (`chain_index`) and the segregated-fits allocator (`alloc`). It serves every
+//! operation of the cache-mode partition with the same meaning (through `ops`); a write that
+//! finds no memory or no spare bucket fails with `EngineError::OutOfMemory` and changes nothing,
+//! and every item it acknowledged stays readable. It must never drop or move an acknowledged
+//! item except on the user's delete, overwrite, expiry or flush_all.
 //!
 //! ```text
 //!  item (one allocator block):  [ block header 4 | item header, CAS always explicit | key | value ]
@@ -323,6 +324,7 @@ impl StorePartition {
     }
 
     /// Writes an item (header, key and value) into the block at `location`.
+    #[inline]
     fn fill_block(&mut self, location: usize, header: &ItemHeader, key: &[u8], value: &NewValue<'_, Found>) {
         let key_start = {
             let out = self.alloc.payload_mut(location);
@@ -431,6 +433,7 @@ impl ops::Storage for StorePartition {
         }
     }
 
+    #[inline]
     fn write(
         &mut self,
         hash: KeyHash,

@@ -95,6 +95,12 @@ fn a_full_store_refuses_writes_keeps_every_item_and_takes_writes_after_deletes()
     let mut client = Client::connect(server.1);
     assert_eq!(client.stat("tierkv", "mode"), "store");
     assert_eq!(client.stat("settings", "evictions"), "off");
+    let number = |client: &mut Client, name: &str| -> u64 { client.stat("tierkv", name).parse().unwrap() };
+    let (used_empty, free_empty) = (number(&mut client, "bytes_used"), number(&mut client, "bytes_free"));
+    let spares = number(&mut client, "spare_buckets");
+    assert_eq!(used_empty, 0);
+    assert!(free_empty > 6 << 20 && free_empty < 8 << 20, "an empty 8 MiB store has {free_empty} bytes free");
+    assert!(spares > 0 && number(&mut client, "spare_buckets_free") == spares);
     let mut stored = Vec::new();
     let mut refused = 0;
     for i in 0..40_000 {
@@ -120,6 +126,11 @@ fn a_full_store_refuses_writes_keeps_every_item_and_takes_writes_after_deletes()
     raw.read_exact(&mut header).unwrap();
     assert_eq!((header[0], u16::from_be_bytes([header[6], header[7]])), (0x81, 0x0082), "ENOMEM");
     assert!(client.stat("", "store_no_memory").parse::<u64>().unwrap() > 200);
+    // Full: the bytes moved from free to used, none lost; the spare pool outlasted the arena.
+    let (used_full, free_full) = (number(&mut client, "bytes_used"), number(&mut client, "bytes_free"));
+    assert_eq!(used_full + free_full, free_empty);
+    assert!(free_full < 2 * 2048 * 2, "{free_full} bytes left free when full");
+    assert!(number(&mut client, "spare_buckets_free") <= spares);
     // Every acknowledged item reads back byte for byte.
     for &i in &stored {
         assert_eq!(client.get(&format!("item:{i}")), Some(value(i, 0, 100, 1900)), "item {i}");

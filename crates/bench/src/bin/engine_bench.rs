@@ -50,7 +50,7 @@ struct Args {
     #[arg(long)]
     json: bool,
     /// cache (the circular log, lossy) or store (MICA's store mode: lossless index over a
-    /// segregated-fits allocator; get and set so far).
+    /// segregated-fits allocator).
     #[arg(long, default_value = "cache")]
     mode: Mode,
     /// Store mode: churn (overwrites and deletes with fresh random sizes, writing three times
