@@ -2,6 +2,9 @@
 //!
 //! - roomy: log and index far larger than the key space, so nothing is evicted or dropped; the
 //!   partition must match the model exactly (values, flags, CAS behaviour, expiry, flush).
+//! - store: a store-mode partition must match the same model exactly, roomy, and in a budget
+//!   the key space overflows: there a write may fail with `OutOfMemory`, and then nothing
+//!   changes (the model stays as it was), before and after memory first runs out.
 //! - tiny: a few KiB that wrap constantly; every hit must be the latest value written for that
 //!   key (never stale, never foreign), and a miss is allowed only through eviction.
 
@@ -45,7 +48,9 @@ fn exptime() -> impl Strategy<Value = i64> {
     ]
 }
 
-fn op(keys: u8, max_value: usize) -> impl Strategy<Value = Op> {
+/// Operations on `keys` keys with values up to `max_value` bytes; `stores` weighs the store
+/// commands against 20 for all the others.
+fn op(keys: u8, max_value: usize, stores: u32) -> impl Strategy<Value = Op> {
     let key = 0..keys;
     let value = proptest::collection::vec(any::<u8>(), 0..max_value);
     let mode = prop_oneof![
@@ -57,7 +62,7 @@ fn op(keys: u8, max_value: usize) -> impl Strategy<Value = Op> {
     ];
     prop_oneof![
         6 => key.clone().prop_map(Op::Get),
-        6 => (mode, key.clone(), value.clone(), prop_oneof![Just(0u32), any::<u32>()], exptime())
+        stores => (mode, key.clone(), value.clone(), prop_oneof![Just(0u32), any::<u32>()], exptime())
             .prop_map(|(m, k, v, f, e)| Op::Store(m, k, v, f, e)),
         2 => (key.clone(), value, any::<bool>()).prop_map(|(k, v, ok)| Op::Cas(k, v, ok)),
         2 => (key.clone(), any::<bool>()).prop_map(|(k, with_cas)| Op::Delete(k, with_cas)),
@@ -117,14 +122,52 @@ fn view(item: Option<Item<'_>>) -> Option<ModelItem> {
     item.map(|i| ModelItem { value: i.value.to_vec(), flags: i.flags, expiry: i.expiry, cas: i.cas })
 }
 
-fn run_exact(ops: &[Op], mode: Mode) {
-    let config = PartitionConfig {
-        memory_bytes: 4 << 20,
-        index_buckets: Some(1 << 12),
-        max_item_bytes: 4096,
-        expected_item_bytes: 64,
-    };
-    let mut p = AnyPartition::new(mode, &config).unwrap();
+/// A budget far larger than the key space.
+const ROOMY: PartitionConfig = PartitionConfig {
+    memory_bytes: 4 << 20,
+    index_buckets: Some(1 << 12),
+    max_item_bytes: 4096,
+    expected_item_bytes: 64,
+};
+
+/// A store budget of about 8 KiB of items: 48 keys of up to 1.2 KB values overflow it.
+const TIGHT_STORE: PartitionConfig =
+    PartitionConfig { memory_bytes: 12 << 10, index_buckets: None, max_item_bytes: 2048, expected_item_bytes: 64 };
+
+/// What a run of `run_exact` saw of memory running out.
+#[derive(Debug, Default)]
+struct Exhaustion {
+    /// Writes refused with `OutOfMemory` (the model left unchanged).
+    refusals: usize,
+    /// Writes that succeeded after the first refusal.
+    stored_after_refusal: usize,
+}
+
+impl Exhaustion {
+    /// Whether `result` is a refusal: for want of memory, which only `may_run_out` allows, or
+    /// for an item grown past the largest size.
+    fn refused<T: std::fmt::Debug>(&mut self, result: &Result<T, EngineError>, may_run_out: bool) -> bool {
+        match result {
+            Err(EngineError::OutOfMemory) => {
+                assert!(may_run_out, "OutOfMemory with a roomy budget");
+                self.refusals += 1;
+                true
+            }
+            // An append past the largest item is refused too and changes nothing.
+            Err(EngineError::ItemTooLarge { .. }) => true,
+            Ok(_) if self.refusals > 0 => {
+                self.stored_after_refusal += 1;
+                false
+            }
+            _ => false,
+        }
+    }
+}
+
+fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
+    let may_run_out = config != &ROOMY;
+    let mut out = Exhaustion::default();
+    let mut p = AnyPartition::new(mode, config).unwrap();
     p.set_clock(START);
     let mut m = Model { items: HashMap::new(), now: START, flush_at: None, last_cas: 0 };
     for op in ops {
@@ -137,7 +180,11 @@ fn run_exact(ops: &[Op], mode: Mode) {
             Op::Store(mode, k, value, flags, exptime) => {
                 let key = key_of(*k);
                 let request = StoreRequest { mode: *mode, key: &key, value, flags: *flags, exptime: *exptime, cas: 0 };
-                let outcome = p.store(&request).unwrap();
+                let result = p.store(&request);
+                if out.refused(&result, may_run_out) {
+                    continue;
+                }
+                let outcome = result.unwrap();
                 let present = m.live(&key).cloned();
                 match (mode, present) {
                     (StoreMode::Add, Some(_)) | (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
@@ -168,7 +215,11 @@ fn run_exact(ops: &[Op], mode: Mode) {
                     (None, _) => 1,
                 };
                 let request = StoreRequest { mode: StoreMode::Cas, key: &key, value, flags: 5, exptime: 0, cas };
-                let outcome = p.store(&request).unwrap();
+                let result = p.store(&request);
+                if out.refused(&result, may_run_out) {
+                    continue;
+                }
+                let outcome = result.unwrap();
                 match (present, correct) {
                     (None, _) => assert_eq!(outcome, StoreOutcome::NotFound),
                     (Some(_), false) => assert_eq!(outcome, StoreOutcome::Exists),
@@ -189,6 +240,9 @@ fn run_exact(ops: &[Op], mode: Mode) {
                 let key = key_of(*k);
                 let request = ArithRequest { delta: *delta, decrement: *decrement, cas: 0, initial: None };
                 let result = p.arith(&key, &request);
+                if out.refused(&result, may_run_out) {
+                    continue;
+                }
                 match m.live(&key).cloned() {
                     None => assert_eq!(result, Ok(ArithOutcome::NotFound)),
                     Some(old) => match parse_counter(&old.value) {
@@ -208,17 +262,28 @@ fn run_exact(ops: &[Op], mode: Mode) {
             Op::SetNumber(k, n) => {
                 let key = key_of(*k);
                 let value = n.to_string().into_bytes();
-                let cas = p.set(&key, &value, 0, 0).unwrap();
-                m.record(&key, value, 0, 0, cas);
+                let result = p.set(&key, &value, 0, 0);
+                if out.refused(&result, may_run_out) {
+                    continue;
+                }
+                m.record(&key, value, 0, 0, result.unwrap());
             }
             Op::Touch(k, exptime) | Op::GetAndTouch(k, exptime) => {
                 let key = key_of(*k);
                 let expiry = m.expiry(*exptime);
                 let expected = m.live(&key).cloned().map(|item| ModelItem { expiry, ..item });
                 if matches!(op, Op::Touch(..)) {
-                    assert_eq!(p.touch(&key, *exptime).unwrap(), expected.is_some());
+                    let result = p.touch(&key, *exptime);
+                    if out.refused(&result, may_run_out) {
+                        continue;
+                    }
+                    assert_eq!(result.unwrap(), expected.is_some());
                 } else {
-                    assert_eq!(view(p.get_and_touch(&key, *exptime).unwrap()), expected);
+                    let result = p.get_and_touch(&key, *exptime).map(view);
+                    if out.refused(&result, may_run_out) {
+                        continue;
+                    }
+                    assert_eq!(result.unwrap(), expected);
                 }
                 if let Some(item) = expected {
                     m.items.insert(key, item);
@@ -265,6 +330,13 @@ fn run_exact(ops: &[Op], mode: Mode) {
         }
     }
     assert_eq!(p.stats().index_evictions, 0, "the roomy partition must never drop an entry");
+    // Every item the model holds reads back, and nothing else does.
+    for k in 0..=u8::MAX {
+        let key = key_of(k);
+        let expected = m.live(&key).cloned();
+        assert_eq!(view(p.get(&key).unwrap()), expected, "final sweep {key:?}");
+    }
+    out
 }
 
 /// What the tiny partition may answer for a key.
@@ -347,18 +419,42 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn roomy_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300), 1..400)) {
-        run_exact(&ops, Mode::Cache);
+    fn roomy_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300, 6), 1..400)) {
+        run_exact(&ops, Mode::Cache, &ROOMY);
     }
 
     /// Store mode never evicts, so it must match the same model exactly too.
     #[test]
-    fn store_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300), 1..400)) {
-        run_exact(&ops, Mode::Store);
+    fn store_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(24, 300, 6), 1..400)) {
+        run_exact(&ops, Mode::Store, &ROOMY);
+    }
+
+    /// ... and where memory runs out, with refused writes changing nothing.
+    #[test]
+    fn full_store_partition_matches_the_model_exactly(ops in proptest::collection::vec(op(48, 1200, 30), 1..600)) {
+        run_exact(&ops, Mode::Store, &TIGHT_STORE);
     }
 
     #[test]
-    fn tiny_partition_never_returns_stale_values(ops in proptest::collection::vec(op(24, 300), 1..600)) {
+    fn tiny_partition_never_returns_stale_values(ops in proptest::collection::vec(op(24, 300, 6), 1..600)) {
         run_tiny(&ops);
     }
+}
+
+/// The tight store budget really runs out in the property test's sequences, and writes go on
+/// succeeding after it first does (so the test above checks both sides of exhaustion).
+#[test]
+fn tight_store_sequences_run_out_of_memory_and_recover() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = proptest::collection::vec(op(48, 1200, 30), 600..601);
+    let (mut runs_out, mut recovers) = (0, 0);
+    for _ in 0..40 {
+        let ops = strategy.new_tree(&mut runner).unwrap().current();
+        let seen = run_exact(&ops, Mode::Store, &TIGHT_STORE);
+        runs_out += usize::from(seen.refusals > 0);
+        recovers += usize::from(seen.stored_after_refusal > 0);
+    }
+    println!("of 40 sequences {runs_out} ran out of memory, {recovers} stored after");
+    assert!(runs_out >= 20 && recovers >= 20, "of 40 sequences {runs_out} ran out of memory, {recovers} stored after");
 }

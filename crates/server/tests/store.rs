@@ -131,6 +131,9 @@ fn a_full_store_refuses_writes_keeps_every_item_and_takes_writes_after_deletes()
     assert_eq!(used_full + free_full, free_empty);
     assert!(free_full < 2 * 2048 * 2, "{free_full} bytes left free when full");
     assert!(number(&mut client, "spare_buckets_free") <= spares);
+    // A refused overwrite changes nothing: the old value stays.
+    let first = format!("item:{}", stored[0]);
+    assert!(!client.set(&first, &[b'n'; 60_000]), "a 60 KB overwrite of a full store");
     // Every acknowledged item reads back byte for byte.
     for &i in &stored {
         assert_eq!(client.get(&format!("item:{i}")), Some(value(i, 0, 100, 1900)), "item {i}");
