@@ -60,6 +60,74 @@ pub(crate) trait Storage {
     fn max_item_bytes(&self) -> usize;
 }
 
+/// The public memcached operations of a partition kind, each checking its key and running the
+/// shared operation above: expanded inside `impl Partition` and `impl StorePartition`.
+macro_rules! memcached_operations {
+    () => {
+        /// set: stores unconditionally; returns the new CAS.
+        pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
+            check_key(key)?;
+            $crate::ops::set(self, key, KeyHash::of(key), value, flags, exptime)
+        }
+
+        /// set, add, replace, append, prepend and cas with memcached's semantics.
+        pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+            check_key(request.key)?;
+            $crate::ops::store(self, request)
+        }
+
+        /// delete, optionally only if the item has CAS `cas` (0 = any).
+        pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
+            check_key(key)?;
+            Ok($crate::ops::delete(self, key, cas))
+        }
+
+        /// incr / decr with memcached's semantics.
+        pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
+            check_key(key)?;
+            $crate::ops::arith(self, key, request)
+        }
+
+        /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
+        pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
+            check_key(key)?;
+            Ok($crate::ops::touch(self, key, exptime)?.is_some())
+        }
+
+        /// gat / gats: touch, then return the item.
+        pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
+            check_key(key)?;
+            let found = $crate::ops::touch(self, key, exptime)?;
+            Ok(found.map(|found| $crate::ops::Storage::item(self, &found)))
+        }
+
+        /// mg: a get with memcached's meta semantics (see `ops::meta_get`).
+        pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
+            check_key(key)?;
+            $crate::ops::meta_get(self, key, request)
+        }
+
+        /// md with `I`: marks the item stale with a new CAS instead of deleting it.
+        pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
+            check_key(key)?;
+            $crate::ops::invalidate(self, key, cas, exptime)
+        }
+
+        /// ms with `I` and a CAS: a late writer's value is stored stale (see `ops`).
+        pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
+            check_key(request.key)?;
+            $crate::ops::store_invalidating(self, request)
+        }
+
+        /// me: what memcached's meta debug reports, without counting as a read.
+        pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
+            check_key(key)?;
+            Ok($crate::ops::debug_item(self, key))
+        }
+    };
+}
+pub(crate) use memcached_operations;
+
 /// Refuses an item larger than the partition takes.
 pub(crate) fn check_size(max_item_bytes: usize, header: &ItemHeader) -> Result<(), EngineError> {
     let bytes = header.total_len();

@@ -213,13 +213,6 @@ impl StorePartition {
         Ok(found.map(|found| self.item(&found)))
     }
 
-    /// set: stores `value` under `key`; returns its CAS. `OutOfMemory` (nothing changed) when
-    /// no block or index slot is left.
-    pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
-        check_key(key)?;
-        self.set_hashed(key, KeyHash::of(key), value, flags, exptime)
-    }
-
     fn set_hashed(
         &mut self,
         key: &[u8],
@@ -231,60 +224,7 @@ impl StorePartition {
         ops::set(self, key, hash, value, flags, exptime)
     }
 
-    /// set, add, replace, append, prepend and cas with memcached's semantics.
-    pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
-        check_key(request.key)?;
-        ops::store(self, request)
-    }
-
-    /// delete, optionally only if the item has CAS `cas` (0 = any).
-    pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
-        check_key(key)?;
-        Ok(ops::delete(self, key, cas))
-    }
-
-    /// incr / decr with memcached's semantics.
-    pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
-        check_key(key)?;
-        ops::arith(self, key, request)
-    }
-
-    /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
-    pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
-        check_key(key)?;
-        Ok(ops::touch(self, key, exptime)?.is_some())
-    }
-
-    /// gat / gats: touch, then return the item.
-    pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
-        check_key(key)?;
-        let found = ops::touch(self, key, exptime)?;
-        Ok(found.map(|found| self.item(&found)))
-    }
-
-    /// mg: a get with memcached's meta semantics.
-    pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
-        check_key(key)?;
-        ops::meta_get(self, key, request)
-    }
-
-    /// md with `I`: marks the item stale with a new CAS instead of deleting it.
-    pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
-        check_key(key)?;
-        ops::invalidate(self, key, cas, exptime)
-    }
-
-    /// ms with `I` and a CAS: a late writer's value is stored stale.
-    pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
-        check_key(request.key)?;
-        ops::store_invalidating(self, request)
-    }
-
-    /// me: what memcached's meta debug reports, without counting as a read.
-    pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
-        check_key(key)?;
-        Ok(ops::debug_item(self, key))
-    }
+    ops::memcached_operations!();
 
     /// flush_all, with memcached's timing (as the cache-mode partition): every item is gone
     /// now (delay <= 0), or a second before the delay runs out, and what is stored during the
