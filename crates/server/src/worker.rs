@@ -369,6 +369,9 @@ struct Worker {
     core: Core,
     connections: Vec<Option<Connection>>,
     free: Vec<usize>,
+    /// Emptied `marks` lists of finished UDP datagrams, for the next ones (no allocation per
+    /// datagram once warm).
+    mark_pool: Vec<Vec<usize>>,
     next_generation: u64,
     shared: Arc<Shared>,
     chunk: Vec<u8>,
@@ -421,6 +424,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         },
         connections: Vec::new(),
         free: Vec::new(),
+        mark_pool: Vec::new(),
         next_generation: 0,
         shared,
         chunk: vec![0u8; READ_CHUNK_BYTES],
@@ -692,6 +696,7 @@ impl Worker {
         });
         self.next_generation += 1;
         let connection = self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation));
+        connection.marks = self.mark_pool.pop().unwrap_or_default();
         let core = &mut self.core;
         let mut at = 0;
         while at < payload.len() {
@@ -754,15 +759,15 @@ impl Worker {
         let Some(connection) = self.connections[slot].take() else { return };
         self.free.push(slot);
         let Some(target) = connection.udp else { return };
-        let mut messages = Vec::with_capacity(connection.marks.len());
-        let mut start = 0;
-        for &end in &connection.marks {
-            if end > start {
-                messages.push(&connection.output[start..end]);
-            }
-            start = end;
-        }
-        let wire: usize = messages.iter().map(|message| tierkv_protocol::udp::framed_bytes(message.len())).sum();
+        // Each message is the output between two marks (empty ones send nothing).
+        let messages = || {
+            let starts = std::iter::once(0).chain(connection.marks.iter().copied());
+            starts
+                .zip(&connection.marks)
+                .filter(|(start, end)| end > &start)
+                .map(|(start, &end)| &connection.output[start..end])
+        };
+        let wire: usize = messages().map(|message| tierkv_protocol::udp::framed_bytes(message.len())).sum();
         let within = wire <= target.limit || self.shared.proven.contains(target.peer.ip());
         let sender = &mut self.senders[target.socket];
         if target.oversized || !within || connection.output.len() > MAX_UDP_REPLY_BYTES {
@@ -788,11 +793,16 @@ impl Worker {
         } else if !sender.has_room(wire) {
             sender.dropped += 1;
         } else {
-            for message in messages {
+            for message in messages() {
                 sender.queue(target.peer, |bytes, record| {
                     let _ = tierkv_protocol::udp::frame_reply(message, target.request_id, bytes, record);
                 });
             }
+        }
+        if self.mark_pool.len() < POOL_BUFFERS && connection.marks.capacity() <= 1024 {
+            let mut marks = connection.marks;
+            marks.clear();
+            self.mark_pool.push(marks);
         }
         if connection.output.capacity() <= 64 << 10 {
             let mut buffer = connection.output;
