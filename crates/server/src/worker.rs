@@ -1247,7 +1247,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
     let Command::Get { keys, return_cas, touch, .. } = request.command else {
         unreachable!("only text gets are split")
     };
-    let mut line = Vec::with_capacity(300);
+    let mut line = [0u8; GET_LINE_BYTES];
     for (number, key) in keys.iter().enumerate().skip(connection.resume) {
         if connection.parts.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
             connection.resume = number;
@@ -1275,7 +1275,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             }
             continue;
         }
-        single_get_line(&mut line, key, return_cas, touch);
+        let line = single_get_line(&mut line, key, return_cas, touch);
         let seq = connection.next_seq();
         let entry = Entry {
             slot,
@@ -1286,7 +1286,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             request_end: 0,
             reply_end: 0,
         };
-        if !core.links.forward(owner, entry, &[&line]) {
+        if !core.links.forward(owner, entry, &[line]) {
             connection.resume = number;
             return Step::Blocked;
         }
@@ -1302,21 +1302,34 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
     Step::Done(After::Continue)
 }
 
-/// The text get (`get`, `gets`, `gat`, `gats`) of one key into `line`.
-fn single_get_line(line: &mut Vec<u8>, key: &[u8], return_cas: bool, touch: Option<i64>) {
-    line.clear();
-    line.extend_from_slice(match (touch.is_some(), return_cas) {
+/// Room for the longest single-key get line: `gats`, an i64 exptime, a 250-byte key, spaces
+/// and CRLF.
+const GET_LINE_BYTES: usize = 5 + 20 + 1 + tierkv_engine::MAX_KEY_BYTES + 2;
+
+/// The text get (`get`, `gets`, `gat`, `gats`) of one key, written into `buffer`.
+fn single_get_line<'b>(
+    buffer: &'b mut [u8; GET_LINE_BYTES],
+    key: &[u8],
+    return_cas: bool,
+    touch: Option<i64>,
+) -> &'b [u8] {
+    use std::io::Write;
+    let mut out = &mut buffer[..];
+    let verb: &[u8] = match (touch.is_some(), return_cas) {
         (false, false) => b"get ",
         (false, true) => b"gets ",
         (true, false) => b"gat ",
         (true, true) => b"gats ",
-    });
+    };
+    // The buffer holds the longest line, so these writes cannot run out of room.
+    let _ = out.write_all(verb);
     if let Some(exptime) = touch {
-        line.extend_from_slice(exptime.to_string().as_bytes());
-        line.push(b' ');
+        let _ = write!(out, "{exptime} ");
     }
-    line.extend_from_slice(key);
-    line.extend_from_slice(b"\r\n");
+    let _ = out.write_all(key);
+    let _ = out.write_all(b"\r\n");
+    let written = GET_LINE_BYTES - out.len();
+    &buffer[..written]
 }
 
 /// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
@@ -1354,5 +1367,21 @@ fn pin_to_cpu(cpu: usize, verbose: bool, worker: usize) {
     };
     if verbose && pinned {
         eprintln!("tierkv: worker {worker} pinned to CPU {cpu}");
+    }
+}
+
+#[cfg(test)]
+mod get_line_tests {
+    use super::*;
+
+    #[test]
+    fn single_get_lines_hold_the_longest_key_and_exptime() {
+        let mut buffer = [0u8; GET_LINE_BYTES];
+        assert_eq!(single_get_line(&mut buffer, b"k", false, None), b"get k\r\n");
+        assert_eq!(single_get_line(&mut buffer, b"k", true, None), b"gets k\r\n");
+        assert_eq!(single_get_line(&mut buffer, b"k", false, Some(-5)), b"gat -5 k\r\n");
+        let key = [b'x'; tierkv_engine::MAX_KEY_BYTES];
+        let line = single_get_line(&mut buffer, &key, true, Some(i64::MIN)).to_vec();
+        assert_eq!(line, [b"gats -9223372036854775808 ".as_slice(), &key, b"\r\n"].concat());
     }
 }
