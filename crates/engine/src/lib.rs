@@ -1,6 +1,8 @@
 //! tierkv-engine: the storage engine. A `Partition` is MICA's cache-mode store: a circular log
 //! with implicit FIFO eviction and a lossy set-associative index, owned by one thread, allocated
 //! once at creation, serving memcached's data operations one at a time or in prefetching batches.
+//! A `StorePartition` is MICA's store mode (a lossless chained index over a segregated-fits
+//! allocator, nothing evicted); `AnyPartition` is either, chosen at start-up.
 //!
 //! It must never do network I/O, parse protocol bytes, spawn threads, take locks, read the clock
 //! per operation, or allocate after a partition is created.
