@@ -23,6 +23,24 @@ pub(crate) enum NewValue<'a, F> {
     Counter(CounterValue),
 }
 
+/// What the caller of `Storage::write` already knows of the key's current item, so that a
+/// kind which must replace it (store mode) need not look it up again.
+#[derive(Clone, Copy)]
+pub(crate) enum Prior<F> {
+    /// Not looked up.
+    Unknown,
+    /// Looked up just now: no live item.
+    Absent,
+    /// Looked up just now: this item.
+    Present(F),
+}
+
+impl<F> From<Option<F>> for Prior<F> {
+    fn from(found: Option<F>) -> Prior<F> {
+        found.map_or(Prior::Absent, Prior::Present)
+    }
+}
+
 /// What a partition kind provides to the operations.
 pub(crate) trait Storage {
     /// A found item: where it is and its header.
@@ -42,13 +60,15 @@ pub(crate) trait Storage {
     fn value(&self, found: &Self::Found) -> &[u8];
     fn set_state(&mut self, found: &Self::Found, bits: u8);
     /// Writes an item with `header` (a `cas` of None gets a new CAS) in place of any other
-    /// item of its key; returns its CAS. Nothing changes on an error.
+    /// item of its key (`prior`, when the caller looked it up); returns its CAS. Nothing
+    /// changes on an error.
     fn write(
         &mut self,
         hash: KeyHash,
         header: &ItemHeader,
         key: &[u8],
         value: NewValue<'_, Self::Found>,
+        prior: Prior<Self::Found>,
     ) -> Result<u64, EngineError>;
     fn remove(&mut self, found: &Self::Found);
     /// The same key and value with a new header (a `cas` of None gets a new CAS).
@@ -128,6 +148,43 @@ macro_rules! memcached_operations {
 }
 pub(crate) use memcached_operations;
 
+/// memcached's delayed `flush_all`, the same for both partition kinds: a flush is due a second
+/// before its deadline (memcached flushes items not newer than the deadline minus one), so a
+/// delay of 1 flushes now; what is stored during the deadline second goes too; a new flush_all
+/// replaces a pending one.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FlushSchedule {
+    at: Option<u32>,
+}
+
+impl FlushSchedule {
+    /// A `flush_all` with `delay` at `now`: whether to flush at once.
+    pub(crate) fn request(&mut self, delay: i64, now: u32) -> bool {
+        if delay <= 0 {
+            self.at = None;
+            return true;
+        }
+        let at = expiry_from_exptime(delay, now).saturating_sub(1);
+        self.at = Some(at);
+        at <= now
+    }
+
+    /// The clock moved to `now`: whether a pending flush is due (every clock setting of the
+    /// deadline second flushes again).
+    pub(crate) fn on_clock(&mut self, now: u32) -> bool {
+        let Some(at) = self.at else { return false };
+        if now > at {
+            self.at = None;
+        }
+        now >= at
+    }
+
+    /// Whether an item stored at `now` is hidden by a flush in its deadline second.
+    pub(crate) fn hides_writes(&self, now: u32) -> bool {
+        self.at == Some(now)
+    }
+}
+
 /// Refuses an item larger than the partition takes.
 pub(crate) fn check_size(max_item_bytes: usize, header: &ItemHeader) -> Result<(), EngineError> {
     let bytes = header.total_len();
@@ -147,10 +204,24 @@ pub(crate) fn set<S: Storage>(
     flags: u32,
     exptime: i64,
 ) -> Result<u64, EngineError> {
+    set_over(s, key, hash, value, flags, exptime, Prior::Unknown)
+}
+
+/// `set` in place of `prior`.
+#[inline]
+fn set_over<S: Storage>(
+    s: &mut S,
+    key: &[u8],
+    hash: KeyHash,
+    value: &[u8],
+    flags: u32,
+    exptime: i64,
+    prior: Prior<S::Found>,
+) -> Result<u64, EngineError> {
     let expiry = expiry_from_exptime(exptime, s.now());
     let header = ItemHeader { key_len: key.len(), value_len: value.len(), flags, expiry, cas: None, state: 0 };
     check_size(s.max_item_bytes(), &header)?;
-    s.write(hash, &header, key, NewValue::Parts([value, &[]]))
+    s.write(hash, &header, key, NewValue::Parts([value, &[]]), prior)
 }
 
 /// set, add, replace, append, prepend and cas with memcached's semantics.
@@ -161,6 +232,16 @@ pub(crate) fn store<S: Storage>(s: &mut S, request: &StoreRequest<'_>) -> Result
         return Ok(StoreOutcome::Stored { cas });
     }
     let found = s.lookup(request.key, hash);
+    store_found(s, request, hash, found)
+}
+
+/// `store` once the key's live item (`found`) has been looked up.
+fn store_found<S: Storage>(
+    s: &mut S,
+    request: &StoreRequest<'_>,
+    hash: KeyHash,
+    found: Option<S::Found>,
+) -> Result<StoreOutcome, EngineError> {
     match (request.mode, found) {
         (StoreMode::Add, Some(_)) => Ok(StoreOutcome::NotStored),
         (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => Ok(StoreOutcome::NotStored),
@@ -175,11 +256,12 @@ pub(crate) fn store<S: Storage>(s: &mut S, request: &StoreRequest<'_>) -> Result
             check_size(s.max_item_bytes(), &header)?;
             let old_first = request.mode == StoreMode::Append;
             let value = NewValue::Combined { old: found, data: request.value, old_first };
-            let cas = s.write(hash, &header, request.key, value)?;
+            let cas = s.write(hash, &header, request.key, value, Prior::Present(found))?;
             Ok(StoreOutcome::Stored { cas })
         }
-        _ => {
-            let cas = set(s, request.key, hash, request.value, request.flags, request.exptime)?;
+        (_, found) => {
+            let prior = Prior::from(found);
+            let cas = set_over(s, request.key, hash, request.value, request.flags, request.exptime, prior)?;
             Ok(StoreOutcome::Stored { cas })
         }
     }
@@ -203,7 +285,8 @@ pub(crate) fn arith<S: Storage>(s: &mut S, key: &[u8], request: &ArithRequest) -
             None => Ok(ArithOutcome::NotFound),
             Some(initial) => {
                 let counter = CounterValue::new(initial.value, 0);
-                let cas = set(s, key, hash, counter.digits(), initial.flags, initial.exptime)?;
+                let digits = counter.digits();
+                let cas = set_over(s, key, hash, digits, initial.flags, initial.exptime, Prior::Absent)?;
                 Ok(ArithOutcome::Value { value: initial.value, cas, created: true })
             }
         };
@@ -221,7 +304,7 @@ pub(crate) fn arith<S: Storage>(s: &mut S, key: &[u8], request: &ArithRequest) -
     let counter = CounterValue::new(value, old.value_len);
     let header = ItemHeader { value_len: counter.value_len, cas: None, state: 0, ..old };
     check_size(s.max_item_bytes(), &header)?;
-    let cas = s.write(hash, &header, key, NewValue::Counter(counter))?;
+    let cas = s.write(hash, &header, key, NewValue::Counter(counter), Prior::Present(found))?;
     Ok(ArithOutcome::Value { value, cas, created: false })
 }
 
@@ -246,7 +329,7 @@ pub(crate) fn meta_get<'s, S: Storage>(
         Some(found) => (found, false),
         None => {
             let Some(exptime) = request.vivify else { return Ok(None) };
-            set(s, key, hash, &[], 0, exptime)?;
+            set_over(s, key, hash, &[], 0, exptime, Prior::Absent)?;
             match s.lookup(key, hash) {
                 Some(found) => (found, true),
                 // An already-expired vivify exptime leaves nothing to return.
@@ -301,10 +384,10 @@ pub(crate) fn store_invalidating<S: Storage>(
     request: &StoreRequest<'_>,
 ) -> Result<StoreOutcome, EngineError> {
     let hash = KeyHash::of(request.key);
-    let Some(found) = s.lookup(request.key, hash) else { return store(s, request) };
-    if request.mode != StoreMode::Cas || request.cas >= S::cas(&found) {
-        return store(s, request);
-    }
+    let found = s.lookup(request.key, hash);
+    let Some(found) = found.filter(|found| request.mode == StoreMode::Cas && request.cas < S::cas(found)) else {
+        return store_found(s, request, hash, found);
+    };
     let old = S::header(&found);
     let header = ItemHeader {
         key_len: request.key.len(),
@@ -315,7 +398,7 @@ pub(crate) fn store_invalidating<S: Storage>(
         state: item::STALE | (old.state & item::TOKEN_SENT),
     };
     check_size(s.max_item_bytes(), &header)?;
-    let cas = s.write(hash, &header, request.key, NewValue::Parts([request.value, &[]]))?;
+    let cas = s.write(hash, &header, request.key, NewValue::Parts([request.value, &[]]), Prior::Present(found))?;
     Ok(StoreOutcome::Stored { cas })
 }
 

@@ -10,7 +10,7 @@ use crate::log::Log;
 use crate::ops;
 use crate::region::Region;
 use crate::time::ClockMarks;
-use crate::time::{expiry_from_exptime, is_expired, unix_now};
+use crate::time::{is_expired, unix_now};
 use std::fmt;
 
 /// Longest key memcached accepts, in bytes.
@@ -345,7 +345,7 @@ pub struct Partition {
     /// Items older than this (bytes behind the tail) are copied forward when read.
     reappend_age: u64,
     now: u32,
-    pending_flush_at: Option<u32>,
+    flush: ops::FlushSchedule,
     sweep_cursor: usize,
     sweep_next_at: u64,
     sweep_stride: u64,
@@ -412,7 +412,7 @@ impl Partition {
             max_item_bytes: config.max_item_bytes,
             reappend_age: capacity - capacity / 8,
             now: unix_now(),
-            pending_flush_at: None,
+            flush: ops::FlushSchedule::default(),
             sweep_cursor: 0,
             sweep_next_at: sweep_stride,
             sweep_stride,
@@ -428,15 +428,8 @@ impl Partition {
     pub fn set_clock(&mut self, now: u32) {
         self.now = now;
         self.clock_marks.mark(self.log.tail(), now);
-        if let Some(at) = self.pending_flush_at {
-            // memcached also drops what is stored during the deadline second itself, so the
-            // flush repeats on every clock setting of that second.
-            if now >= at {
-                self.flush_now();
-            }
-            if now > at {
-                self.pending_flush_at = None;
-            }
+        if self.flush.on_clock(now) {
+            self.flush_now();
         }
     }
 
@@ -671,7 +664,7 @@ impl Partition {
         self.index.set(slot, make_entry(tag, position));
         self.census.stored(position);
         // memcached hides whatever is stored during a delayed flush's deadline second.
-        if self.pending_flush_at == Some(self.now) {
+        if self.flush.hides_writes(self.now) {
             self.flush_now();
         }
     }
@@ -759,18 +752,6 @@ impl Partition {
         Some(found)
     }
 
-    #[inline]
-    pub(crate) fn set_hashed(
-        &mut self,
-        key: &[u8],
-        hash: KeyHash,
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<u64, EngineError> {
-        ops::set(self, key, hash, value, flags, exptime)
-    }
-
     ops::memcached_operations!();
 
     /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
@@ -779,17 +760,9 @@ impl Partition {
     /// second before the deadline, so a delay of 1 flushes now. A new flush_all replaces a
     /// pending one.
     pub fn flush_all(&mut self, delay: i64) {
-        if delay <= 0 {
-            self.flush_now();
-            self.pending_flush_at = None;
-            return;
-        }
-        let at = expiry_from_exptime(delay, self.now).saturating_sub(1);
-        if at <= self.now {
+        if self.flush.request(delay, self.now) {
             self.flush_now();
         }
-        // Until the deadline second is over, what is stored goes too (see `install`).
-        self.pending_flush_at = Some(at);
     }
 
     fn flush_now(&mut self) {
@@ -874,6 +847,8 @@ impl ops::Storage for Partition {
         header: &ItemHeader,
         key: &[u8],
         value: ops::NewValue<'_, Found>,
+        // The log appends and installs by tag: the old item needs no finding.
+        _prior: ops::Prior<Found>,
     ) -> Result<u64, EngineError> {
         Ok(match value {
             ops::NewValue::Parts(parts) => self.write_item(hash, header, key, parts),

@@ -17,12 +17,12 @@ use crate::batch::BATCH_CHUNK;
 use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
-use crate::ops::{self, NewValue, Storage};
+use crate::ops::{self, NewValue, Prior, Storage};
 use crate::partition::{
     check_key, keys_equal, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, Item, ItemDebug,
     MetaGet, MetaItem, StoreOutcome, StoreRequest, MAX_KEY_BYTES, MIN_ITEM_BYTES,
 };
-use crate::time::{expiry_from_exptime, is_expired, unix_now};
+use crate::time::{is_expired, unix_now};
 
 /// Bytes every item costs besides its key, value, flags and expiry: block header, item header
 /// with an explicit CAS.
@@ -69,7 +69,7 @@ pub struct StorePartition {
     max_item_bytes: usize,
     next_cas: u64,
     now: u32,
-    pending_flush_at: Option<u32>,
+    flush: ops::FlushSchedule,
     stats: StoreStats,
 }
 
@@ -115,7 +115,7 @@ impl StorePartition {
             max_item_bytes: config.max_item_bytes,
             next_cas: 1,
             now: unix_now(),
-            pending_flush_at: None,
+            flush: ops::FlushSchedule::default(),
             stats,
         })
     }
@@ -124,13 +124,8 @@ impl StorePartition {
     /// effect here.
     pub fn set_clock(&mut self, now: u32) {
         self.now = now;
-        if let Some(at) = self.pending_flush_at {
-            if now >= at {
-                self.flush_now();
-            }
-            if now > at {
-                self.pending_flush_at = None;
-            }
+        if self.flush.on_clock(now) {
+            self.flush_now();
         }
     }
 
@@ -213,33 +208,15 @@ impl StorePartition {
         Ok(found.map(|found| self.item(&found)))
     }
 
-    fn set_hashed(
-        &mut self,
-        key: &[u8],
-        hash: KeyHash,
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<u64, EngineError> {
-        ops::set(self, key, hash, value, flags, exptime)
-    }
-
     ops::memcached_operations!();
 
     /// flush_all, with memcached's timing (as the cache-mode partition): every item is gone
     /// now (delay <= 0), or a second before the delay runs out, and what is stored during the
     /// deadline second goes too. Flushed memory is free again.
     pub fn flush_all(&mut self, delay: i64) {
-        if delay <= 0 {
-            self.flush_now();
-            self.pending_flush_at = None;
-            return;
-        }
-        let at = expiry_from_exptime(delay, self.now).saturating_sub(1);
-        if at <= self.now {
+        if self.flush.request(delay, self.now) {
             self.flush_now();
         }
-        self.pending_flush_at = Some(at);
     }
 
     fn flush_now(&mut self) {
@@ -317,7 +294,7 @@ impl Hashed for StorePartition {
         flags: u32,
         exptime: i64,
     ) -> Result<u64, EngineError> {
-        self.set_hashed(key, hash, value, flags, exptime)
+        crate::ops::set(self, key, hash, value, flags, exptime)
     }
 }
 
@@ -380,11 +357,16 @@ impl ops::Storage for StorePartition {
         header: &ItemHeader,
         key: &[u8],
         value: NewValue<'_, Found>,
+        prior: Prior<Found>,
     ) -> Result<u64, EngineError> {
         let cas = header.cas.unwrap_or(self.next_cas);
         let header = ItemHeader { cas: Some(cas), ..*header };
         let bytes = header.total_len();
-        let existing = self.find(key, hash);
+        let existing = match prior {
+            Prior::Unknown => self.find(key, hash),
+            Prior::Absent => None,
+            Prior::Present(found) => Some(found),
+        };
         // An overwrite whose block size does not change is written in place: no allocation,
         // no free, no index change. (Not when the new value is built from the old one.)
         let same_block = !matches!(value, NewValue::Combined { .. })
@@ -416,7 +398,7 @@ impl ops::Storage for StorePartition {
         self.stats.item_bytes += Self::counted_bytes(&header) as u64;
         self.stats.payload_bytes += (key.len() + header.value_len) as u64;
         // memcached hides whatever is stored during a delayed flush's deadline second.
-        if self.pending_flush_at == Some(self.now) {
+        if self.flush.hides_writes(self.now) {
             self.flush_now();
         }
         Ok(cas)
@@ -434,7 +416,7 @@ impl ops::Storage for StorePartition {
         key[..key_len].copy_from_slice(&self.alloc.bytes_from(found.location + found.header_len)[..key_len]);
         let key = &key[..key_len];
         let value = NewValue::Combined { old: *found, data: &[], old_first: true };
-        self.write(found.hash, header, key, value)?;
+        self.write(found.hash, header, key, value, Prior::Present(*found))?;
         self.find(key, found.hash).ok_or(EngineError::OutOfMemory)
     }
 
