@@ -137,7 +137,7 @@ impl sealed::Hashed for Partition {
         flags: u32,
         exptime: i64,
     ) -> Result<u64, EngineError> {
-        crate::ops::set(self, key, hash, value, flags, exptime)
+        crate::ops::set(self, key, hash, value, flags, exptime, crate::ops::Prior::Unknown)
     }
 }
 

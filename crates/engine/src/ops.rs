@@ -87,7 +87,7 @@ macro_rules! memcached_operations {
         /// set: stores unconditionally; returns the new CAS.
         pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
             check_key(key)?;
-            $crate::ops::set(self, key, KeyHash::of(key), value, flags, exptime)
+            $crate::ops::set(self, key, KeyHash::of(key), value, flags, exptime, $crate::ops::Prior::Unknown)
         }
 
         /// set, add, replace, append, prepend and cas with memcached's semantics.
@@ -194,22 +194,10 @@ pub(crate) fn check_size(max_item_bytes: usize, header: &ItemHeader) -> Result<(
     Ok(())
 }
 
-/// set: stores unconditionally; returns the new CAS.
+/// set: stores unconditionally in place of `prior` (what the caller knows of the key's item);
+/// returns the new CAS.
 #[inline]
 pub(crate) fn set<S: Storage>(
-    s: &mut S,
-    key: &[u8],
-    hash: KeyHash,
-    value: &[u8],
-    flags: u32,
-    exptime: i64,
-) -> Result<u64, EngineError> {
-    set_over(s, key, hash, value, flags, exptime, Prior::Unknown)
-}
-
-/// `set` in place of `prior`.
-#[inline]
-fn set_over<S: Storage>(
     s: &mut S,
     key: &[u8],
     hash: KeyHash,
@@ -228,7 +216,7 @@ fn set_over<S: Storage>(
 pub(crate) fn store<S: Storage>(s: &mut S, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
     let hash = KeyHash::of(request.key);
     if request.mode == StoreMode::Set {
-        let cas = set(s, request.key, hash, request.value, request.flags, request.exptime)?;
+        let cas = set(s, request.key, hash, request.value, request.flags, request.exptime, Prior::Unknown)?;
         return Ok(StoreOutcome::Stored { cas });
     }
     let found = s.lookup(request.key, hash);
@@ -261,7 +249,7 @@ fn store_found<S: Storage>(
         }
         (_, found) => {
             let prior = Prior::from(found);
-            let cas = set_over(s, request.key, hash, request.value, request.flags, request.exptime, prior)?;
+            let cas = set(s, request.key, hash, request.value, request.flags, request.exptime, prior)?;
             Ok(StoreOutcome::Stored { cas })
         }
     }
@@ -286,7 +274,7 @@ pub(crate) fn arith<S: Storage>(s: &mut S, key: &[u8], request: &ArithRequest) -
             Some(initial) => {
                 let counter = CounterValue::new(initial.value, 0);
                 let digits = counter.digits();
-                let cas = set_over(s, key, hash, digits, initial.flags, initial.exptime, Prior::Absent)?;
+                let cas = set(s, key, hash, digits, initial.flags, initial.exptime, Prior::Absent)?;
                 Ok(ArithOutcome::Value { value: initial.value, cas, created: true })
             }
         };
@@ -329,7 +317,7 @@ pub(crate) fn meta_get<'s, S: Storage>(
         Some(found) => (found, false),
         None => {
             let Some(exptime) = request.vivify else { return Ok(None) };
-            set_over(s, key, hash, &[], 0, exptime, Prior::Absent)?;
+            set(s, key, hash, &[], 0, exptime, Prior::Absent)?;
             match s.lookup(key, hash) {
                 Some(found) => (found, true),
                 // An already-expired vivify exptime leaves nothing to return.

@@ -294,7 +294,7 @@ impl Hashed for StorePartition {
         flags: u32,
         exptime: i64,
     ) -> Result<u64, EngineError> {
-        crate::ops::set(self, key, hash, value, flags, exptime)
+        crate::ops::set(self, key, hash, value, flags, exptime, crate::ops::Prior::Unknown)
     }
 }
 
