@@ -37,7 +37,7 @@ fn check_limits(request: &Request<'_>, limits: &Limits) {
     match request.command {
         Command::Get { keys, base64, touch, .. } => {
             // memcached answers "gat <exptime>" without keys with END, so only gat may have none.
-            assert!((!keys.is_empty() || touch.is_some()) && keys.len() <= limits.max_keys_per_get);
+            assert!(!keys.is_empty() || touch.is_some());
             assert_eq!(keys.iter().count(), keys.len());
             for key in keys.iter() {
                 let key = tierkv_protocol::Key { raw: key, base64 };
@@ -45,10 +45,11 @@ fn check_limits(request: &Request<'_>, limits: &Limits) {
                 assert!(!decoded.is_empty() && decoded.len() <= limits.max_key_bytes);
             }
         }
-        Command::Store { key, value, .. } => {
+        Command::Store { key, value, flags, .. } => {
             let decoded = key.decode_into(&mut buffer).expect("decoded keys are valid");
             assert!(!decoded.is_empty() && decoded.len() <= limits.max_key_bytes);
             assert!(value.len() <= limits.max_value_bytes);
+            assert!(limits.item_fits(key.raw.len(), flags, value.len()));
         }
         Command::Delete { key, .. } | Command::Arith { key, .. } | Command::Touch { key, .. } => {
             let decoded = key.decode_into(&mut buffer).expect("decoded keys are valid");

@@ -9,6 +9,6 @@ mod common;
 
 fuzz_target!(|data: &[u8]| {
     // A small value limit so large-value paths are reachable.
-    let limits = Limits { max_value_bytes: 4096, max_keys_per_get: 64, ..Limits::default() };
+    let limits = Limits { max_value_bytes: 4096, ..Limits::default() };
     common::check_stream(data, &limits);
 });

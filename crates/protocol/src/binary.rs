@@ -218,9 +218,21 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
     else {
         return invalid();
     };
-    if value_len > limits.max_value_bytes {
-        let reply = ErrorReply::Binary { status: status::E2BIG, info };
-        return Decoded::Error(ProtocolError::new(reply, total));
+    let key_start = HEADER_BYTES + extras_len;
+    if value_len > limits.max_value_bytes.saturating_sub(crate::MEMCACHED_ITEM_OVERHEAD_BYTES + 4 + key_len) {
+        // Near the limit: the flags (first extras word of a store) decide, as in memcached.
+        if input.len() < key_start + key_len {
+            return Decoded::Incomplete { needed: key_start + key_len };
+        }
+        let flags = if extras_len >= 4 { be32(&input[HEADER_BYTES..]) } else { 0 };
+        if !limits.item_fits(key_len, flags, value_len) {
+            let reply = ErrorReply::Binary { status: status::E2BIG, info };
+            // memcached unlinks the old item when a SET (or SETQ) is refused as too large.
+            let set = matches!(header.opcode, opcode::SET | opcode::SETQ);
+            let key = &input[key_start..key_start + key_len];
+            let unlink = set.then(|| crate::KeySpan::of(input, key, false));
+            return Decoded::Error(ProtocolError { unlink, ..ProtocolError::new(reply, total) });
+        }
     }
     if input.len() < total {
         return Decoded::Incomplete { needed: total };

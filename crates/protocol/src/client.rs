@@ -112,6 +112,7 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
             out.extend_from_slice(b"me ");
             out.extend_from_slice(key.raw);
         }
+        Command::Admin { line } => out.extend_from_slice(line),
         Command::Sasl { .. } => {}
     }
     out.extend_from_slice(CRLF);

@@ -25,13 +25,12 @@ pub use request::*;
 pub struct Limits {
     /// Longest key (memcached: 250).
     pub max_key_bytes: usize,
-    /// Longest value accepted; larger ones are refused and skipped.
+    /// Largest item (memcached's `-I`): a store whose key, value and memcached's per-item
+    /// overhead (`MEMCACHED_ITEM_OVERHEAD_BYTES`) exceed it is refused and its value skipped.
     pub max_value_bytes: usize,
-    /// Longest command line still waiting for its newline (memcached: 2048), except retrieval
-    /// lines.
+    /// Longest command line still waiting for its newline (memcached: 2048), except `get` and
+    /// `gets` lines, which may be of any length (the server takes their keys as they arrive).
     pub max_line_bytes: usize,
-    /// Most keys in one get/gets/gat/gats.
-    pub max_keys_per_get: usize,
     /// Most tokens after the key of a meta command (memcached: 20 tokens in all).
     pub max_meta_flags: usize,
 }
@@ -42,16 +41,22 @@ impl Default for Limits {
             max_key_bytes: 250,
             max_value_bytes: 1024 * 1024,
             max_line_bytes: 2048,
-            max_keys_per_get: 1024,
             max_meta_flags: 17,
         }
     }
 }
 
+/// What memcached 1.6 counts against `-I` beyond key and value: its 48-byte item header, the
+/// 8-byte CAS, the key's NUL and the value's CRLF (4 bytes more when the flags are not 0).
+pub const MEMCACHED_ITEM_OVERHEAD_BYTES: usize = 48 + 8 + 1 + 2;
+
 impl Limits {
-    /// Longest retrieval line: a command, an exptime and `max_keys_per_get` keys.
-    pub fn max_retrieval_line_bytes(&self) -> usize {
-        16 + self.max_keys_per_get * (self.max_key_bytes + 1) + 2
+    /// Whether memcached would find room for an item of these sizes under the same `-I`
+    /// (its `item_size_ok`), so both refuse a store at the same size.
+    pub fn item_fits(&self, key_bytes: usize, flags: u32, value_bytes: usize) -> bool {
+        let suffix = if flags == 0 { 0 } else { 4 };
+        key_bytes.saturating_add(value_bytes).saturating_add(MEMCACHED_ITEM_OVERHEAD_BYTES + suffix)
+            <= self.max_value_bytes
     }
 }
 
@@ -79,6 +84,33 @@ pub struct ProtocolError {
     pub close: bool,
     /// The request carried `noreply` (memcached then suppresses even most error replies).
     pub noreply: bool,
+    /// A set refused as too large: the key whose old item must go (memcached unlinks it, so a
+    /// client told its update failed never reads the value it meant to replace).
+    pub unlink: Option<KeySpan>,
+}
+
+/// Where a key lies in the input a decoder was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySpan {
+    /// Offset of the key's first byte from the start of the input.
+    pub start: usize,
+    pub len: usize,
+    /// The key is base64 (meta `b`).
+    pub base64: bool,
+}
+
+impl KeySpan {
+    /// The span of `key`, a slice of `input`.
+    pub(crate) fn of(input: &[u8], key: &[u8], base64: bool) -> KeySpan {
+        let start = key.as_ptr() as usize - input.as_ptr() as usize;
+        debug_assert!(start + key.len() <= input.len(), "the key lies in the input");
+        KeySpan { start, len: key.len(), base64 }
+    }
+
+    /// The key in `input` (the same input the span was taken from, or one that starts alike).
+    pub fn key<'a>(&self, input: &'a [u8]) -> Key<'a> {
+        Key { raw: &input[self.start..self.start + self.len], base64: self.base64 }
+    }
 }
 
 /// The error reply memcached sends.
@@ -98,11 +130,11 @@ pub enum ErrorReply {
 
 impl ProtocolError {
     pub(crate) fn new(reply: ErrorReply, skip: usize) -> ProtocolError {
-        ProtocolError { reply, skip, close: false, noreply: false }
+        ProtocolError { reply, skip, close: false, noreply: false, unlink: None }
     }
 
     pub(crate) fn closing(reply: ErrorReply, skip: usize) -> ProtocolError {
-        ProtocolError { reply, skip, close: true, noreply: false }
+        ProtocolError { reply, skip, close: true, noreply: false, unlink: None }
     }
 }
 

@@ -146,6 +146,11 @@ pub enum Command<'a> {
     MetaDebug {
         key: Key<'a>,
     },
+    /// memcached's administrative commands (`shutdown`, `slabs`, `cache_memlimit`,
+    /// `lru_crawler`, `lru`, `watch`): the whole line, for the server to interpret.
+    Admin {
+        line: &'a [u8],
+    },
     /// Binary SASL opcodes (a server without authentication answers them as memcached does).
     Sasl {
         opcode: u8,

@@ -8,7 +8,8 @@
 use crate::meta::{parse_flags, MetaFlags, MAX_OPAQUE_BYTES};
 use crate::number::{strtol32, strtoul32, strtoull};
 use crate::{
-    ArithInitial, Command, Decoded, ErrorReply, Key, Keys, Limits, ProtocolError, ReplyStyle, Request, StoreMode,
+    ArithInitial, Command, Decoded, ErrorReply, Key, KeySpan, Keys, Limits, ProtocolError, ReplyStyle, Request,
+    StoreMode,
 };
 
 const BAD_FORMAT: &str = "bad command line format";
@@ -54,20 +55,111 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         b"md" => line.meta_delete(limits),
         b"ma" => line.meta_arith(limits),
         b"me" => line.meta_debug(limits),
+        b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"lru" | b"watch" => {
+            line.ok(Command::Admin { line: line.bytes }, false)
+        }
+        _ if is_cross_protocol(command, line.bytes) => {
+            Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, line.consumed))
+        }
         _ => line.error(ErrorReply::Error),
     }
 }
 
+/// memcached's defence against requests a browser sends to its port (`GET / HTTP/1.1`): an
+/// unknown command whose last token starts with `HTTP/` closes the connection without a reply.
+/// memcached answers `ERROR` before it looks, for lines that start with a letter of its own
+/// commands' first letters, for two-letter meta-like commands and for one-letter commands.
+fn is_cross_protocol(command: &[u8], line: &[u8]) -> bool {
+    let own_letter = matches!(command.first(), Some(b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't'));
+    let meta_like = command.first() == Some(&b'm') && command.len() == 2;
+    if command.len() < 2 || own_letter || meta_like {
+        return false;
+    }
+    split(line).last().is_some_and(|token| token.starts_with(b"HTTP/"))
+}
+
+/// The first part of a `get`/`gets` line too long to take whole (memcached serves lines of any
+/// length): the server answers these keys, then decodes the rest of the line with `verb` put
+/// in front of it, so a line of any length costs a bounded buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LongGet<'a> {
+    /// Not a long get line: decode as usual (or wait for more input).
+    No,
+    /// A get of the line's leading keys; `consumed` bytes end where the next key starts.
+    Keys { request: Request<'a>, consumed: usize, verb: &'static [u8] },
+    /// A key is longer than the limit: answer `CLIENT_ERROR bad command line format` and skip
+    /// the rest of the line.
+    BadKey,
+}
+
+/// Takes the keys of a `get`/`gets` line that lie in its first `chunk_bytes`, when the line
+/// (complete or not) is longer than that. The last key of a complete line is never taken, so
+/// the rest of the line always holds a key.
+pub fn long_get<'a>(input: &'a [u8], limits: &Limits, chunk_bytes: usize) -> LongGet<'a> {
+    let spaces = input.iter().take(MAX_LEADING_SPACES + 1).take_while(|&&b| b == b' ').count();
+    let rest = &input[spaces..];
+    let (verb, return_cas): (&'static [u8], bool) = if rest.starts_with(b"get ") {
+        (b"get ", false)
+    } else if rest.starts_with(b"gets ") {
+        (b"gets ", true)
+    } else {
+        return LongGet::No;
+    };
+    let line_end = memchr::memchr(b'\n', input).unwrap_or(input.len());
+    if spaces > MAX_LEADING_SPACES || line_end <= chunk_bytes {
+        return LongGet::No;
+    }
+    let keys_start = spaces + verb.len();
+    let window = &input[..chunk_bytes];
+    let mut at = keys_start;
+    let mut taken = 0;
+    let mut consumed = keys_start;
+    loop {
+        at += input[at..line_end].iter().take_while(|&&b| b == b' ').count();
+        if taken == 0 {
+            // Leading spaces are consumed even when no key follows within the window.
+            consumed = at.min(chunk_bytes);
+        }
+        if at >= window.len() {
+            break;
+        }
+        let token_len = window[at..].iter().take_while(|&&b| b != b' ').count();
+        if token_len > limits.max_key_bytes {
+            return LongGet::BadKey;
+        }
+        let end = at + token_len;
+        if end == window.len() {
+            break;
+        }
+        let next = end + input[end..line_end].iter().take_while(|&&b| b == b' ').count();
+        // Only a key followed by another is taken (the last key stays for the rest).
+        let followed = next < line_end && !(input[next] == b'\r' && next + 1 == line_end);
+        if !followed {
+            break;
+        }
+        taken += 1;
+        consumed = next;
+        at = next;
+    }
+    if consumed < verb.len() + spaces + 1 {
+        return LongGet::No;
+    }
+    let keys = Keys::from_line(&input[keys_start..consumed]);
+    debug_assert_eq!(keys.len(), taken);
+    let command = Command::Get { keys, return_cas, touch: None, base64: false };
+    LongGet::Keys { request: Request { command, style: ReplyStyle::Text { noreply: false } }, consumed, verb }
+}
+
 /// No newline yet: wait, unless the line is already too long (memcached closes the connection
-/// then, except for retrieval lines, which may be long).
+/// then, except for `get`/`gets` lines, which may be of any length: see `long_get`).
 fn incomplete_line<'a>(input: &[u8], limits: &Limits) -> Decoded<'a> {
     if input.len() <= limits.max_line_bytes {
         return Decoded::Incomplete { needed: 0 };
     }
-    let spaces = input.iter().take_while(|&&b| b == b' ').count();
+    let spaces = input.iter().take(MAX_LEADING_SPACES + 1).take_while(|&&b| b == b' ').count();
     let rest = &input[spaces..];
     let retrieval = spaces <= MAX_LEADING_SPACES && (rest.starts_with(b"get ") || rest.starts_with(b"gets "));
-    if retrieval && input.len() <= limits.max_retrieval_line_bytes() {
+    if retrieval {
         return Decoded::Incomplete { needed: 0 };
     }
     Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, input.len()))
@@ -145,7 +237,7 @@ impl<'a> Line<'a> {
         let mut count = 0;
         for key in split(keys_raw) {
             count += 1;
-            if key.len() > limits.max_key_bytes || count > limits.max_keys_per_get {
+            if key.len() > limits.max_key_bytes {
                 return self.client_error(BAD_FORMAT, false);
             }
         }
@@ -182,7 +274,10 @@ impl<'a> Line<'a> {
         if !(0..=i32::MAX - 2).contains(&length) {
             return self.client_error(BAD_FORMAT, noreply);
         }
-        let value = match self.data_block(input, length as usize, limits, noreply) {
+        // memcached unlinks the old item when a plain set is refused as too large.
+        let unlink = (mode == StoreMode::Set).then(|| KeySpan::of(input, key, false));
+        let fits = limits.item_fits(key.len(), flags, length as usize);
+        let value = match self.data_block(input, length as usize, fits, unlink, noreply) {
             Ok(value) => value,
             Err(decoded) => return decoded,
         };
@@ -191,18 +286,20 @@ impl<'a> Line<'a> {
         Decoded::Request { request, consumed: self.consumed + length as usize + 2 }
     }
 
-    /// The `length`-byte data block after the line, with its "\r\n".
+    /// The `length`-byte data block after the line, with its "\r\n". An item that does not
+    /// `fit` is refused (its old item unlinked where `unlink` says).
     fn data_block(
         &self,
         input: &'a [u8],
         length: usize,
-        limits: &Limits,
+        fits: bool,
+        unlink: Option<KeySpan>,
         noreply: bool,
     ) -> Result<&'a [u8], Decoded<'a>> {
         let total = self.consumed + length + 2;
-        if length > limits.max_value_bytes {
+        if !fits {
             let error = ProtocolError::new(ErrorReply::Server("object too large for cache"), total);
-            return Err(Decoded::Error(ProtocolError { noreply, ..error }));
+            return Err(Decoded::Error(ProtocolError { noreply, unlink, ..error }));
         }
         if input.len() < total {
             return Err(Decoded::Incomplete { needed: total });
@@ -415,7 +512,10 @@ impl<'a> Line<'a> {
         if flags.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
             mode = StoreMode::Cas;
         }
-        let value = match self.data_block(input, length, limits, false) {
+        // memcached unlinks the old item when any ms is refused as too large.
+        let unlink = Some(KeySpan::of(input, key.raw, key.base64));
+        let fits = limits.item_fits(key.raw.len(), flags.client_flags.unwrap_or(0), length);
+        let value = match self.data_block(input, length, fits, unlink, false) {
             Ok(value) => value,
             Err(decoded) => return decoded,
         };

@@ -9,6 +9,10 @@ fn decode(input: &[u8]) -> Decoded<'_> {
     decode_request(input, &Limits::default())
 }
 
+fn decode_with<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
+    decode_request(input, limits)
+}
+
 fn request(input: &[u8]) -> Request<'_> {
     match decode(input) {
         Decoded::Request { request, consumed } => {
@@ -58,7 +62,7 @@ fn retrieval_commands() {
 
 #[test]
 fn retrieval_errors() {
-    assert_eq!(error(b"get\r\n"), ProtocolError { reply: ErrorReply::Error, skip: 5, close: false, noreply: false });
+    assert_eq!(error(b"get\r\n"), ProtocolError { reply: ErrorReply::Error, skip: 5, close: false, noreply: false, unlink: None });
     let long = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
     assert_eq!(error(&long).reply, BAD_FORMAT);
     assert_eq!(error(&long).skip, long.len());
@@ -86,8 +90,88 @@ fn lines_without_newline_are_bounded() {
     let e = error(&junk);
     assert_eq!((e.reply, e.close), (ErrorReply::Nothing, true), "memcached closes the connection");
     assert!(matches!(decode(&junk[..2048]), Decoded::Incomplete { .. }));
-    let huge_get = [b"get ".to_vec(), vec![b'k'; Limits::default().max_retrieval_line_bytes()]].concat();
-    assert!(error(&huge_get).close);
+    // get and gets lines may be of any length (the server takes their keys as they arrive);
+    // every other command, gat and gats included, keeps the 2048-byte rule.
+    let huge_get = [b"get ".to_vec(), vec![b'k'; 1 << 20]].concat();
+    assert!(matches!(decode(&huge_get), Decoded::Incomplete { .. }));
+    let huge_gat = [b"gat 0 ".to_vec(), vec![b'k'; 4096]].concat();
+    assert!(error(&huge_gat).close);
+}
+
+#[test]
+fn get_lines_take_any_number_of_keys() {
+    let keys: Vec<String> = (0..20_000).map(|i| format!("key:{i}")).collect();
+    let line = format!("get {}\r\n", keys.join(" "));
+    let decoded = request(line.as_bytes());
+    let Command::Get { keys: got, .. } = decoded.command else { panic!("a get") };
+    assert_eq!(got.len(), 20_000);
+    assert_eq!(got.iter().last(), Some(&b"key:19999"[..]));
+}
+
+#[test]
+fn long_get_lines_are_taken_in_chunks() {
+    use tierkv_protocol::text::{long_get, LongGet};
+    let limits = Limits::default();
+    let keys: Vec<String> = (0..1000).map(|i| format!("k{i}")).collect();
+    let line = format!("gets {}\r\n", keys.join(" "));
+    assert_eq!(long_get(line.as_bytes(), &limits, 1 << 20), LongGet::No, "short lines decode whole");
+    let LongGet::Keys { request, consumed, verb } = long_get(line.as_bytes(), &limits, 1000) else { panic!() };
+    assert_eq!(verb, b"gets ");
+    let Command::Get { keys: got, return_cas: true, .. } = request.command else { panic!("a gets") };
+    let taken: Vec<&[u8]> = got.iter().collect();
+    assert!(consumed <= 1000 && taken.len() > 100);
+    assert_eq!(taken, keys[..taken.len()].iter().map(|k| k.as_bytes()).collect::<Vec<_>>());
+    assert!(line.as_bytes()[consumed..].starts_with(keys[taken.len()].as_bytes()), "the rest starts at a key");
+    // An unterminated line is taken the same way; the key cut by the window end is not taken.
+    let partial = &line.as_bytes()[..3000];
+    let LongGet::Keys { consumed: partial_consumed, .. } = long_get(partial, &limits, 1000) else { panic!() };
+    assert_eq!(partial_consumed, consumed);
+    // The last key of a complete line is never taken.
+    let two = format!("get {} last\r\n", "x".repeat(200));
+    let LongGet::Keys { request, .. } = long_get(two.as_bytes(), &limits, 208) else { panic!() };
+    assert!(matches!(request.command, Command::Get { keys, .. } if keys.len() == 1));
+    let bad = format!("get a {} b{}\r\n", "x".repeat(251), " c".repeat(100));
+    assert_eq!(long_get(bad.as_bytes(), &limits, 300), LongGet::BadKey);
+    assert_eq!(long_get(format!("gat 0 {}", "k ".repeat(2000)).as_bytes(), &limits, 100), LongGet::No);
+}
+
+#[test]
+fn cross_protocol_requests_close_without_a_reply() {
+    for line in [&b"GET / HTTP/1.1\r\n"[..], b"HTTP/1.1\r\n", b"POST /x HTTP/1.0\r\n", b"foo bar HTTP/2\r\n"] {
+        let e = error(line);
+        assert_eq!((e.reply, e.close, e.skip), (ErrorReply::Nothing, true, line.len()), "{line:?}");
+    }
+    // memcached answers ERROR for lines that start with one of its commands' letters.
+    for line in [&b"gxt / HTTP/1.1\r\n"[..], b"mx HTTP/1.1\r\n", b"H HTTP/1.1\r\n", b"foo bar\r\n"] {
+        assert_eq!(error(line).reply, ErrorReply::Error, "{line:?}");
+    }
+    assert!(matches!(request(b"get foo HTTP/1.1\r\n").command, Command::Get { .. }), "still a get");
+}
+
+#[test]
+fn items_too_large_follow_memcacheds_boundary_and_name_the_key_to_unlink() {
+    let limits = Limits { max_value_bytes: 1 << 20, ..Limits::default() };
+    let set = |key: &str, flags: u32, len: usize| {
+        let mut input = format!("set {key} {flags} 0 {len}\r\n").into_bytes();
+        input.extend(std::iter::repeat_n(b'v', len));
+        input.extend_from_slice(b"\r\n");
+        input
+    };
+    // memcached 1.6.18 with -I 1m: key "k" stores 1,048,516 bytes (59 bytes of overhead).
+    let fits = set("k", 0, (1 << 20) - 60);
+    assert!(matches!(decode_with(&fits, &limits), Decoded::Request { .. }));
+    let input = set("k", 0, (1 << 20) - 59);
+    let Decoded::Error(e) = decode_with(&input, &limits) else { panic!("refused") };
+    assert_eq!(e.reply, ErrorReply::Server("object too large for cache"));
+    assert_eq!(e.unlink.map(|span| span.key(&input).raw), Some(&b"k"[..]), "a refused set unlinks its key");
+    assert!(matches!(decode_with(&set("k", 1, (1 << 20) - 63), &limits), Decoded::Error(_)), "flags cost 4");
+    let add = [b"add k 0 0 2000000\r\n".as_slice()].concat();
+    let Decoded::Error(e) = decode_with(&add, &limits) else { panic!() };
+    assert_eq!(e.unlink, None, "add, replace, append, prepend and cas leave the old item");
+    let ms = b"ms a2V5 2000000 b\r\n";
+    let Decoded::Error(e) = decode_with(ms, &limits) else { panic!() };
+    let span = e.unlink.expect("every ms mode unlinks");
+    assert_eq!((span.key(ms).raw, span.base64), (&b"a2V5"[..], true));
 }
 
 #[test]
@@ -330,11 +414,16 @@ fn binary_errors() {
     let e = error(&binary_request(opcode::SET, 0, &[0; 8], b"foo", &vec![0; 2 << 20]));
     assert!(matches!(e.reply, ErrorReply::Binary { status: status::E2BIG, .. }));
     assert_eq!((e.skip, e.close), (24 + 8 + 3 + (2 << 20), false), "a too-large value is swallowed");
-    let header_only = &binary_request(opcode::SET, 0, &[0; 8], b"foo", &vec![0; 2 << 20])[..24];
+    assert_eq!(e.unlink.map(|span| (span.start, span.len)), Some((32, 3)), "a refused SET unlinks its key");
+    let with_key = &binary_request(opcode::SET, 0, &[0; 8], b"foo", &vec![0; 2 << 20])[..24 + 8 + 3];
     assert!(
-        matches!(error(header_only).reply, ErrorReply::Binary { status: status::E2BIG, .. }),
-        "decided from the header alone"
+        matches!(error(with_key).reply, ErrorReply::Binary { status: status::E2BIG, .. }),
+        "decided once the key is in"
     );
+    let header_only = &with_key[..24];
+    assert!(matches!(decode(header_only), Decoded::Incomplete { needed: 35 }));
+    let e = error(&binary_request(opcode::ADD, 0, &[0; 8], b"foo", &vec![0; 2 << 20]));
+    assert_eq!(e.unlink, None, "ADD leaves the old item");
     assert!(matches!(
         decode(&binary_request(opcode::GET, 0, &[], b"foo", &[])[..23]),
         Decoded::Incomplete { needed: 24 }
