@@ -110,6 +110,43 @@ impl AnyPartition {
         }
     }
 
+    /// One bounded step of a walk over every live item (memcached's `lru_crawler metadump`):
+    /// visits the index buckets from `cursor` on, at most `buckets` of them, calling `f` with
+    /// each live item's key and details; returns where the next step starts (None: done).
+    pub fn dump_step(
+        &mut self,
+        cursor: usize,
+        buckets: usize,
+        f: &mut dyn FnMut(&[u8], &ItemDebug),
+    ) -> Option<usize> {
+        let total = match self {
+            AnyPartition::Cache(partition) => partition.dump_buckets(),
+            AnyPartition::Store(partition) => partition.dump_buckets(),
+        };
+        let end = cursor.saturating_add(buckets).min(total);
+        let mut keys = Vec::new();
+        let mut lengths = Vec::new();
+        let mut collect = |key: &[u8]| {
+            keys.extend_from_slice(key);
+            lengths.push(key.len());
+        };
+        for bucket in cursor..end {
+            match self {
+                AnyPartition::Cache(partition) => partition.bucket_keys(bucket, &mut collect),
+                AnyPartition::Store(partition) => partition.bucket_keys(bucket, &mut collect),
+            }
+        }
+        let mut at = 0;
+        for length in lengths {
+            let key = &keys[at..at + length];
+            at += length;
+            if let Ok(Some(debug)) = self.debug_item(key) {
+                f(key, &debug);
+            }
+        }
+        (end < total).then_some(end)
+    }
+
     forward! {
         fn set_clock(&mut self, now: u32) -> ();
         fn now(&self) -> u32;

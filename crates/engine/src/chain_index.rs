@@ -180,6 +180,20 @@ impl ChainIndex {
         }
     }
 
+    /// Calls `f` with every location stored in the chain of main bucket `home`.
+    pub fn chain_locations(&self, home: usize, f: &mut dyn FnMut(u64)) {
+        let mut bucket = home;
+        // A chain is at most every spare bucket long.
+        for _ in 0..=self.spares {
+            let words = self.words(bucket);
+            words[..CHAIN_ENTRIES].iter().filter(|&&w| w != 0).for_each(|w| f(w & LOCATION_MASK));
+            match words[LINK] {
+                0 => return,
+                link => bucket = link as usize - 1,
+            }
+        }
+    }
+
     /// Every stored location, for reports and tests (walks the whole index).
     pub fn locations(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.buckets).flat_map(move |home| {

@@ -401,5 +401,6 @@ pub(crate) fn debug_item<S: Storage>(s: &mut S, key: &[u8]) -> Option<ItemDebug>
         cas: S::cas(&found),
         fetched: header.state & item::FETCHED != 0,
         size: S::size(&found),
+        value_len: header.value_len,
     })
 }

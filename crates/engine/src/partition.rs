@@ -188,6 +188,8 @@ pub struct ItemDebug {
     pub fetched: bool,
     /// Bytes the item takes in the log (header, key and value).
     pub size: usize,
+    /// Bytes of the value.
+    pub value_len: usize,
 }
 
 /// Which memcached storage command a store performs.
@@ -493,6 +495,26 @@ impl Partition {
             index_bytes_per_item: self.index_bytes() as f64 / items as f64,
             total_bytes_per_item: (self.allocated_bytes() - payload) as f64 / items as f64,
         }
+    }
+
+    /// Calls `f` with the key of every item index bucket `bucket` points at (for dumps; the
+    /// items may still be expired: `debug_item` tells).
+    pub(crate) fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
+        let max_age = self.log.max_age();
+        for &entry in self.index.bucket(bucket).iter() {
+            let age = self.log.age_of(entry_offset(entry));
+            if entry == 0 || age > max_age {
+                continue;
+            }
+            let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
+            let (header, header_len) = ItemHeader::decode(bytes);
+            f(&bytes[header_len..header_len + header.key_len]);
+        }
+    }
+
+    /// Index buckets `bucket_keys` walks.
+    pub(crate) fn dump_buckets(&self) -> usize {
+        self.index.buckets()
     }
 
     // ----- lookups -----

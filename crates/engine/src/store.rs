@@ -228,6 +228,21 @@ impl StorePartition {
 
     /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
     /// those point at (as the cache-mode partition does).
+    /// Calls `f` with the key of every item in the chain of main bucket `bucket` (for dumps).
+    pub(crate) fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
+        let alloc = &self.alloc;
+        self.index.chain_locations(bucket, &mut |location| {
+            let bytes = alloc.bytes_from(location as usize);
+            let (header, header_len) = ItemHeader::decode(bytes);
+            f(&bytes[header_len..header_len + header.key_len]);
+        });
+    }
+
+    /// Main index buckets `bucket_keys` walks.
+    pub(crate) fn dump_buckets(&self) -> usize {
+        self.index.buckets()
+    }
+
     pub fn prefetch_hashes(&self, hashes: &[KeyHash]) {
         let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
         for hash in hashes {
