@@ -113,12 +113,7 @@ impl AnyPartition {
     /// One bounded step of a walk over every live item (memcached's `lru_crawler metadump`):
     /// visits the index buckets from `cursor` on, at most `buckets` of them, calling `f` with
     /// each live item's key and details; returns where the next step starts (None: done).
-    pub fn dump_step(
-        &mut self,
-        cursor: usize,
-        buckets: usize,
-        f: &mut dyn FnMut(&[u8], &ItemDebug),
-    ) -> Option<usize> {
+    pub fn dump_step(&mut self, cursor: usize, buckets: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> Option<usize> {
         let total = match self {
             AnyPartition::Cache(partition) => partition.dump_buckets(),
             AnyPartition::Store(partition) => partition.dump_buckets(),

@@ -37,12 +37,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits {
-            max_key_bytes: 250,
-            max_value_bytes: 1024 * 1024,
-            max_line_bytes: 2048,
-            max_meta_flags: 17,
-        }
+        Limits { max_key_bytes: 250, max_value_bytes: 1024 * 1024, max_line_bytes: 2048, max_meta_flags: 17 }
     }
 }
 

@@ -90,6 +90,9 @@ pub enum LongGet<'a> {
     /// A key is longer than the limit: answer `CLIENT_ERROR bad command line format` and skip
     /// the rest of the line.
     BadKey,
+    /// A long get line from which no key can be taken yet (its first key is not followed by
+    /// another within the window).
+    Wait,
 }
 
 /// Takes the keys of a `get`/`gets` line that lie in its first `chunk_bytes`, when the line
@@ -142,7 +145,7 @@ pub fn long_get<'a>(input: &'a [u8], limits: &Limits, chunk_bytes: usize) -> Lon
         at = next;
     }
     if consumed < verb.len() + spaces + 1 {
-        return LongGet::No;
+        return LongGet::Wait;
     }
     let keys = Keys::from_line(&input[keys_start..consumed]);
     debug_assert_eq!(keys.len(), taken);

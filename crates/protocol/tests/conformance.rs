@@ -62,7 +62,10 @@ fn retrieval_commands() {
 
 #[test]
 fn retrieval_errors() {
-    assert_eq!(error(b"get\r\n"), ProtocolError { reply: ErrorReply::Error, skip: 5, close: false, noreply: false, unlink: None });
+    assert_eq!(
+        error(b"get\r\n"),
+        ProtocolError { reply: ErrorReply::Error, skip: 5, close: false, noreply: false, unlink: None }
+    );
     let long = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
     assert_eq!(error(&long).reply, BAD_FORMAT);
     assert_eq!(error(&long).skip, long.len());
@@ -133,6 +136,10 @@ fn long_get_lines_are_taken_in_chunks() {
     let bad = format!("get a {} b{}\r\n", "x".repeat(251), " c".repeat(100));
     assert_eq!(long_get(bad.as_bytes(), &limits, 300), LongGet::BadKey);
     assert_eq!(long_get(format!("gat 0 {}", "k ".repeat(2000)).as_bytes(), &limits, 100), LongGet::No);
+    let set = [b"set k 0 0 100000\r\n".to_vec(), vec![b'a'; 100_000]].concat();
+    assert_eq!(long_get(&set, &limits, 1000), LongGet::No, "only get lines");
+    let spaced = format!("get k{}", " ".repeat(5000));
+    assert_eq!(long_get(spaced.as_bytes(), &limits, 1000), LongGet::Wait, "no key can be taken yet");
 }
 
 #[test]

@@ -57,6 +57,21 @@ pub struct Config {
     /// Accepted for memcached.conf compatibility; tierkv stays in the foreground.
     #[arg(short = 'd', long = "daemon")]
     pub daemon: bool,
+    /// memcached's -A: allow the `shutdown` command.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
+    /// memcached's -X: refuse `stats cachedump` and `lru_crawler metadump`.
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// memcached's -W: refuse `watch`.
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// memcached's -F: refuse `flush_all`.
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// memcached's -D: the character that ends a key's prefix for `stats detail` [default: :].
+    #[arg(short = 'D', long = "prefix-delimiter")]
+    pub prefix_delimiter: Option<String>,
     /// Read settings from a TOML file whose keys are the long flag names.
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
@@ -80,6 +95,11 @@ struct FileConfig {
     pidfile: Option<PathBuf>,
     user: Option<String>,
     daemon: Option<bool>,
+    enable_shutdown: Option<bool>,
+    disable_dumping: Option<bool>,
+    disable_watch: Option<bool>,
+    disable_flush_all: Option<bool>,
+    prefix_delimiter: Option<String>,
 }
 
 /// `max-item-size = 1048576` or `max-item-size = "1m"`.
@@ -110,6 +130,29 @@ pub struct Settings {
     pub pidfile: Option<PathBuf>,
     /// Flags accepted but without effect, with why; logged at start-up.
     pub notes: Vec<String>,
+    /// Which administrative commands are allowed (memcached's -A, -X, -W, -F, -D).
+    pub admin: AdminSettings,
+}
+
+/// memcached's switches for its administrative commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminSettings {
+    /// `shutdown` is allowed (-A).
+    pub shutdown: bool,
+    /// `stats cachedump` and `lru_crawler metadump` are allowed (not -X).
+    pub dump: bool,
+    /// `watch` is allowed (not -W).
+    pub watch: bool,
+    /// `flush_all` is allowed (not -F).
+    pub flush: bool,
+    /// What ends a key's prefix for `stats detail` (-D).
+    pub prefix_delimiter: u8,
+}
+
+impl Default for AdminSettings {
+    fn default() -> AdminSettings {
+        AdminSettings { shutdown: false, dump: true, watch: true, flush: true, prefix_delimiter: b':' }
+    }
 }
 
 /// The most workers (and partitions) a server runs.
@@ -171,6 +214,11 @@ impl Config {
             pidfile: self.pidfile.or(file.pidfile),
             user: self.user.or(file.user),
             daemon: self.daemon || file.daemon.unwrap_or(false),
+            enable_shutdown: self.enable_shutdown || file.enable_shutdown.unwrap_or(false),
+            disable_dumping: self.disable_dumping || file.disable_dumping.unwrap_or(false),
+            disable_watch: self.disable_watch || file.disable_watch.unwrap_or(false),
+            disable_flush_all: self.disable_flush_all || file.disable_flush_all.unwrap_or(false),
+            prefix_delimiter: self.prefix_delimiter.or(file.prefix_delimiter),
             config: self.config,
         })
     }
@@ -225,6 +273,18 @@ impl Config {
             }
             (Some(other), _) => return Err(format!("--mode {other:?} must be cache or store")),
         };
+        let prefix_delimiter = match config.prefix_delimiter.as_deref().map(str::as_bytes) {
+            None => b':',
+            Some(&[byte]) if byte.is_ascii_graphic() => byte,
+            Some(_) => return Err("-D/--prefix-delimiter must be one printable character".to_string()),
+        };
+        let admin = AdminSettings {
+            shutdown: config.enable_shutdown,
+            dump: !config.disable_dumping,
+            watch: !config.disable_watch,
+            flush: !config.disable_flush_all,
+            prefix_delimiter,
+        };
         let mut notes = Vec::new();
         if let Some(user) = &config.user {
             notes.push(format!("-u/--user {user}: ignored; tierkv runs as the user that starts it"));
@@ -244,6 +304,7 @@ impl Config {
             verbose: config.verbose,
             pidfile: config.pidfile,
             notes,
+            admin,
         })
     }
 }
@@ -303,6 +364,13 @@ mod tests {
         named(&["--config", "/nonexistent/tierkv.toml"], "--config");
         named(&["--mode", "lru"], "--mode");
         named(&["--mode", "cache", "-M"], "-M/--disable-evictions");
+        named(&["-D", "ab"], "-D/--prefix-delimiter");
+        let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
+        assert_eq!(
+            admin,
+            AdminSettings { shutdown: true, dump: false, watch: false, flush: false, prefix_delimiter: b'/' }
+        );
+        assert_eq!(parse(&[]).unwrap().settings().unwrap().admin, AdminSettings::default());
         assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().unwrap().udp_port.is_none());
         assert_eq!(parse(&["-U", "11311"]).unwrap().settings().unwrap().udp_port, Some(11311));
         let mode = |args: &[&str]| parse(args).unwrap().settings().unwrap().mode;

@@ -23,6 +23,9 @@ pub enum After {
     /// The request is only partly answered (a multi-get filled the output); execute it again
     /// later with the same `resume` count.
     Pause,
+    /// The connection now streams a dump of the items (it takes no other request until the
+    /// dump's END).
+    Dump(crate::admin::DumpKind),
 }
 
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
@@ -194,6 +197,10 @@ fn execute_text(
                 Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
                 Ok(engine::StoreOutcome::NotFound) => reply::status(out, Status::NotFound),
                 Err(engine::EngineError::ItemTooLarge { .. }) => {
+                    // memcached unlinks the old item when a plain set is refused as too large.
+                    if mode == StoreMode::Set {
+                        let _ = partition.delete(key.raw, 0);
+                    }
                     reply::error(out, &ErrorReply::Server("object too large for cache"))
                 }
                 Err(engine::EngineError::OutOfMemory) => reply::error(out, &ErrorReply::Server(OUT_OF_MEMORY)),
@@ -221,6 +228,10 @@ fn execute_text(
             true => reply::status(out, Status::Touched),
             false => reply::status(out, Status::NotFound),
         },
+        Command::FlushAll { .. } if !state.settings.admin.flush => {
+            state.counters.cmd_flush += 1;
+            reply::error(out, &ErrorReply::Client("flush_all not allowed"));
+        }
         Command::FlushAll { delay } => {
             counted_flush_all(partition, delay, &mut state.counters);
             reply::status(out, Status::Ok);
@@ -231,6 +242,9 @@ fn execute_text(
             reply::status(out, Status::Ok);
         }
         Command::Quit => return After::Close,
+        Command::Stats { args } if args.starts_with(b"cachedump") => {
+            return crate::admin::stats_cachedump(args, state, out)
+        }
         Command::Stats { args } => match Group::parse(args) {
             Some(group) => {
                 if group == Group::Reset {
@@ -241,6 +255,7 @@ fn execute_text(
             }
             None => reply::error(out, &ErrorReply::Error),
         },
+        Command::Admin { line } => return crate::admin::execute(line, state, out),
         Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => reply::error(out, &ErrorReply::Error),
     }
     After::Continue

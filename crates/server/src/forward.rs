@@ -43,6 +43,12 @@ pub enum Kind {
     Snapshot,
     /// `stats reset` on this worker too.
     Reset,
+    /// The request bytes are a key whose item must go (a set refused as too large); nothing
+    /// is counted and the reply is empty.
+    Unlink,
+    /// One step of a dump of this worker's items (`dump::encode_request`); the reply is the
+    /// lines and where the walk goes on (`dump::decode_reply`).
+    Dump,
 }
 
 /// One forwarded request and, once executed, where its reply ends.

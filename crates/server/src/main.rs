@@ -5,9 +5,11 @@
 //! engine's storage layout (that is `tierkv-engine`). One worker thread per partition, no locks
 //! on the data path: workers share nothing but bounded forwarding queues.
 
+mod admin;
 #[cfg(test)]
 mod alloc_tests;
 mod config;
+mod dump;
 mod execute;
 mod forward;
 mod signals;

@@ -271,10 +271,8 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
         Group::General => general(state, total, partition, &mut put),
         Group::Settings => settings(state, partition, &mut put),
         Group::Sizes => put("sizes_status", &"disabled"),
-        Group::Slabs => {
-            put("active_slabs", &0);
-            put("total_malloced", &total.allocated_bytes);
-        }
+        Group::Slabs => slabs(state, total, partition, &mut put),
+        Group::Items => items(total, &mut put),
         Group::Tierkv => {
             put("partitions", &state.settings.threads);
             put("hash", &PARTITION_HASH);
@@ -286,8 +284,79 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("spare_buckets", &total.spare_buckets);
             put("spare_buckets_free", &total.spare_buckets_free);
         }
-        Group::Items | Group::Reset => {}
+        Group::Reset => {}
     }
+}
+
+/// `stats items`: tierkv has no slab classes, so the whole log (or store arena) is class 1,
+/// listed once it holds items, as memcached lists a class. LRU segment figures are 0 (one
+/// FIFO log); every hit is a hit to "cold".
+fn items(total: &Snapshot, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    if total.curr_items == 0 {
+        return;
+    }
+    let c = &total.counters;
+    let figures: [(&str, u64); 28] = [
+        ("number", total.curr_items),
+        ("number_hot", 0),
+        ("number_warm", 0),
+        ("number_cold", total.curr_items),
+        ("age_hot", 0),
+        ("age_warm", 0),
+        ("age", 0),
+        ("mem_requested", total.bytes),
+        ("evicted", total.evictions),
+        ("evicted_nonzero", 0),
+        ("evicted_time", 0),
+        ("outofmemory", c.store_no_memory),
+        ("tailrepairs", 0),
+        ("reclaimed", 0),
+        ("expired_unfetched", 0),
+        ("evicted_unfetched", 0),
+        ("evicted_active", 0),
+        ("crawler_reclaimed", 0),
+        ("crawler_items_checked", 0),
+        ("lrutail_reflocked", 0),
+        ("moves_to_cold", 0),
+        ("moves_to_warm", 0),
+        ("moves_within_lru", 0),
+        ("direct_reclaims", 0),
+        ("hits_to_hot", 0),
+        ("hits_to_warm", 0),
+        ("hits_to_cold", c.get_hits),
+        ("hits_to_temp", 0),
+    ];
+    for (name, value) in figures {
+        put(&format!("items:1:{name}"), &value);
+    }
+}
+
+/// `stats slabs`: class 1 is the whole log, one "page" of chunks of up to `-I` bytes, one
+/// chunk per item (so `memcached-tool display` shows a row with the item count).
+fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let c = &total.counters;
+    let figures: [(&str, u64); 15] = [
+        ("chunk_size", partition.max_item_bytes() as u64),
+        ("chunks_per_page", total.curr_items.max(1)),
+        ("total_pages", 1),
+        ("total_chunks", total.curr_items.max(1)),
+        ("used_chunks", total.curr_items),
+        ("free_chunks", u64::from(total.curr_items == 0)),
+        ("free_chunks_end", 0),
+        ("get_hits", c.get_hits),
+        ("cmd_set", c.cmd_set),
+        ("delete_hits", c.delete_hits),
+        ("incr_hits", c.incr_hits),
+        ("decr_hits", c.decr_hits),
+        ("cas_hits", c.cas_hits),
+        ("cas_badval", c.cas_badval),
+        ("touch_hits", c.touch_hits),
+    ];
+    for (name, value) in figures {
+        put(&format!("1:{name}"), &value);
+    }
+    put("active_slabs", &1);
+    put("total_malloced", &state.settings.memory_bytes);
 }
 
 fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {

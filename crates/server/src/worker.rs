@@ -91,6 +91,10 @@ struct Connection {
     after_swallow: Option<ErrorReply>,
     /// Keys of the first pending multi-get already answered (it paused for the output limit).
     resume: usize,
+    /// Discard input through the next newline (the rest of a get line refused midway).
+    skip_line: bool,
+    /// A dump of the items in progress (the connection takes no requests meanwhile).
+    dump: Option<Box<crate::dump::Dump>>,
     /// The peer closed its side (or the socket failed): read to the end of stream.
     hangup: bool,
     closing: bool,
@@ -128,6 +132,8 @@ impl Connection {
             swallow: 0,
             after_swallow: None,
             resume: 0,
+            skip_line: false,
+            dump: None,
             hangup: false,
             closing: false,
         }
@@ -503,7 +509,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
 /// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
 /// `MAX_REMOTE_READS_PER_CONNECTION` forwarded reads.
 fn input_limit(limits: &Limits) -> usize {
-    (limits.max_value_bytes + limits.max_line_bytes + 2).max(limits.max_retrieval_line_bytes()) + READ_CHUNK_BYTES
+    limits.max_value_bytes + limits.max_line_bytes + 2 + READ_CHUNK_BYTES
 }
 
 /// What one turn of a connection left behind.
@@ -603,7 +609,20 @@ impl Worker {
                     part.bytes.extend_from_slice(bytes);
                     connection.remote_reads -= 1;
                 }
-                Kind::Flush { .. } | Kind::Reset => {}
+                Kind::Flush { .. } | Kind::Reset | Kind::Unlink => {}
+                Kind::Dump => {
+                    if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
+                        part.bytes.extend_from_slice(lines);
+                        if let Some(dump) = connection.dump.as_mut() {
+                            if dump.advance(next, items, lines.len(), self.core.workers) {
+                                reply::status(&mut part.bytes, reply::Status::End);
+                                connection.dump = None;
+                            }
+                        }
+                    }
+                    connection.blocked = true;
+                    self.blocked.push(entry.slot);
+                }
                 Kind::Snapshot => {
                     let done = part.waiting == 0;
                     if let Some(gather) = connection.gather.as_mut().filter(|g| g.seq == entry.seq) {
@@ -721,7 +740,8 @@ impl Worker {
                             }
                             break;
                         }
-                        Step::Done(After::Close) => break,
+                        // A dump streams over TCP only; over UDP it gets no reply.
+                        Step::Done(After::Close | After::Dump(_)) => break,
                         // No room to forward now: the rest is dropped, as a full receive
                         // buffer would drop it.
                         Step::Blocked => {
@@ -858,6 +878,10 @@ impl Core {
                     Kind::Flush { delay } => self.partition.flush_all(delay),
                     Kind::Snapshot => self.state.snapshot(&self.partition).write_to(replies),
                     Kind::Reset => self.state.reset(&self.partition),
+                    Kind::Unlink => {
+                        let _ = self.partition.delete(request, 0);
+                    }
+                    Kind::Dump => crate::dump::execute_request(&mut self.partition, request, replies),
                 }
                 entry.reply_end = replies.len();
             }
@@ -892,7 +916,9 @@ impl Core {
             | Command::Arith { key, .. }
             | Command::Touch { key, .. }
             | Command::MetaDebug { key } => hashed(key),
-            Command::FlushAll { delay } if self.workers > 1 => return (Route::Flush(delay), None),
+            Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {
+                return (Route::Flush(delay), None)
+            }
             Command::Stats { args } if self.workers > 1 => {
                 let route = match Group::parse(args) {
                     Some(Group::Reset) => Route::Reset,
@@ -948,6 +974,11 @@ fn serve_connection(
     if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
         return Turn::Wait;
     }
+    if connection.dump.is_some() {
+        if let Some(turn) = run_dump(connection, slot, core) {
+            return turn;
+        }
+    }
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
     let stopped_early = process(connection, slot, core);
     connection.drain_parts(&mut core.pool);
@@ -970,6 +1001,54 @@ fn serve_connection(
     } else {
         Turn::Wait
     }
+}
+
+/// Takes the steps of a connection's dump that its output has room for; Some(turn) while the
+/// dump goes on (the connection takes no requests until its END).
+fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option<Turn> {
+    use crate::dump::{encode_request, step, DUMP_OUTPUT_BYTES};
+    while let Some(dump) = connection.dump.as_deref().copied() {
+        if dump.waiting {
+            return Some(Turn::Wait);
+        }
+        if connection.pending_bytes() >= DUMP_OUTPUT_BYTES {
+            return Some(if flush(connection, &mut core.state) { Turn::Wait } else { Turn::Close });
+        }
+        if dump.worker == core.id {
+            let out = connection.local_out(&mut core.pool);
+            let start = out.len();
+            let (next, items) = step(&mut core.partition, dump.kind, dump.cursor, dump.item_budget(), dump.bytes, out);
+            let bytes = out.len() - start;
+            let state = connection.dump.as_mut().expect("a dump is on");
+            if state.advance(next, items, bytes, core.workers) {
+                connection.dump = None;
+                reply::status(connection.local_out(&mut core.pool), reply::Status::End);
+            }
+            continue;
+        }
+        if connection.parts.len() >= MAX_PARTS {
+            connection.blocked = true;
+            return Some(Turn::Wait);
+        }
+        let seq = connection.next_seq();
+        let entry = Entry {
+            slot,
+            generation: connection.generation,
+            seq,
+            kind: Kind::Dump,
+            hash: 0,
+            request_end: 0,
+            reply_end: 0,
+        };
+        if !core.links.forward(dump.worker, entry, &[&encode_request(&dump)]) {
+            connection.blocked = true;
+            return Some(Turn::Wait);
+        }
+        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
+        connection.dump.as_mut().expect("a dump is on").waiting = true;
+    }
+    // Done: the dump's END is queued; requests that followed it go on.
+    None
 }
 
 /// Buffers above this size are given back once empty, so idle connections stay small.
@@ -1029,35 +1108,36 @@ enum Step {
     Blocked,
 }
 
+/// A `get`/`gets` line longer than this is answered in pieces of about this size as it
+/// arrives (`text::long_get`), so a line of any length costs a bounded buffer.
+const LONG_GET_CHUNK_BYTES: usize = 16 << 10;
+/// An unterminated get line of this much input from which no key can be taken (it is nearly
+/// all spaces) is refused: nothing else could bound its buffer.
+const MAX_UNTAKEN_GET_BYTES: usize = 256 << 10;
+
+/// How processing goes on after one step.
+enum Flow {
+    /// Decode the next request.
+    Next,
+    /// Stop for this turn (the state says why: output limit, blocked, closing).
+    Stop,
+}
+
 /// Decodes and executes (or forwards) every complete request in the input while the limits
 /// allow; true if it stopped for the output limit with requests left.
 fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
-    let input = std::mem::take(&mut connection.input);
+    let mut input = std::mem::take(&mut connection.input);
     let mut at = 0;
     let mut stopped_early = false;
     loop {
-        if connection.swallow > 0 {
-            let discard = connection.swallow.min(input.len() - at);
-            at += discard;
-            connection.swallow -= discard;
-            if connection.swallow > 0 {
-                break;
-            }
-            if let Some(error) = connection.after_swallow.take() {
-                reply::error(connection.local_out(&mut core.pool), &error);
-            }
+        if discard(connection, &input, &mut at, &mut core.pool) {
+            break;
         }
         if at == input.len() {
             break;
         }
         if connection.over_output_limit() {
-            // Behind a forwarded reply, the wait ends when it arrives; otherwise when the
-            // socket takes the output.
-            if connection.parts.is_empty() {
-                stopped_early = true;
-            } else {
-                connection.blocked = true;
-            }
+            stopped_early = stop_for_output(connection);
             break;
         }
         // Decode a run of complete requests, load the buckets and items of the keys this
@@ -1069,6 +1149,21 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         let mut next = None;
         while batch_len < BATCH && decoded_end < input.len() {
             match decode_request(&input[decoded_end..], &core.limits) {
+                // A long get line is taken in pieces, at the head of a batch of its own.
+                Decoded::Request { request, consumed } if consumed > LONG_GET_CHUNK_BYTES && is_text_get(&request) => {
+                    next = Some(Decoded::Incomplete { needed: 0 });
+                    if batch_len > 0 {
+                        break;
+                    }
+                    if long_get(connection, slot, core, &input[at..]).is_some() {
+                        break;
+                    }
+                    next = None;
+                    let (route, hash) = core.route(&request);
+                    batch[batch_len] = Some((request, consumed, route, hash));
+                    batch_len += 1;
+                    decoded_end += consumed;
+                }
                 Decoded::Request { request, consumed } => {
                     let (route, hash) = core.route(&request);
                     batch[batch_len] = Some((request, consumed, route, hash));
@@ -1094,13 +1189,7 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         }
         for (request, consumed, route, hash) in batch[..batch_len].iter().flatten() {
             if connection.over_output_limit() {
-                // Behind a forwarded reply, the wait ends when it arrives; otherwise when the
-                // socket takes the output.
-                if connection.parts.is_empty() {
-                    stopped_early = true;
-                } else {
-                    connection.blocked = true;
-                }
+                stopped_early = stop_for_output(connection);
                 break;
             }
             let raw = &input[at..at + consumed];
@@ -1116,48 +1205,216 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
                     connection.closing = true;
                     break;
                 }
+                Step::Done(After::Dump(kind)) => {
+                    at += consumed;
+                    connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
+                    break;
+                }
                 Step::Blocked => {
                     connection.blocked = true;
                     break;
                 }
             }
         }
-        if stopped_early || connection.closing || connection.blocked {
+        if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
             break;
         }
-        let Some(decoded) = next else { continue };
-        match decoded {
-            Decoded::Request { .. } => unreachable!("requests are batched above"),
-            Decoded::Incomplete { .. } => break,
-            Decoded::Error(error) => {
-                if error.reply == ErrorReply::Server(TOO_LARGE)
-                    || matches!(error.reply, ErrorReply::Binary { status, .. } if status == binary::status::E2BIG)
-                {
-                    core.state.counters.store_too_large += 1;
-                }
-                // memcached answers a request it swallows once the swallow is over.
-                let reply = (!error.noreply).then_some(error.reply);
-                let available = input.len() - at;
-                if error.skip > available {
-                    at = input.len();
-                    connection.swallow = error.skip - available;
-                    connection.after_swallow = reply;
-                } else {
-                    at += error.skip;
-                    if let Some(reply) = reply {
-                        reply::error(connection.local_out(&mut core.pool), &reply);
-                    }
-                }
-                if error.close {
-                    connection.closing = true;
-                    break;
-                }
-            }
+        let flow = match next {
+            None => Flow::Next,
+            Some(Decoded::Request { .. }) => unreachable!("requests are batched above"),
+            Some(Decoded::Incomplete { .. }) => match long_get(connection, slot, core, &input[at..]) {
+                Some(step) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
+                None => Flow::Stop,
+            },
+            Some(Decoded::Error(error)) => refuse(connection, slot, core, &error, &input, &mut at),
+        };
+        if let Flow::Stop = flow {
+            break;
         }
     }
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// Whether a request is a text `get`/`gets`/`gat`/`gats`.
+fn is_text_get(request: &Request<'_>) -> bool {
+    matches!((request.command, request.style), (Command::Get { .. }, ReplyStyle::Text { .. }))
+}
+
+/// Stops for the output limit: behind a forwarded reply the wait ends when it arrives
+/// (blocked); otherwise when the socket takes the output (true: stopped early).
+fn stop_for_output(connection: &mut Connection) -> bool {
+    if connection.parts.is_empty() {
+        true
+    } else {
+        connection.blocked = true;
+        false
+    }
+}
+
+/// Discards what an earlier refusal left to skip (memcached's swallow of a refused value, or
+/// the rest of a refused get line); true if everything read so far was discarded.
+fn discard(connection: &mut Connection, input: &[u8], at: &mut usize, pool: &mut Vec<Vec<u8>>) -> bool {
+    if connection.swallow > 0 {
+        let skip = connection.swallow.min(input.len() - *at);
+        *at += skip;
+        connection.swallow -= skip;
+        if connection.swallow > 0 {
+            return true;
+        }
+        if let Some(error) = connection.after_swallow.take() {
+            reply::error(connection.local_out(pool), &error);
+        }
+    }
+    if connection.skip_line {
+        match memchr::memchr(b'\n', &input[*at..]) {
+            Some(newline) => {
+                *at += newline + 1;
+                connection.skip_line = false;
+            }
+            None => {
+                *at = input.len();
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// What taking a piece of a long get line did.
+enum LongStep {
+    /// Its keys are answered (or on their way); the rest of the line starts with a key,
+    /// `consumed` bytes in, and gets `verb` put before it.
+    Taken { consumed: usize, verb: &'static [u8] },
+    /// The line was refused (a key too long); its rest is being skipped.
+    Refused,
+    /// Stopped (output limit, forwarding room) before its keys were all answered.
+    Stopped(Step),
+}
+
+/// Answers the keys at the front of a get line too long to take whole; None if `input` does
+/// not start with one (then the line is decoded as usual, or waited for).
+fn long_get(connection: &mut Connection, slot: usize, core: &mut Core, input: &[u8]) -> Option<LongStep> {
+    if input.len() <= LONG_GET_CHUNK_BYTES {
+        return None;
+    }
+    let refused = |connection: &mut Connection, core: &mut Core| {
+        reply::error(connection.local_out(&mut core.pool), &ErrorReply::Client("bad command line format"));
+        connection.skip_line = true;
+        connection.resume = 0;
+        Some(LongStep::Refused)
+    };
+    match tierkv_protocol::text::long_get(input, &core.limits, LONG_GET_CHUNK_BYTES) {
+        tierkv_protocol::text::LongGet::Keys { request, consumed, verb } => {
+            match split_get(connection, slot, core, &request, false) {
+                Step::Done(After::Continue) => Some(LongStep::Taken { consumed, verb }),
+                step => Some(LongStep::Stopped(step)),
+            }
+        }
+        tierkv_protocol::text::LongGet::BadKey => refused(connection, core),
+        tierkv_protocol::text::LongGet::Wait if input.len() > MAX_UNTAKEN_GET_BYTES => refused(connection, core),
+        tierkv_protocol::text::LongGet::Wait | tierkv_protocol::text::LongGet::No => None,
+    }
+}
+
+/// Moves past a piece of a long get line: the rest of the line becomes a get line of its own.
+fn finish_long_get(
+    connection: &mut Connection,
+    step: LongStep,
+    input: &mut [u8],
+    at: &mut usize,
+    stopped_early: &mut bool,
+) -> Flow {
+    match step {
+        LongStep::Taken { consumed, verb } => {
+            let start = *at + consumed - verb.len();
+            input[start..start + verb.len()].copy_from_slice(verb);
+            *at = start;
+            Flow::Next
+        }
+        LongStep::Refused => Flow::Next,
+        LongStep::Stopped(Step::Blocked) => {
+            connection.blocked = true;
+            Flow::Stop
+        }
+        LongStep::Stopped(_) => {
+            *stopped_early = true;
+            Flow::Stop
+        }
+    }
+}
+
+/// Answers a request the decoder refused, skipping it (or arranging to swallow the rest of
+/// it); a set refused as too large first removes the key's old item, as memcached does.
+fn refuse(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    error: &tierkv_protocol::ProtocolError,
+    input: &[u8],
+    at: &mut usize,
+) -> Flow {
+    if let Some(span) = error.unlink {
+        if !unlink(connection, slot, core, span.key(&input[*at..])) {
+            connection.blocked = true;
+            return Flow::Stop;
+        }
+    }
+    if error.reply == ErrorReply::Server(TOO_LARGE)
+        || matches!(error.reply, ErrorReply::Binary { status, .. } if status == binary::status::E2BIG)
+    {
+        core.state.counters.store_too_large += 1;
+    }
+    // memcached answers a request it swallows once the swallow is over.
+    let reply = (!error.noreply).then_some(error.reply);
+    let available = input.len() - *at;
+    if error.skip > available {
+        *at = input.len();
+        connection.swallow = error.skip - available;
+        connection.after_swallow = reply;
+    } else {
+        *at += error.skip;
+        if let Some(reply) = reply {
+            reply::error(connection.local_out(&mut core.pool), &reply);
+        }
+    }
+    if error.close {
+        connection.closing = true;
+        return Flow::Stop;
+    }
+    Flow::Next
+}
+
+/// Removes `key`'s item wherever it lives, counting nothing (memcached's unlink after a set
+/// refused as too large); false if there was no room to forward it yet.
+fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, key: Key<'_>) -> bool {
+    let mut buffer = [0u8; 256];
+    let Some(key) = key.decode_into(&mut buffer) else { return true };
+    let hash = KeyHash::of(key);
+    let owner = hash.partition(core.workers as u32) as usize;
+    if owner == core.id {
+        let _ = core.partition.delete(key, 0);
+        return true;
+    }
+    if connection.parts.len() >= MAX_PARTS {
+        return false;
+    }
+    let seq = connection.next_seq();
+    let entry = Entry {
+        slot,
+        generation: connection.generation,
+        seq,
+        kind: Kind::Unlink,
+        hash: hash.0,
+        request_end: 0,
+        reply_end: 0,
+    };
+    if !core.links.forward(owner, entry, &[key]) {
+        return false;
+    }
+    connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
+    true
 }
 
 /// Executes one request here or hands it to the workers that must see it.
@@ -1203,7 +1460,7 @@ fn dispatch(
             core.state.counters.forwarded_requests += 1;
             Step::Done(After::Continue)
         }
-        Route::Split => split_get(connection, slot, core, request),
+        Route::Split => split_get(connection, slot, core, request, true),
         Route::Flush(_) | Route::Reset | Route::Gather(_) => {
             if !core.links.can_forward_to_all() || (connection.gather.is_some() && matches!(route, Route::Gather(_))) {
                 return Step::Blocked;
@@ -1242,8 +1499,9 @@ fn dispatch(
 }
 
 /// A multi-key text get whose keys several workers own: each key is read where it lives, as
-/// its own part of the reply order, and one END follows them all.
-fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request: &Request<'_>) -> Step {
+/// its own part of the reply order, and one END follows them all (with `end`; without, more
+/// keys of the same line follow).
+fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request: &Request<'_>, end: bool) -> Step {
     let Command::Get { keys, return_cas, touch, .. } = request.command else {
         unreachable!("only text gets are split")
     };
@@ -1298,7 +1556,9 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
         }
     }
     connection.resume = 0;
-    reply::status(connection.local_out(&mut core.pool), reply::Status::End);
+    if end {
+        reply::status(connection.local_out(&mut core.pool), reply::Status::End);
+    }
     Step::Done(After::Continue)
 }
 

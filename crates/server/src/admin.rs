@@ -1,0 +1,290 @@
+//! memcached's administrative commands (`shutdown`, `slabs`, `cache_memlimit`, `lru_crawler`,
+//! `lru`, `watch`) with memcached 1.6.18's replies, mapped onto tierkv's engine: it has no slab
+//! classes (the whole log is class 1 wherever a class appears), no LRU segments and no crawler
+//! thread, so tuning commands without a meaning here are accepted with memcached's reply and
+//! change nothing (the README lists them).
+//!
+//! It must not touch the data path: these are parsed only when a line names one of them.
+
+use crate::execute::After;
+use crate::stats::State;
+use tierkv_protocol::reply::{self, Status};
+use tierkv_protocol::ErrorReply;
+
+/// The most slab class ids memcached knows (`MAX_NUMBER_OF_SLAB_CLASSES`).
+pub const SLAB_CLASSES: u32 = 64;
+
+/// The one class tierkv reports: the whole log (or store arena).
+pub const CLASS: u32 = 1;
+
+/// Which items a dump lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DumpKind {
+    /// `lru_crawler metadump`: every live item, one `key=...` line each, then END.
+    Metadump,
+    /// `stats cachedump 1 N`: `ITEM key [bytes b; exp s]` lines, at most `limit` (0: all)
+    /// and at most memcached's 2 MB of lines, then END.
+    Cachedump { limit: u64 },
+}
+
+/// Executes an administrative command line and appends memcached's reply.
+pub fn execute(line: &[u8], state: &mut State, out: &mut Vec<u8>) -> After {
+    let mut tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|token| !token.is_empty()).collect();
+    // memcached's tokenizer stops at 24 tokens; nothing here needs more.
+    tokens.truncate(24);
+    let noreply = tokens.len() > 1 && tokens.last() == Some(&&b"noreply"[..]);
+    let start = out.len();
+    let after = match tokens[0] {
+        b"shutdown" => shutdown(&tokens, state, out),
+        b"slabs" => {
+            slabs(&tokens, out);
+            After::Continue
+        }
+        b"cache_memlimit" => {
+            cache_memlimit(&tokens, state, out);
+            After::Continue
+        }
+        b"lru_crawler" => lru_crawler(&tokens, state, out),
+        b"lru" => {
+            lru(&tokens, out);
+            After::Continue
+        }
+        b"watch" => watch(&tokens, state, out),
+        _ => {
+            reply::error(out, &ErrorReply::Error);
+            After::Continue
+        }
+    };
+    // memcached's set_noreply_maybe: these commands honour a trailing noreply.
+    let honours_noreply = matches!(tokens[0], b"cache_memlimit" | b"lru" | b"watch")
+        || (tokens[0] == b"slabs" && tokens.get(1) == Some(&&b"automove"[..]));
+    if noreply && honours_noreply {
+        out.truncate(start);
+    }
+    after
+}
+
+fn line(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn number<T: std::str::FromStr>(token: &[u8]) -> Option<T> {
+    std::str::from_utf8(token).ok()?.parse().ok()
+}
+
+/// memcached's safe_strtoul: digits (no sign), fitting 32 bits.
+fn unsigned(token: &[u8]) -> Option<u32> {
+    if token.first() == Some(&b'-') {
+        return None;
+    }
+    number(token)
+}
+
+fn shutdown(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
+    if !state.settings.admin.shutdown {
+        line(out, "ERROR: shutdown not enabled");
+        return After::Continue;
+    }
+    match tokens {
+        [_] | [_, b"graceful"] => {
+            // memcached raises SIGINT (or SIGUSR1 for graceful) and closes without a reply;
+            // tierkv's workers finish their turn and stop the same way as on SIGTERM.
+            crate::signals::STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+            After::Close
+        }
+        _ => {
+            line(out, "CLIENT_ERROR invalid shutdown mode");
+            After::Continue
+        }
+    }
+}
+
+fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
+    match tokens {
+        [_, b"reassign", source, destination] => {
+            let (Some(source), Some(destination)) = (number::<i32>(source), number::<i32>(destination)) else {
+                return line(out, "CLIENT_ERROR bad command line format");
+            };
+            // No class has pages to give: tierkv's log is not cut into slab pages.
+            if source == destination {
+                line(out, "SAME src and dst class are identical");
+            } else if (0..SLAB_CLASSES as i32).contains(&source) && (0..SLAB_CLASSES as i32).contains(&destination) {
+                line(out, "NOSPARE source class has no spare pages");
+            } else {
+                line(out, "BADCLASS invalid src or dst class id");
+            }
+        }
+        [_, b"automove", b"ratio", ratio, ..] if number::<f64>(ratio).is_some() => line(out, "OK"),
+        [_, b"automove", b"ratio", ..] => reply::error(out, &ErrorReply::Error),
+        [_, b"automove", level, ..] => match unsigned(level) {
+            None => line(out, "CLIENT_ERROR bad command line format"),
+            Some(0..=2) => line(out, "OK"),
+            Some(_) => reply::error(out, &ErrorReply::Error),
+        },
+        _ => reply::error(out, &ErrorReply::Error),
+    }
+}
+
+/// memcached's `cache_memlimit MB`. tierkv allocates each partition's memory once at start,
+/// so a change of the limit is refused with memcached's failure reply; the current limit is
+/// acknowledged.
+fn cache_memlimit(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) {
+    if !(2..=3).contains(&tokens.len()) {
+        return reply::error(out, &ErrorReply::Error);
+    }
+    match unsigned(tokens[1]) {
+        None => reply::error(out, &ErrorReply::Error),
+        Some(0..=7) => line(out, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"),
+        Some(1_000_000_001..) => line(out, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"),
+        Some(megabytes) if (megabytes as usize) << 20 == state.settings.memory_bytes => line(out, "OK"),
+        Some(_) => line(out, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"),
+    }
+}
+
+/// Whether `classes` names memcached classes (`all`, or comma-separated ids below 64).
+fn valid_classes(classes: &[u8]) -> bool {
+    classes == b"all" || classes.split(|&b| b == b',').all(|id| unsigned(id).is_some_and(|id| id < SLAB_CLASSES))
+}
+
+fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
+    match tokens {
+        // tierkv drops expired items when it meets them; a crawl has nothing more to do.
+        [_, b"crawl", classes] if valid_classes(classes) => line(out, "OK"),
+        [_, b"crawl", _] => line(out, "BADCLASS invalid class id"),
+        [_, b"metadump", classes] => {
+            if !state.settings.admin.dump {
+                line(out, "ERROR metadump not allowed");
+            } else if *classes == b"hash" || valid_classes(classes) {
+                let all = *classes == b"hash" || *classes == b"all";
+                let listed = all || classes.split(|&b| b == b',').any(|id| unsigned(id) == Some(CLASS));
+                if listed {
+                    return After::Dump(DumpKind::Metadump);
+                }
+                reply::status(out, Status::End);
+            } else {
+                line(out, "BADCLASS invalid class id");
+            }
+        }
+        [_, b"tocrawl", count] => match unsigned(count) {
+            Some(_) => line(out, "OK"),
+            None => line(out, "CLIENT_ERROR bad command line format"),
+        },
+        [_, b"sleep", micros] => match unsigned(micros) {
+            Some(0..=1_000_000) => line(out, "OK"),
+            Some(_) => line(out, "CLIENT_ERROR sleep must be one second or less"),
+            None => line(out, "CLIENT_ERROR bad command line format"),
+        },
+        // memcached's crawler thread runs from start-up, so it answers enable with this.
+        [_, b"enable"] => line(out, "ERROR failed to start lru crawler thread"),
+        [_, b"disable"] => line(out, "OK"),
+        _ => reply::error(out, &ErrorReply::Error),
+    }
+    After::Continue
+}
+
+fn lru(tokens: &[&[u8]], out: &mut Vec<u8>) {
+    match tokens {
+        [_, b"tune", hot, warm, hot_factor, factor, ..] => {
+            let parsed = (unsigned(hot), unsigned(warm), number::<f64>(hot_factor), number::<f64>(factor));
+            let (Some(hot), Some(warm), Some(hot_factor), Some(factor)) = parsed else {
+                return reply::error(out, &ErrorReply::Error);
+            };
+            if u64::from(hot) + u64::from(warm) > 80 {
+                line(out, "ERROR hot and warm pcts must not exceed 80");
+            } else if factor <= 0.0 || hot_factor <= 0.0 {
+                line(out, "ERROR hot/warm age factors must be greater than 0");
+            } else {
+                line(out, "OK");
+            }
+        }
+        [_, b"mode", b"flat" | b"segmented", ..] => line(out, "OK"),
+        [_, b"temp_ttl", ttl, ..] if number::<i32>(ttl).is_some() => line(out, "OK"),
+        _ => reply::error(out, &ErrorReply::Error),
+    }
+}
+
+/// memcached's `watch`: the stream names are checked as memcached checks them, but tierkv
+/// does not stream its log yet, so a valid request gets memcached's reply for a watcher it
+/// could not add.
+fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
+    if !state.settings.admin.watch {
+        line(out, "CLIENT_ERROR watch commands not allowed");
+        return After::Continue;
+    }
+    let names = if tokens.last() == Some(&&b"noreply"[..]) { &tokens[1..tokens.len() - 1] } else { &tokens[1..] };
+    const STREAMS: [&[u8]; 9] = [
+        b"rawcmds",
+        b"evictions",
+        b"fetchers",
+        b"mutations",
+        b"sysevents",
+        b"connevents",
+        b"proxyreqs",
+        b"proxyevents",
+        b"proxyuser",
+    ];
+    if names.iter().any(|name| !STREAMS.contains(name)) {
+        reply::error(out, &ErrorReply::Error);
+    } else {
+        line(out, "WATCHER_FAILED failed to add log watcher");
+    }
+    After::Continue
+}
+
+/// `stats cachedump <class> <limit>` (text only, as in memcached).
+pub fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
+    if !state.settings.admin.dump {
+        line(out, "CLIENT_ERROR stats cachedump not allowed");
+        return After::Continue;
+    }
+    let tokens: Vec<&[u8]> = args.split(|&b| b == b' ').filter(|token| !token.is_empty()).collect();
+    if tokens.len() < 3 {
+        line(out, "CLIENT_ERROR bad command line");
+        return After::Continue;
+    }
+    let (Some(class), Some(limit)) = (unsigned(tokens[1]), unsigned(tokens[2])) else {
+        line(out, "CLIENT_ERROR bad command line format");
+        return After::Continue;
+    };
+    if class >= SLAB_CLASSES {
+        line(out, "CLIENT_ERROR Illegal slab id");
+        return After::Continue;
+    }
+    if class == CLASS {
+        return After::Dump(DumpKind::Cachedump { limit: u64::from(limit) });
+    }
+    reply::status(out, Status::End);
+    After::Continue
+}
+
+/// memcached's URI encoding of keys in dumps: letters, digits and `-._~` stay, everything else
+/// becomes `%XX`.
+pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in key {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_uri_encoded_as_memcached_does() {
+        let mut out = Vec::new();
+        uri_encode(b"a:b c%d\x01-._~Z9", &mut out);
+        assert_eq!(out, b"a%3Ab%20c%25d%01-._~Z9");
+    }
+
+    #[test]
+    fn classes_are_memcacheds() {
+        assert!(valid_classes(b"all") && valid_classes(b"1,2,63"));
+        assert!(!valid_classes(b"64") && !valid_classes(b"x") && !valid_classes(b"1,") && !valid_classes(b"-1"));
+    }
+}
