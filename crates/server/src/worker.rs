@@ -985,8 +985,9 @@ fn serve_connection(
     if !flush(connection, &mut core.state) {
         return Turn::Close;
     }
-    if read == ReadEnd::Eof {
-        // Requests read before the end still get their replies.
+    if read == ReadEnd::Eof && !(stopped_early || connection.blocked || connection.dump.is_some()) {
+        // Requests read before the end still get their replies: the connection closes once
+        // every complete request in its input has been taken.
         connection.closing = true;
     }
     release_idle_buffers(connection);
@@ -1147,18 +1148,19 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         let mut batch_len = 0;
         let mut decoded_end = at;
         let mut next = None;
+        let mut long_step = None;
         while batch_len < BATCH && decoded_end < input.len() {
             match decode_request(&input[decoded_end..], &core.limits) {
                 // A long get line is taken in pieces, at the head of a batch of its own.
                 Decoded::Request { request, consumed } if consumed > LONG_GET_CHUNK_BYTES && is_text_get(&request) => {
-                    next = Some(Decoded::Incomplete { needed: 0 });
                     if batch_len > 0 {
+                        next = Some(Decoded::Incomplete { needed: 0 });
                         break;
                     }
-                    if long_get(connection, slot, core, &input[at..]).is_some() {
+                    long_step = long_get(connection, slot, core, &input[at..]);
+                    if long_step.is_some() {
                         break;
                     }
-                    next = None;
                     let (route, hash) = core.route(&request);
                     batch[batch_len] = Some((request, consumed, route, hash));
                     batch_len += 1;
@@ -1219,14 +1221,16 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
             break;
         }
-        let flow = match next {
-            None => Flow::Next,
-            Some(Decoded::Request { .. }) => unreachable!("requests are batched above"),
-            Some(Decoded::Incomplete { .. }) => match long_get(connection, slot, core, &input[at..]) {
-                Some(step) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
-                None => Flow::Stop,
-            },
-            Some(Decoded::Error(error)) => refuse(connection, slot, core, &error, &input, &mut at),
+        let flow = match (long_step, next) {
+            (Some(step), _) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
+            (None, next) => {
+                // What stopped the batch, without its borrow of the input.
+                let next = next.map(|decoded| match decoded {
+                    Decoded::Error(error) => Some(error),
+                    _ => None,
+                });
+                after_batch(connection, slot, core, next, &mut input, &mut at, &mut stopped_early)
+            }
         };
         if let Flow::Stop = flow {
             break;
@@ -1235,6 +1239,27 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// What follows a batch that ended early: nothing (None), the wait for more input or a long
+/// get line's turn (Some(None)), or a refused request (Some(Some(error))).
+fn after_batch(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    next: Option<Option<tierkv_protocol::ProtocolError>>,
+    input: &mut [u8],
+    at: &mut usize,
+    stopped_early: &mut bool,
+) -> Flow {
+    match next {
+        None => Flow::Next,
+        Some(None) => match long_get(connection, slot, core, &input[*at..]) {
+            Some(step) => finish_long_get(connection, step, input, at, stopped_early),
+            None => Flow::Stop,
+        },
+        Some(Some(error)) => refuse(connection, slot, core, &error, input, at),
+    }
 }
 
 /// Whether a request is a text `get`/`gets`/`gat`/`gats`.
