@@ -82,6 +82,8 @@ fn is_cross_protocol(command: &[u8], line: &[u8]) -> bool {
 /// length): the server answers these keys, then decodes the rest of the line with `verb` put
 /// in front of it, so a line of any length costs a bounded buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Returned by value once per piece of a long line, never stored: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum LongGet<'a> {
     /// Not a long get line: decode as usual (or wait for more input).
     No,
