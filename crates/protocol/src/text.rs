@@ -97,6 +97,17 @@ pub enum LongGet<'a> {
     Wait,
 }
 
+/// Whether `input` starts with a `get`/`gets` line longer than `chunk_bytes` (its newline, if
+/// any, lies beyond them): such a line is taken in pieces (`long_get`) instead of decoded whole.
+pub fn is_long_get(input: &[u8], chunk_bytes: usize) -> bool {
+    if input.len() <= chunk_bytes {
+        return false;
+    }
+    let spaces = input.iter().take(MAX_LEADING_SPACES + 1).take_while(|&&b| b == b' ').count();
+    let rest = &input[spaces..];
+    (rest.starts_with(b"get ") || rest.starts_with(b"gets ")) && memchr::memchr(b'\n', &input[..=chunk_bytes]).is_none()
+}
+
 /// Takes the keys of a `get`/`gets` line that lie in its first `chunk_bytes`, when the line
 /// (complete or not) is longer than that. The last key of a complete line is never taken, so
 /// the rest of the line always holds a key.

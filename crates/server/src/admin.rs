@@ -17,6 +17,10 @@ pub const SLAB_CLASSES: u32 = 64;
 /// The one class tierkv reports: the whole log (or store arena).
 pub const CLASS: u32 = 1;
 
+/// memcached's refusal of a metadump behind replies it has not written yet (a metadump takes
+/// over the connection).
+pub const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
+
 /// Which items a dump lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DumpKind {
@@ -155,6 +159,8 @@ fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
         [_, b"metadump", classes] => {
             if !state.settings.admin.dump {
                 line(out, "ERROR metadump not allowed");
+            } else if !out.is_empty() {
+                out.extend_from_slice(METADUMP_BEHIND_REPLIES);
             } else if *classes == b"hash" || valid_classes(classes) {
                 let all = *classes == b"hash" || *classes == b"all";
                 let listed = all || classes.split(|&b| b == b',').any(|id| unsigned(id) == Some(CLASS));

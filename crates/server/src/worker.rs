@@ -1013,7 +1013,14 @@ fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option
             return Some(Turn::Wait);
         }
         if connection.pending_bytes() >= DUMP_OUTPUT_BYTES {
-            return Some(if flush(connection, &mut core.state) { Turn::Wait } else { Turn::Close });
+            if !flush(connection, &mut core.state) {
+                return Some(Turn::Close);
+            }
+            // A socket that took less than the backlog announces room with a writable event.
+            if connection.pending_bytes() >= DUMP_OUTPUT_BYTES {
+                return Some(Turn::Wait);
+            }
+            continue;
         }
         if dump.worker == core.id {
             let out = connection.local_out(&mut core.pool);
@@ -1150,22 +1157,18 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         let mut next = None;
         let mut long_step = None;
         while batch_len < BATCH && decoded_end < input.len() {
-            match decode_request(&input[decoded_end..], &core.limits) {
-                // A long get line is taken in pieces, at the head of a batch of its own.
-                Decoded::Request { request, consumed } if consumed > LONG_GET_CHUNK_BYTES && is_text_get(&request) => {
-                    if batch_len > 0 {
-                        next = Some(Decoded::Incomplete { needed: 0 });
-                        break;
-                    }
+            // A long get line is taken in pieces, at the head of a batch of its own, without
+            // decoding (and checking) the whole of it again for every piece.
+            if tierkv_protocol::text::is_long_get(&input[decoded_end..], LONG_GET_CHUNK_BYTES) {
+                if batch_len == 0 {
                     long_step = long_get(connection, slot, core, &input[at..]);
-                    if long_step.is_some() {
-                        break;
-                    }
-                    let (route, hash) = core.route(&request);
-                    batch[batch_len] = Some((request, consumed, route, hash));
-                    batch_len += 1;
-                    decoded_end += consumed;
                 }
+                if batch_len > 0 || long_step.is_some() {
+                    next = Some(Decoded::Incomplete { needed: 0 });
+                    break;
+                }
+            }
+            match decode_request(&input[decoded_end..], &core.limits) {
                 Decoded::Request { request, consumed } => {
                     let (route, hash) = core.route(&request);
                     batch[batch_len] = Some((request, consumed, route, hash));
@@ -1209,7 +1212,15 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
                 }
                 Step::Done(After::Dump(kind)) => {
                     at += consumed;
+                    if kind == crate::admin::DumpKind::Metadump && !connection.parts.is_empty() {
+                        // Replies still due from other workers: memcached's refusal (the admin
+                        // command saw only this worker's unwritten replies).
+                        connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
+                        continue;
+                    }
                     connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
+                    // No event announces the dump's steps: the connection goes again.
+                    stopped_early = true;
                     break;
                 }
                 Step::Blocked => {
@@ -1260,11 +1271,6 @@ fn after_batch(
         },
         Some(Some(error)) => refuse(connection, slot, core, &error, input, at),
     }
-}
-
-/// Whether a request is a text `get`/`gets`/`gat`/`gats`.
-fn is_text_get(request: &Request<'_>) -> bool {
-    matches!((request.command, request.style), (Command::Get { .. }, ReplyStyle::Text { .. }))
 }
 
 /// Stops for the output limit: behind a forwarded reply the wait ends when it arrives

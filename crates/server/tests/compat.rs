@@ -22,13 +22,52 @@ fn same_as_memcached(script: &[u8], mask: bool) {
     for workers in ["1", "3"] {
         let server = tierkv_with(&["-t", workers]);
         let got = exchange_to_sentinel_within(server.1, script, PATIENT);
-        let (expected, got) = if mask { (mask_cas(expected.clone()), mask_cas(got)) } else { (expected.clone(), got) };
-        assert!(expected == got, "-t {workers}: {} vs memcached's {} bytes", got.len(), expected.len());
+        let (expected, got) =
+            if mask { (mask_text_cas(&expected), mask_text_cas(&got)) } else { (expected.clone(), got) };
+        assert!(expected == got, "-t {workers}: {}", first_difference(&got, &expected));
     }
 }
 
+/// Text replies with the CAS of every `VALUE` line of a gets zeroed (CAS values differ between
+/// servers by design); values are skipped by their length, so their bytes are never touched.
+fn mask_text_cas(reply: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(reply.len());
+    let mut at = 0;
+    while at < reply.len() {
+        let end = reply[at..].iter().position(|&b| b == b'\n').map_or(reply.len(), |i| at + i + 1);
+        let line = &reply[at..end];
+        at = end;
+        let tokens: Vec<&[u8]> = line.trim_ascii_end().split(|&b| b == b' ').collect();
+        if tokens[0] != b"VALUE" || tokens.len() < 4 {
+            out.extend_from_slice(line);
+            continue;
+        }
+        let length: usize = std::str::from_utf8(tokens[3]).unwrap().parse().unwrap();
+        let masked = if tokens.len() == 5 { [&tokens[..4], &[&b"0"[..]]].concat() } else { tokens };
+        out.extend_from_slice(&masked.join(&b' '));
+        out.extend_from_slice(b"\r\n");
+        let data_end = (at + length + 2).min(reply.len());
+        out.extend_from_slice(&reply[at..data_end]);
+        at = data_end;
+    }
+    out
+}
+
+/// Where two replies part, with some context, for a readable failure.
+fn first_difference(ours: &[u8], theirs: &[u8]) -> String {
+    let at = ours.iter().zip(theirs).take_while(|(a, b)| a == b).count();
+    let context =
+        |bytes: &[u8]| String::from_utf8_lossy(&bytes[at.saturating_sub(80)..(at + 120).min(bytes.len())]).into_owned();
+    format!(
+        "{} vs memcached's {} bytes, apart at {at}:\n{:?}\nmemcached:\n{:?}",
+        ours.len(),
+        theirs.len(),
+        context(ours),
+        context(theirs)
+    )
+}
+
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn get_lines_of_any_length_are_answered_in_key_order() {
     let mut script = b"flush_all\r\n".to_vec();
     script.extend(sets((0..20_000).step_by(2)));
@@ -52,7 +91,7 @@ fn a_get_line_streamed_slowly_costs_a_bounded_buffer() {
     stream.write_all(&sets(0..100)).unwrap();
     // 4 MiB of keys sent in pieces: replies arrive before the line ends.
     stream.write_all(b"get").unwrap();
-    let piece: String = (0..100).map(|i| format!(" key:{i}")).collect();
+    let piece: String = (0..1000).map(|i| format!(" key:{}", i % 100)).collect();
     let mut reply = Vec::new();
     let mut buffer = vec![0u8; 1 << 16];
     stream.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
@@ -77,13 +116,12 @@ fn a_get_line_streamed_slowly_costs_a_bounded_buffer() {
         reply.extend_from_slice(&buffer[..n]);
     }
     let values = reply.windows(6).filter(|w| w == b"VALUE ").count();
-    assert_eq!(values, sent / piece.len() * 100, "every key of the line answered once");
+    assert_eq!(values, sent / piece.len() * 1000, "every key of the line answered once");
     let rss = resident_bytes(server.0.id());
     assert!(rss < 200 << 20, "resident memory stays bounded: {rss}");
 }
 
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn a_set_refused_as_too_large_unlinks_the_old_value_as_memcached_does() {
     let value = |n: usize| vec![b'a'; n];
     let set = |mode: &str, key: &str, n: usize| {
@@ -146,23 +184,26 @@ fn a_binary_set_refused_as_too_large_unlinks_and_add_does_not() {
 }
 
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn http_requests_are_hung_up_on_without_a_reply() {
     let reference = memcached();
     let server = tierkv_with(&["-t", "2"]);
-    for request in [&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..], b"set a 0 0 1\r\nx\r\nHTTP/1.1\r\nget a\r\n"] {
+    for request in [&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..], b"HTTP/1.1\r\nget a\r\n", b"POST /x HTTP/1.0\r\n"] {
         let theirs = exchange_and_close(reference.1, request, PATIENT);
         let ours = exchange_and_close(server.1, request, PATIENT);
         assert_eq!(ours, theirs);
-        assert!(ours.1, "the connection is closed");
+        assert_eq!(ours, (Vec::new(), true), "closed without a reply");
     }
+    // Deliberate difference (README): replies to requests before it are still sent (memcached
+    // drops the replies it had not written yet); then the connection closes all the same.
+    let request = b"set a 0 0 1\r\nx\r\nGET / HTTP/1.1\r\nget a\r\n";
+    assert!(exchange_and_close(reference.1, request, PATIENT).1);
+    assert_eq!(exchange_and_close(server.1, request, PATIENT), (b"STORED\r\n".to_vec(), true));
     // `get foo HTTP/1.1` is still a get.
     let script = b"set foo 0 0 1\r\nx\r\nget foo HTTP/1.1\r\nfoo HTTP/1.1x\r\n";
     assert_eq!(exchange_to_sentinel(server.1, script), exchange_to_sentinel(reference.1, script));
 }
 
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn administrative_commands_answer_as_memcached_does() {
     let script = concat!(
         "shutdown\r\nshutdown graceful x\r\n",
@@ -171,7 +212,8 @@ fn administrative_commands_answer_as_memcached_does() {
         "lru tune 10 10 0.1 2\r\nlru tune 50 50 1 1\r\nlru tune 10 10 0 1\r\nlru tune x 1 1 1\r\n",
         "lru mode flat\r\nlru mode segmented\r\nlru mode x\r\nlru temp_ttl 5\r\nlru temp_ttl x\r\nlru x\r\n",
         "lru_crawler tocrawl 5\r\nlru_crawler tocrawl x\r\nlru_crawler sleep 2000000\r\nlru_crawler sleep 100\r\n",
-        "lru_crawler crawl all\r\nlru_crawler crawl 1,2\r\nlru_crawler crawl 99\r\nlru_crawler enable\r\n",
+        // Only one crawl: memcached answers a second one BUSY while its crawler thread runs.
+        "lru_crawler crawl all\r\nlru_crawler crawl 99\r\nlru_crawler enable\r\n",
         "lru_crawler bogus\r\nlru_crawler metadump 99\r\nlru_crawler metadump 2\r\n",
         "cache_memlimit 1\r\ncache_memlimit 64\r\ncache_memlimit 2000000000\r\ncache_memlimit x\r\n",
         "cache_memlimit 64 noreply\r\nlru tune 1 1 1 1 noreply\r\ncache_memlimit\r\n",
@@ -205,7 +247,6 @@ fn dump(port: u16, command: &[u8]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn metadump_lists_every_live_item_in_memcacheds_format_over_several_workers() {
     let server = tierkv_with(&["-t", "3"]);
     let mut script = sets(0..5000);
@@ -234,8 +275,14 @@ fn metadump_lists_every_live_item_in_memcacheds_format_over_several_workers() {
     let lines = dump(server.1, b"stats cachedump 1 10\r\n");
     assert_eq!(lines.len(), 10);
     assert!(lines.iter().all(|l| l.starts_with("ITEM ") && l.ends_with(" s]")), "{lines:?}");
-    let reply = exchange_to_sentinel(server.1, b"lru_crawler metadump hash\r\nget key:9\r\n");
-    assert!(reply.windows(21).any(|w| w == b"END\r\nVALUE key:9 9 1\r\n"));
+    let reply = exchange_to_sentinel_within(server.1, b"lru_crawler metadump hash\r\nget key:9\r\n", PATIENT);
+    let tail = String::from_utf8_lossy(&reply[reply.len().saturating_sub(100)..]).into_owned();
+    let needle = b"END\r\nVALUE key:9 9 1\r\n";
+    assert!(reply.windows(needle.len()).any(|w| w == needle), "{tail:?}");
+    // memcached refuses a metadump behind replies it has not written yet.
+    let reply = exchange_to_sentinel(server.1, b"get key:9\r\nlru_crawler metadump all\r\n");
+    let refusal = b"END\r\nERROR cannot pipeline other commands before metadump\r\nEN O7u5k\r\n";
+    assert!(reply.ends_with(refusal), "{:?}", String::from_utf8_lossy(&reply));
 }
 
 fn memcached_tool(port: u16, mode: &str) -> String {
@@ -248,7 +295,6 @@ fn memcached_tool(port: u16, mode: &str) -> String {
 }
 
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn memcached_tool_dumps_displays_and_reports() {
     let server = tierkv_with(&["-t", "2"]);
     exchange_to_sentinel_within(server.1, &sets(0..300), PATIENT);
@@ -268,7 +314,6 @@ fn memcached_tool_dumps_displays_and_reports() {
 /// pymemcache: every key written through the proxy reads back through it, a 3000-key
 /// get_many works, and the keys spread over all three servers.
 #[test]
-#[ignore = "not passing yet: see the issue 12 closing note"]
 fn three_servers_behind_twemproxy() {
     let servers: Vec<Server> = (0..3).map(|_| tierkv_with(&["-t", "2"])).collect();
     let proxy_port = free_port();
