@@ -39,6 +39,7 @@ pub enum AnyPartition {
 macro_rules! forward {
     () => {};
     (fn $name:ident(&mut self $(, $arg:ident: $ty:ty)*) -> $ret:ty; $($rest:tt)*) => {
+        #[inline]
         pub fn $name(&mut self $(, $arg: $ty)*) -> $ret {
             match self {
                 AnyPartition::Cache(partition) => partition.$name($($arg),*),
@@ -48,6 +49,7 @@ macro_rules! forward {
         forward!($($rest)*);
     };
     (fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty; $($rest:tt)*) => {
+        #[inline]
         pub fn $name(&self $(, $arg: $ty)*) -> $ret {
             match self {
                 AnyPartition::Cache(partition) => partition.$name($($arg),*),
