@@ -1038,21 +1038,10 @@ fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option
             connection.blocked = true;
             return Some(Turn::Wait);
         }
-        let seq = connection.next_seq();
-        let entry = Entry {
-            slot,
-            generation: connection.generation,
-            seq,
-            kind: Kind::Dump,
-            hash: 0,
-            request_end: 0,
-            reply_end: 0,
-        };
-        if !core.links.forward(dump.worker, entry, &[&encode_request(&dump)]) {
+        if !forward_part(connection, slot, core, dump.worker, Kind::Dump, 0, &encode_request(&dump)) {
             connection.blocked = true;
             return Some(Turn::Wait);
         }
-        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
         connection.dump.as_mut().expect("a dump is on").waiting = true;
     }
     // Done: the dump's END is queued; requests that followed it go on.
@@ -1431,17 +1420,23 @@ fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, key: Key<'_
     if connection.parts.len() >= MAX_PARTS {
         return false;
     }
+    forward_part(connection, slot, core, owner, Kind::Unlink, hash.0, key)
+}
+
+/// Forwards one request to `owner` as the next part of the connection's reply order (the
+/// owner's reply fills the part); false if the queue to `owner` has no room.
+fn forward_part(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    owner: usize,
+    kind: Kind,
+    hash: u64,
+    request: &[u8],
+) -> bool {
     let seq = connection.next_seq();
-    let entry = Entry {
-        slot,
-        generation: connection.generation,
-        seq,
-        kind: Kind::Unlink,
-        hash: hash.0,
-        request_end: 0,
-        reply_end: 0,
-    };
-    if !core.links.forward(owner, entry, &[key]) {
+    let entry = Entry { slot, generation: connection.generation, seq, kind, hash, request_end: 0, reply_end: 0 };
+    if !core.links.forward(owner, entry, &[request]) {
         return false;
     }
     connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
@@ -1482,11 +1477,10 @@ fn dispatch(
             Step::Done(after)
         }
         Route::Remote(owner) => {
-            let seq = connection.next_seq();
-            if !core.links.forward(owner, entry(seq, if read { Kind::Read } else { Kind::Request }), &[raw]) {
+            let kind = if read { Kind::Read } else { Kind::Request };
+            if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
                 return Step::Blocked;
             }
-            connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
             connection.remote_reads += usize::from(read);
             core.state.counters.forwarded_requests += 1;
             Step::Done(After::Continue)
@@ -1565,21 +1559,10 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             continue;
         }
         let line = single_get_line(&mut line, key, return_cas, touch);
-        let seq = connection.next_seq();
-        let entry = Entry {
-            slot,
-            generation: connection.generation,
-            seq,
-            kind: Kind::GetKey,
-            hash: hash.0,
-            request_end: 0,
-            reply_end: 0,
-        };
-        if !core.links.forward(owner, entry, &[line]) {
+        if !forward_part(connection, slot, core, owner, Kind::GetKey, hash.0, line) {
             connection.resume = number;
             return Step::Blocked;
         }
-        connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
         connection.remote_reads += 1;
         core.state.counters.forwarded_requests += 1;
         if connection.udp.is_some() && number + 1 < keys.len() {
