@@ -1,6 +1,7 @@
 //! Executes one decoded request on the partition and appends its reply, in the protocol the
 //! request came in (text, meta or binary), as memcached 1.6.18 replies.
 
+use crate::detail::Event;
 use crate::stats::{self, Counters, Group, State};
 use tierkv_engine as engine;
 use tierkv_protocol::binary::{self, status};
@@ -45,13 +46,15 @@ fn fetch<'p>(
     partition: &'p mut engine::AnyPartition,
     key: &[u8],
     touch: Option<i64>,
-    counters: &mut Counters,
+    state: &mut State,
 ) -> Option<engine::Item<'p>> {
     let item = match touch {
         Some(exptime) => partition.get_and_touch(key, exptime),
         None => partition.get(key),
     };
-    counters.read(touch.is_some(), matches!(item, Ok(Some(_))));
+    let hit = matches!(item, Ok(Some(_)));
+    state.counters.read(touch.is_some(), hit);
+    state.detail(key, Event::Get { hit });
     item.ok().flatten()
 }
 
@@ -76,17 +79,22 @@ fn counted_store(
     outcome
 }
 
-/// A delete through the engine, counted for `stats`.
+/// A delete through the engine, counted for `stats` (and `stats detail` with `detailed`:
+/// memcached counts text and binary deletes there, not meta ones).
 fn counted_delete(
     partition: &mut engine::AnyPartition,
     key: &[u8],
     cas: u64,
-    counters: &mut Counters,
+    state: &mut State,
+    detailed: bool,
 ) -> Result<engine::DeleteOutcome, engine::EngineError> {
+    if detailed {
+        state.detail(key, Event::Delete);
+    }
     let outcome = partition.delete(key, cas);
     match outcome {
-        Ok(engine::DeleteOutcome::Deleted) => counters.delete_hits += 1,
-        Ok(engine::DeleteOutcome::NotFound) => counters.delete_misses += 1,
+        Ok(engine::DeleteOutcome::Deleted) => state.counters.delete_hits += 1,
+        Ok(engine::DeleteOutcome::NotFound) => state.counters.delete_misses += 1,
         _ => {}
     }
     outcome
@@ -178,7 +186,7 @@ fn execute_text(
         Command::Get { keys, return_cas, touch, .. } => {
             let count = keys.len();
             for (number, key) in keys.iter().enumerate().skip(*resume) {
-                if let Some(item) = fetch(partition, key, touch, &mut state.counters) {
+                if let Some(item) = fetch(partition, key, touch, state) {
                     reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
                 }
                 if out.len() > crate::worker::MAX_PENDING_OUTPUT_BYTES && number + 1 < count {
@@ -190,6 +198,7 @@ fn execute_text(
             reply::status(out, Status::End);
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
+            state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
             match counted_store(partition, &store, false, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
@@ -207,7 +216,7 @@ fn execute_text(
                 Err(_) => reply::error(out, &ErrorReply::Client("bad command line format")),
             }
         }
-        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, &mut state.counters) {
+        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, state, true) {
             Ok(engine::DeleteOutcome::Deleted) => reply::status(out, Status::Deleted),
             Ok(engine::DeleteOutcome::Exists) => reply::status(out, Status::Exists),
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => reply::status(out, Status::NotFound),
@@ -242,6 +251,11 @@ fn execute_text(
             reply::status(out, Status::Ok);
         }
         Command::Quit => return After::Close,
+        Command::Stats { args } if args.starts_with(b"detail") && Group::parse(args).is_none() => {
+            state.detail.command(args, out);
+            // Counting starts (or stops) with the next request, here at once.
+            state.detail_on = state.detail.enabled();
+        }
         Command::Stats { args } if args.starts_with(b"cachedump") => {
             return crate::admin::stats_cachedump(args, state, out)
         }
@@ -374,7 +388,7 @@ fn execute_meta(
             let outcome = if flags.has(b'I') {
                 partition.invalidate(key, cas, flags.ttl)
             } else {
-                counted_delete(partition, key, cas, &mut state.counters)
+                counted_delete(partition, key, cas, state, false)
             };
             let code = match outcome {
                 Ok(engine::DeleteOutcome::Deleted) => MetaCode::Hd,
@@ -460,7 +474,7 @@ fn execute_binary(
     match *command {
         Command::Get { keys, touch, .. } => {
             let key = keys.iter().next().unwrap_or_default();
-            match fetch(partition, key, touch, &mut state.counters) {
+            match fetch(partition, key, touch, state) {
                 Some(item) => {
                     let returned_key = if info.return_key { key } else { &[] };
                     binary::write_response(
@@ -482,6 +496,7 @@ fn execute_binary(
             }
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
+            state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
             match counted_store(partition, &store, false, &mut state.counters) {
                 Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
@@ -498,7 +513,7 @@ fn execute_binary(
                 Err(_) => error(out, status::E2BIG),
             }
         }
-        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, &mut state.counters) {
+        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, state, true) {
             Ok(engine::DeleteOutcome::Deleted) => success(out, 0, &[]),
             Ok(engine::DeleteOutcome::Exists) => error(out, status::KEY_EEXISTS),
             Ok(engine::DeleteOutcome::NotFound) | Err(_) => error(out, status::KEY_ENOENT),
@@ -513,7 +528,7 @@ fn execute_binary(
                 Err(_) => error(out, status::ENOMEM),
             }
         }
-        Command::Touch { key, exptime } => match fetch(partition, key.raw, Some(exptime), &mut state.counters) {
+        Command::Touch { key, exptime } => match fetch(partition, key.raw, Some(exptime), state) {
             // memcached's touch reply carries the item's flags as extras.
             Some(item) => binary::write_response(out, info, status::SUCCESS, 0, &item.flags.to_be_bytes(), &[], &[]),
             None => error(out, status::KEY_ENOENT),

@@ -9,6 +9,7 @@ mod admin;
 #[cfg(test)]
 mod alloc_tests;
 mod config;
+mod detail;
 mod dump;
 mod execute;
 mod forward;

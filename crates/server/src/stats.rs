@@ -84,6 +84,10 @@ pub struct State {
     pub verbosity: Arc<AtomicU32>,
     /// Connections this worker serves now.
     pub curr_connections: u64,
+    /// `stats detail`'s table, shared by every worker.
+    pub detail: Arc<crate::detail::Detail>,
+    /// Whether `stats detail` counting is on, as this worker last read it (once a turn).
+    pub detail_on: bool,
     started: u32,
 }
 
@@ -95,6 +99,8 @@ impl State {
             settings: settings.clone(),
             verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
             curr_connections: 0,
+            detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
+            detail_on: false,
             started: now,
         }
     }
@@ -104,10 +110,24 @@ impl State {
         State { verbosity, ..self }
     }
 
+    /// The same state with a `stats detail` table shared with other workers.
+    pub fn sharing_detail(self, detail: Arc<crate::detail::Detail>) -> State {
+        State { detail, ..self }
+    }
+
+    /// Counts `event` for `key` in `stats detail` when it is on.
+    #[inline]
+    pub fn detail(&self, key: &[u8], event: crate::detail::Event) {
+        if self.detail_on {
+            self.detail.record(key, event);
+        }
+    }
+
     /// `stats reset`: counters start again from zero; gauges (items, bytes, connections) stay.
     pub fn reset(&mut self, partition: &Partition) {
         self.counters = Counters::default();
         self.engine_baseline = partition.stats();
+        self.detail.clear();
     }
 
     /// This worker's share of the figures `stats` sums over workers.
@@ -422,7 +442,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
     put("domain_socket", &"NULL");
     put("num_threads", &s.threads);
-    put("detail_enabled", &"no");
+    put("detail_enabled", &if state.detail.enabled() { "yes" } else { "no" });
     put("cas_enabled", &"yes");
     put("tcp_backlog", &1024);
     put("binding_protocol", &"auto-negotiate");

@@ -215,6 +215,7 @@ struct Shared {
     /// Connections open in the whole server (for `-c`).
     open_connections: AtomicUsize,
     verbosity: Arc<std::sync::atomic::AtomicU32>,
+    detail: Arc<crate::detail::Detail>,
     proven: Proven,
 }
 
@@ -266,6 +267,7 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     let shared = Arc::new(Shared {
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
+        detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         proven: Proven::default(),
     });
     let mut starts = Vec::with_capacity(workers);
@@ -423,7 +425,9 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             id,
             workers,
             partition,
-            state: State::new(settings, unix_now()).sharing_verbosity(Arc::clone(&shared.verbosity)),
+            state: State::new(settings, unix_now())
+                .sharing_verbosity(Arc::clone(&shared.verbosity))
+                .sharing_detail(Arc::clone(&shared.detail)),
             limits,
             links,
             pool: Vec::new(),
@@ -458,6 +462,8 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             Err(e) => return Err(e.to_string()),
         }
         worker.core.partition.set_clock(unix_now());
+        // After every receive: a request forwarded after `stats detail on` sees it on.
+        worker.core.state.detail_on = worker.core.state.detail.enabled();
         // Other workers' requests and replies first: someone is waiting for them.
         for (from, message) in inbox.drain(..) {
             match message {
@@ -1453,6 +1459,12 @@ fn dispatch(
     route: Route,
     hash: Option<KeyHash>,
 ) -> Step {
+    // `stats detail` reads and switches what every worker counts: it waits until this
+    // connection's earlier forwarded requests have been executed (and counted).
+    if matches!(request.command, Command::Stats { args } if args.starts_with(b"detail")) && !connection.parts.is_empty()
+    {
+        return Step::Blocked;
+    }
     let read = matches!(request.command, Command::Get { .. });
     if route != Route::Local
         && (connection.parts.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
@@ -1546,6 +1558,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             };
             let item = item.ok().flatten();
             core.state.counters.read(touch.is_some(), item.is_some());
+            core.state.detail(key, crate::detail::Event::Get { hit: item.is_some() });
             if let Some(item) = item {
                 reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
             }

@@ -356,3 +356,18 @@ print("ok")
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn stats_detail_counts_prefixes_as_memcached_does() {
+    // Text and binary gets, sets and deletes count per prefix; meta commands and keys without
+    // the delimiter do not; off stops counting, stats reset forgets. Over three workers the
+    // dump waits for the requests forwarded before it.
+    let script = concat!(
+        "stats detail\r\nstats detail foo\r\nstats detail dump\r\nstats detail on\r\n",
+        "set a:b 0 0 1\r\nx\r\nget a:b a:c nodelim\r\nset a:x 0 0 1\r\n1\r\nadd a:x 0 0 1\r\n1\r\n",
+        "delete a:z\r\ndelete a:b\r\ngets a:x\r\nmg a:x v\r\nms a:m 1\r\nx\r\nmd a:m\r\ntouch a:x 10\r\n",
+        "incr a:x 1\r\nstats detail dump\r\nstats detail off\r\nget a:x\r\nstats detail dump\r\n",
+        "stats reset\r\nstats detail dump\r\n",
+    );
+    same_as_memcached(script.as_bytes(), true);
+}
