@@ -251,12 +251,12 @@ fn execute_text(
             reply::status(out, Status::Ok);
         }
         Command::Quit => return After::Close,
-        Command::Stats { args } if args.starts_with(b"detail") && Group::parse(args).is_none() => {
+        Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
             state.detail.command(args, out);
             // Counting starts (or stops) with the next request, here at once.
             state.detail_on = state.detail.enabled();
         }
-        Command::Stats { args } if args.starts_with(b"cachedump") => {
+        Command::Stats { args } if crate::stats::subcommand(args) == b"cachedump" => {
             return crate::admin::stats_cachedump(args, state, out)
         }
         Command::Stats { args } => match Group::parse(args) {

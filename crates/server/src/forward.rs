@@ -46,6 +46,8 @@ pub enum Kind {
     /// The request bytes are a key whose item must go (a set refused as too large); nothing
     /// is counted and the reply is empty.
     Unlink,
+    /// `stats conns`: this worker's lines (no END).
+    Conns,
     /// One step of a dump of this worker's items (`dump::encode_request`); the reply is the
     /// lines and where the walk goes on (`dump::decode_reply`).
     Dump,

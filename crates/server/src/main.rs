@@ -9,6 +9,7 @@ mod admin;
 #[cfg(test)]
 mod alloc_tests;
 mod config;
+mod conns;
 mod detail;
 mod dump;
 mod execute;

@@ -254,7 +254,7 @@ impl Group {
     /// The group named by the first word of `args`; None for one memcached does not know
     /// or tierkv cannot answer with the same meaning.
     pub fn parse(args: &[u8]) -> Option<Group> {
-        let first = args.split(|&b| b == b' ').find(|word| !word.is_empty()).unwrap_or_default();
+        let first = subcommand(args);
         Some(match first {
             b"" => Group::General,
             b"settings" => Group::Settings,
@@ -266,6 +266,11 @@ impl Group {
             _ => return None,
         })
     }
+}
+
+/// The first word of `stats`' arguments (memcached's subcommand), empty for plain `stats`.
+pub fn subcommand(args: &[u8]) -> &[u8] {
+    args.split(|&b| b == b' ').find(|word| !word.is_empty()).unwrap_or_default()
 }
 
 /// CPU seconds of this process, user and system, as "seconds.microseconds".
@@ -354,6 +359,12 @@ fn items(total: &Snapshot, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
 /// `stats slabs`: class 1 is the whole log, one "page" of chunks of up to `-I` bytes, one
 /// chunk per item (so `memcached-tool display` shows a row with the item count).
 fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    // memcached lists a class once it has pages, that is once it has held an item.
+    if total.curr_items == 0 {
+        put("active_slabs", &0);
+        put("total_malloced", &0);
+        return;
+    }
     let c = &total.counters;
     let figures: [(&str, u64); 15] = [
         ("chunk_size", partition.max_item_bytes() as u64),

@@ -95,6 +95,8 @@ struct Connection {
     skip_line: bool,
     /// A dump of the items in progress (the connection takes no requests meanwhile).
     dump: Option<Box<crate::dump::Dump>>,
+    /// When it last sent a request (Unix seconds; `stats conns`).
+    last_command: u32,
     /// The peer closed its side (or the socket failed): read to the end of stream.
     hangup: bool,
     closing: bool,
@@ -134,6 +136,7 @@ impl Connection {
             resume: 0,
             skip_line: false,
             dump: None,
+            last_command: 0,
             hangup: false,
             closing: false,
         }
@@ -333,6 +336,18 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     result
 }
 
+/// A worker's listening sockets as `stats conns` lists them: descriptor, address, UDP.
+fn listener_addresses(
+    main: &TcpListener,
+    direct: Option<&TcpListener>,
+    udp: &[Option<mio::net::UdpSocket>; 2],
+) -> Vec<(i32, SocketAddr, bool)> {
+    use std::os::fd::AsRawFd;
+    let tcp = std::iter::once(main).chain(direct).filter_map(|l| Some((l.as_raw_fd(), l.local_addr().ok()?, false)));
+    let udp = udp.iter().flatten().filter_map(|s| Some((s.as_raw_fd(), s.local_addr().ok()?, true)));
+    tcp.chain(udp).collect()
+}
+
 /// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
 /// connections over the workers. A first plain bind checks that nobody else serves the port
 /// (SO_REUSEPORT would otherwise let a second server share it silently).
@@ -371,6 +386,9 @@ struct Core {
     links: Links,
     /// Reply buffers for parts, reused.
     pool: Vec<Vec<u8>>,
+    /// `stats conns` requests (slot, reply sequence) waiting for this worker's own lines,
+    /// which only the worker (that sees every connection) can write, after the turn.
+    conns_due: Vec<(usize, u64)>,
 }
 
 struct Worker {
@@ -395,6 +413,10 @@ struct Worker {
     senders: [crate::udp::Sender; 2],
     /// UDP sockets that may hold more datagrams than the last batch took.
     udp_again: [bool; 2],
+    /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).
+    listeners: Vec<(i32, SocketAddr, bool)>,
+    /// When the worker started (Unix seconds): listeners' `secs_since_last_cmd`.
+    started: u32,
 }
 
 fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
@@ -431,6 +453,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             limits,
             links,
             pool: Vec::new(),
+            conns_due: Vec::new(),
         },
         connections: Vec::new(),
         free: Vec::new(),
@@ -445,7 +468,10 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         udp,
         senders: Default::default(),
         udp_again: [false; 2],
+        listeners: Vec::new(),
+        started: unix_now(),
     };
+    worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
@@ -467,7 +493,14 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         // Other workers' requests and replies first: someone is waiting for them.
         for (from, message) in inbox.drain(..) {
             match message {
-                Message::Requests(batch) => worker.core.execute_forwarded(from, batch),
+                Message::Requests(batch) => {
+                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
+                        worker.conns_lines(None)
+                    } else {
+                        Vec::new()
+                    };
+                    worker.core.execute_forwarded(from, batch, &conns)
+                }
                 Message::Replies(batch) => worker.deliver(from, batch, &poll),
             }
         }
@@ -501,6 +534,9 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             if std::mem::take(&mut worker.udp_again[socket]) {
                 worker.receive_udp(socket);
             }
+        }
+        if !worker.core.conns_due.is_empty() {
+            worker.answer_conns(&poll);
         }
         worker.send_udp();
         worker.core.links.send_all();
@@ -561,7 +597,9 @@ impl Worker {
             if let Ok(peer) = stream.peer_addr() {
                 self.shared.proven.enter(peer.ip());
             }
-            self.connections[slot] = Some(Connection::new(Some(stream), None, self.next_generation));
+            let mut connection = Connection::new(Some(stream), None, self.next_generation);
+            connection.last_command = self.core.partition.now();
+            self.connections[slot] = Some(connection);
             self.core.state.curr_connections += 1;
             self.core.state.counters.total_connections += 1;
         }
@@ -575,10 +613,75 @@ impl Worker {
         if connection.blocked {
             self.blocked.push(slot);
         }
+
         match turn {
             Turn::Wait => {}
             Turn::Again => self.again.push(slot),
             Turn::Close => self.close(slot, poll),
+        }
+    }
+
+    /// `stats conns` lines of this worker's sockets; `requester` is the connection asking.
+    fn conns_lines(&self, requester: Option<usize>) -> Vec<u8> {
+        use crate::conns::{lines, Summary};
+        let now = unix_now();
+        let mut out = Vec::new();
+        for &(fd, addr, udp) in &self.listeners {
+            let state = if udp { "conn_read" } else { "conn_listening" };
+            let since = now.saturating_sub(self.started);
+            lines(&Summary { fd, addr, listen_addr: None, udp, state, secs_since_last_cmd: since }, &mut out);
+        }
+        for (slot, connection) in self.connections.iter().enumerate() {
+            let Some(connection) = connection else { continue };
+            let Some(stream) = &connection.stream else { continue };
+            let (Ok(addr), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else { continue };
+            let state = if requester == Some(slot) {
+                "conn_parse_cmd"
+            } else if connection.closing {
+                "conn_closing"
+            } else if connection.swallow > 0 {
+                "conn_swallow"
+            } else if !connection.output.is_empty() {
+                "conn_mwrite"
+            } else {
+                "conn_read"
+            };
+            use std::os::fd::AsRawFd;
+            let summary = Summary {
+                fd: stream.as_raw_fd(),
+                addr,
+                listen_addr: Some(local),
+                udp: false,
+                state,
+                secs_since_last_cmd: now.saturating_sub(connection.last_command),
+            };
+            lines(&summary, &mut out);
+        }
+        out
+    }
+
+    /// Writes this worker's own `stats conns` lines into the requests that wait for them.
+    fn answer_conns(&mut self, poll: &Poll) {
+        for (slot, seq) in std::mem::take(&mut self.core.conns_due) {
+            let lines = self.conns_lines(Some(slot));
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            let Some(part) = seq.checked_sub(connection.first_seq).and_then(|i| connection.parts.get_mut(i as usize))
+            else {
+                continue;
+            };
+            part.bytes.extend_from_slice(&lines);
+            part.waiting -= 1;
+            if part.waiting == 0 {
+                reply::status(&mut part.bytes, reply::Status::End);
+            }
+            connection.drain_parts(&mut self.core.pool);
+            if connection.udp.is_some() {
+                if connection.settled() && connection.closing {
+                    self.finish_udp(slot);
+                }
+            } else if !flush(connection, &mut self.core.state) {
+                self.close(slot, poll);
+            }
         }
     }
 
@@ -616,6 +719,12 @@ impl Worker {
                     connection.remote_reads -= 1;
                 }
                 Kind::Flush { .. } | Kind::Reset | Kind::Unlink => {}
+                Kind::Conns => {
+                    part.bytes.extend_from_slice(bytes);
+                    if part.waiting == 0 {
+                        reply::status(&mut part.bytes, reply::Status::End);
+                    }
+                }
                 Kind::Dump => {
                     if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
                         part.bytes.extend_from_slice(lines);
@@ -857,7 +966,7 @@ const UDP_TOO_LARGE: &str = "reply too large for UDP";
 impl Core {
     /// Executes a batch another worker forwarded and sends the replies back. The keys of each
     /// run of `BATCH` entries are prefetched together first, as for local requests.
-    fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>) {
+    fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>, conns: &[u8]) {
         let Batch { requests, entries, replies } = &mut *batch;
         let mut request_start = 0;
         for chunk in entries.chunks_mut(BATCH) {
@@ -888,6 +997,7 @@ impl Core {
                         let _ = self.partition.delete(request, 0);
                     }
                     Kind::Dump => crate::dump::execute_request(&mut self.partition, request, replies),
+                    Kind::Conns => replies.extend_from_slice(conns),
                 }
                 entry.reply_end = replies.len();
             }
@@ -925,6 +1035,7 @@ impl Core {
             Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {
                 return (Route::Flush(delay), None)
             }
+            Command::Stats { args } if crate::stats::subcommand(args) == b"conns" => return (Route::Conns, None),
             Command::Stats { args } if self.workers > 1 => {
                 let route = match Group::parse(args) {
                     Some(Group::Reset) => Route::Reset,
@@ -956,6 +1067,8 @@ enum Route {
     Reset,
     /// stats: figures from every worker, summed.
     Gather(Group),
+    /// stats conns: every worker's sockets.
+    Conns,
 }
 
 /// Writes what is pending, reads a bounded amount, executes every complete request the limits
@@ -986,6 +1099,9 @@ fn serve_connection(
         }
     }
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
+    if !connection.input.is_empty() {
+        connection.last_command = core.partition.now();
+    }
     let stopped_early = process(connection, slot, core);
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
@@ -1461,7 +1577,8 @@ fn dispatch(
 ) -> Step {
     // `stats detail` reads and switches what every worker counts: it waits until this
     // connection's earlier forwarded requests have been executed (and counted).
-    if matches!(request.command, Command::Stats { args } if args.starts_with(b"detail")) && !connection.parts.is_empty()
+    if matches!(request.command, Command::Stats { args } if crate::stats::subcommand(args) == b"detail")
+        && !connection.parts.is_empty()
     {
         return Step::Blocked;
     }
@@ -1498,6 +1615,24 @@ fn dispatch(
             Step::Done(After::Continue)
         }
         Route::Split => split_get(connection, slot, core, request, true),
+        Route::Conns => {
+            if !core.links.can_forward_to_all() || connection.parts.len() >= MAX_PARTS {
+                return Step::Blocked;
+            }
+            let seq = connection.next_seq();
+            for owner in (0..core.workers).filter(|&owner| owner != core.id) {
+                let forwarded = core.links.forward(owner, entry(seq, Kind::Conns), &[]);
+                debug_assert!(forwarded, "room was checked for every worker");
+            }
+            // This worker's own lines are written after the turn (`Worker::answer_conns`).
+            connection.parts.push_back(Part {
+                bytes: core.pool.pop().unwrap_or_default(),
+                waiting: core.workers,
+                mark: false,
+            });
+            core.conns_due.push((slot, seq));
+            Step::Done(After::Continue)
+        }
         Route::Flush(_) | Route::Reset | Route::Gather(_) => {
             if !core.links.can_forward_to_all() || (connection.gather.is_some() && matches!(route, Route::Gather(_))) {
                 return Step::Blocked;

@@ -371,3 +371,49 @@ fn stats_detail_counts_prefixes_as_memcached_does() {
     );
     same_as_memcached(script.as_bytes(), true);
 }
+
+/// `stats conns` as groups of lines per descriptor, with descriptors, ports and seconds
+/// replaced (they differ between servers), sorted.
+fn conns_groups(reply: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(reply);
+    let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for line in text.lines().take_while(|line| *line != "END") {
+        let rest = line.strip_prefix("STAT ").expect("a STAT line");
+        let (fd, stat) = rest.split_once(':').unwrap();
+        let (name, value) = stat.split_once(' ').unwrap();
+        let value = match name {
+            "secs_since_last_cmd" => "S".to_string(),
+            _ => value.rsplit_once(':').map_or(value.to_string(), |(address, _)| format!("{address}:P")),
+        };
+        groups.entry(fd.to_string()).or_default().push(format!("{name} {value}"));
+    }
+    let mut groups: Vec<String> = groups.into_values().map(|group| group.join(", ")).collect();
+    groups.sort();
+    groups
+}
+
+#[test]
+fn stats_conns_lists_listeners_and_connections_as_memcached_does() {
+    let reference = memcached();
+    let server = tierkv_with(&["-t", "3"]);
+    let mut per_server = Vec::new();
+    for port in [reference.1, server.1] {
+        let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        idle.write_all(b"version\r\n").unwrap();
+        let mut buffer = [0u8; 64];
+        let _ = idle.read(&mut buffer).unwrap();
+        let reply = exchange_to_sentinel_within(port, b"get a\r\nstats conns\r\n", PATIENT);
+        let body = reply.strip_prefix(b"END\r\n".as_slice()).expect("the get's END first").to_vec();
+        per_server.push(conns_groups(&body));
+        drop(idle);
+    }
+    let (theirs, ours) = (&per_server[0], &per_server[1]);
+    let listener = "addr tcp:127.0.0.1:P, state conn_listening, secs_since_last_cmd S";
+    let clients = [
+        "addr tcp:127.0.0.1:P, listen_addr tcp:127.0.0.1:P, state conn_parse_cmd, secs_since_last_cmd S",
+        "addr tcp:127.0.0.1:P, listen_addr tcp:127.0.0.1:P, state conn_read, secs_since_last_cmd S",
+    ];
+    assert_eq!(theirs, &[clients[0], clients[1], listener], "memcached: two clients, one listener");
+    // tierkv: each of the three workers has its own listening socket on the port.
+    assert_eq!(ours, &[clients[0], clients[1], listener, listener, listener]);
+}

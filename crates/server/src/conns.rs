@@ -1,0 +1,62 @@
+//! memcached's `stats conns`: one group of lines per listening socket and per client
+//! connection, keyed by its file descriptor. Each worker lists its own sockets; the worker that
+//! serves the request gathers every worker's lines in one reply (see `Route::Conns`).
+
+use std::net::SocketAddr;
+
+/// What `stats conns` shows of one socket.
+pub struct Summary {
+    pub fd: i32,
+    /// The peer (clients) or the bound address (listeners).
+    pub addr: SocketAddr,
+    /// The address the client connected to (None for listeners).
+    pub listen_addr: Option<SocketAddr>,
+    pub udp: bool,
+    /// memcached's connection state name.
+    pub state: &'static str,
+    pub secs_since_last_cmd: u32,
+}
+
+fn address(addr: &SocketAddr, udp: bool) -> String {
+    let protocol = match (udp, addr.is_ipv6()) {
+        (false, false) => "tcp",
+        (false, true) => "tcp6",
+        (true, false) => "udp",
+        (true, true) => "udp6",
+    };
+    format!("{protocol}:{addr}")
+}
+
+/// Appends memcached's lines for `summary`.
+pub fn lines(summary: &Summary, out: &mut Vec<u8>) {
+    let fd = summary.fd;
+    let mut put = |name: &str, value: &str| out.extend_from_slice(format!("STAT {fd}:{name} {value}\r\n").as_bytes());
+    put("addr", &address(&summary.addr, summary.udp));
+    if let Some(listen) = &summary.listen_addr {
+        put("listen_addr", &address(listen, summary.udp));
+    }
+    put("state", summary.state);
+    put("secs_since_last_cmd", &summary.secs_since_last_cmd.to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_follow_memcached() {
+        let mut out = Vec::new();
+        let client = Summary {
+            fd: 24,
+            addr: "127.0.0.1:48292".parse().unwrap(),
+            listen_addr: Some("127.0.0.1:21211".parse().unwrap()),
+            udp: false,
+            state: "conn_parse_cmd",
+            secs_since_last_cmd: 0,
+        };
+        lines(&client, &mut out);
+        let expected = "STAT 24:addr tcp:127.0.0.1:48292\r\nSTAT 24:listen_addr tcp:127.0.0.1:21211\r\n\
+                        STAT 24:state conn_parse_cmd\r\nSTAT 24:secs_since_last_cmd 0\r\n";
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+}
