@@ -210,9 +210,9 @@ fn lru(tokens: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
-/// memcached's `watch`: the stream names are checked as memcached checks them, but tierkv
-/// does not stream its log yet, so a valid request gets memcached's reply for a watcher it
-/// could not add.
+/// memcached's `watch [streams]` (fetchers by default): the connection becomes a watcher.
+/// Streams tierkv has nothing to report on (raw commands, system, connection and proxy events,
+/// evictions: the log overwrites items without visiting them) are accepted and stay silent.
 fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
     if !state.settings.admin.watch {
         line(out, "CLIENT_ERROR watch commands not allowed");
@@ -230,12 +230,23 @@ fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
         b"proxyevents",
         b"proxyuser",
     ];
+    // memcached checks for unwritten replies before it reads the stream names.
+    if !out.is_empty() {
+        out.extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return After::Continue;
+    }
     if names.iter().any(|name| !STREAMS.contains(name)) {
         reply::error(out, &ErrorReply::Error);
-    } else {
-        line(out, "WATCHER_FAILED failed to add log watcher");
+        return After::Continue;
     }
-    After::Continue
+    let streams = names.iter().fold(0, |all, name| {
+        all | match *name {
+            b"fetchers" => crate::watch::FETCHERS,
+            b"mutations" => crate::watch::MUTATIONS,
+            _ => 0,
+        }
+    });
+    After::Watch(if names.is_empty() { crate::watch::FETCHERS } else { streams })
 }
 
 /// `stats cachedump <class> <limit>` (text only, as in memcached).

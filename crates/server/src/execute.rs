@@ -27,6 +27,9 @@ pub enum After {
     /// The connection now streams a dump of the items (it takes no other request until the
     /// dump's END).
     Dump(crate::admin::DumpKind),
+    /// The connection now streams these log streams (`watch::FETCHERS`, ...) and takes no
+    /// other request.
+    Watch(u8),
 }
 
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
@@ -52,10 +55,10 @@ fn fetch<'p>(
         Some(exptime) => partition.get_and_touch(key, exptime),
         None => partition.get(key),
     };
-    let hit = matches!(item, Ok(Some(_)));
-    state.counters.read(touch.is_some(), hit);
-    state.detail(key, Event::Get { hit });
-    item.ok().flatten()
+    let item = item.ok().flatten();
+    state.counters.read(touch.is_some(), item.is_some());
+    state.observe_get(key, item.as_ref().map(|item| item.value.len()), true);
+    item
 }
 
 /// A store through the engine, counted for `stats`. With `invalidate` (meta `I`) a late
@@ -64,8 +67,9 @@ fn counted_store(
     partition: &mut engine::AnyPartition,
     request: &engine::StoreRequest<'_>,
     invalidate: bool,
-    counters: &mut Counters,
+    state: &mut State,
 ) -> Result<engine::StoreOutcome, engine::EngineError> {
+    let counters = &mut state.counters;
     counters.cmd_set += 1;
     let outcome = if invalidate { partition.store_invalidating(request) } else { partition.store(request) };
     match (&outcome, request.mode) {
@@ -76,7 +80,36 @@ fn counted_store(
         (Err(engine::EngineError::OutOfMemory), _) => counters.store_no_memory += 1,
         _ => {}
     }
+    if state.observe != 0 {
+        observe_store(state, request, &outcome);
+    }
     outcome
+}
+
+/// A store's `watch mutations` line, with memcached's status and command names.
+#[inline(never)]
+fn observe_store(
+    state: &State,
+    request: &engine::StoreRequest<'_>,
+    outcome: &Result<engine::StoreOutcome, engine::EngineError>,
+) {
+    let status = match outcome {
+        Ok(engine::StoreOutcome::Stored { .. }) => "stored",
+        Ok(engine::StoreOutcome::NotStored) => "not_stored",
+        Ok(engine::StoreOutcome::Exists) => "exists",
+        Ok(engine::StoreOutcome::NotFound) => "not_found",
+        Err(engine::EngineError::OutOfMemory) => "no_memory",
+        Err(_) => "too_large",
+    };
+    let command = match request.mode {
+        engine::StoreMode::Set => "set",
+        engine::StoreMode::Add => "add",
+        engine::StoreMode::Replace => "replace",
+        engine::StoreMode::Append => "append",
+        engine::StoreMode::Prepend => "prepend",
+        engine::StoreMode::Cas => "cas",
+    };
+    state.observe_store(request.key, status, command, request.exptime, request.value.len());
 }
 
 /// A delete through the engine, counted for `stats` (and `stats detail` with `detailed`:
@@ -200,7 +233,7 @@ fn execute_text(
         Command::Store { mode, key, flags, exptime, value, cas } => {
             state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, false, &mut state.counters) {
+            match counted_store(partition, &store, false, state) {
                 Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
                 Ok(engine::StoreOutcome::NotStored) => reply::status(out, Status::NotStored),
                 Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
@@ -254,7 +287,7 @@ fn execute_text(
         Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
             state.detail.command(args, out);
             // Counting starts (or stops) with the next request, here at once.
-            state.detail_on = state.detail.enabled();
+            state.refresh_observe();
         }
         Command::Stats { args } if crate::stats::subcommand(args) == b"cachedump" => {
             return crate::admin::stats_cachedump(args, state, out)
@@ -341,6 +374,7 @@ fn execute_meta(
             };
             let found = partition.meta_get(key, &ask).ok().flatten();
             state.counters.read(ask.touch.is_some(), found.is_some());
+            state.observe_get(key, found.as_ref().map(|found| found.item.value.len()), false);
             match found {
                 Some(engine::MetaItem { item, won, last_access }) => {
                     let info = MetaReturn {
@@ -369,7 +403,7 @@ fn execute_meta(
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let (code, new_cas) = match counted_store(partition, &store, flags.has(b'I'), &mut state.counters) {
+            let (code, new_cas) = match counted_store(partition, &store, flags.has(b'I'), state) {
                 Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
                 Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
                 Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
@@ -498,7 +532,7 @@ fn execute_binary(
         Command::Store { mode, key, flags, exptime, value, cas } => {
             state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, false, &mut state.counters) {
+            match counted_store(partition, &store, false, state) {
                 Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
                 Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
                     error(out, status::KEY_EEXISTS)

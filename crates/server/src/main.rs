@@ -17,6 +17,7 @@ mod forward;
 mod signals;
 mod stats;
 mod udp;
+mod watch;
 mod worker;
 
 use clap::Parser;

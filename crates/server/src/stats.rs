@@ -86,8 +86,14 @@ pub struct State {
     pub curr_connections: u64,
     /// `stats detail`'s table, shared by every worker.
     pub detail: Arc<crate::detail::Detail>,
-    /// Whether `stats detail` counting is on, as this worker last read it (once a turn).
-    pub detail_on: bool,
+    /// memcached's watchers, shared by every worker.
+    pub watchers: Arc<crate::watch::Watchers>,
+    /// What is observed (`watch::DETAIL`, `FETCHERS`, `MUTATIONS`), as this worker last read
+    /// it (once a turn): the request path checks this one byte.
+    pub observe: u8,
+    /// The descriptor of the connection whose requests run now (-1: forwarded ones), for
+    /// watch lines.
+    pub fd: i32,
     started: u32,
 }
 
@@ -100,7 +106,9 @@ impl State {
             verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
             curr_connections: 0,
             detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
-            detail_on: false,
+            watchers: Arc::default(),
+            observe: 0,
+            fd: -1,
             started: now,
         }
     }
@@ -110,16 +118,54 @@ impl State {
         State { verbosity, ..self }
     }
 
-    /// The same state with a `stats detail` table shared with other workers.
-    pub fn sharing_detail(self, detail: Arc<crate::detail::Detail>) -> State {
-        State { detail, ..self }
+    /// The same state with a `stats detail` table and watchers shared with other workers.
+    pub fn sharing(self, detail: Arc<crate::detail::Detail>, watchers: Arc<crate::watch::Watchers>) -> State {
+        State { detail, watchers, ..self }
+    }
+
+    /// Reads again what is observed (once a turn, and when it changes here).
+    pub fn refresh_observe(&mut self) {
+        let detail = if self.detail.enabled() { crate::watch::DETAIL } else { 0 };
+        self.observe = detail | self.watchers.active();
     }
 
     /// Counts `event` for `key` in `stats detail` when it is on.
     #[inline]
     pub fn detail(&self, key: &[u8], event: crate::detail::Event) {
-        if self.detail_on {
+        if self.observe & crate::watch::DETAIL != 0 {
             self.detail.record(key, event);
+        }
+    }
+
+    /// A key read (`size`: the value's length, None for a miss): counted in `stats detail`
+    /// (text and binary reads, `detailed`) and logged to `watch fetchers`.
+    #[inline]
+    pub fn observe_get(&self, key: &[u8], size: Option<usize>, detailed: bool) {
+        if self.observe != 0 {
+            self.observed_get(key, size, detailed);
+        }
+    }
+
+    #[inline(never)]
+    fn observed_get(&self, key: &[u8], size: Option<usize>, detailed: bool) {
+        if detailed {
+            self.detail(key, crate::detail::Event::Get { hit: size.is_some() });
+        }
+        if self.observe & crate::watch::FETCHERS != 0 {
+            let fd = self.fd;
+            self.watchers.log(crate::watch::FETCHERS, |gid| {
+                crate::watch::item_get_line(gid, key, size.is_some(), size.unwrap_or(0), fd)
+            });
+        }
+    }
+
+    /// A store logged to `watch mutations`.
+    pub fn observe_store(&self, key: &[u8], status: &str, command: &str, exptime: i64, size: usize) {
+        if self.observe & crate::watch::MUTATIONS != 0 {
+            let fd = self.fd;
+            self.watchers.log(crate::watch::MUTATIONS, |gid| {
+                crate::watch::item_store_line(gid, key, status, command, exptime, size, fd)
+            });
         }
     }
 

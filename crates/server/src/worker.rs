@@ -97,6 +97,10 @@ struct Connection {
     dump: Option<Box<crate::dump::Dump>>,
     /// When it last sent a request (Unix seconds; `stats conns`).
     last_command: u32,
+    /// Its socket's descriptor (-1 for UDP), for watch lines.
+    fd: i32,
+    /// It is a watcher (`watch`) with this id: it streams log lines and takes no requests.
+    watching: Option<u64>,
     /// The peer closed its side (or the socket failed): read to the end of stream.
     hangup: bool,
     closing: bool,
@@ -119,6 +123,7 @@ struct UdpReply {
 
 impl Connection {
     fn new(stream: Option<TcpStream>, udp: Option<UdpReply>, generation: u64) -> Connection {
+        let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         Connection {
             stream,
             udp,
@@ -137,6 +142,8 @@ impl Connection {
             skip_line: false,
             dump: None,
             last_command: 0,
+            fd,
+            watching: None,
             hangup: false,
             closing: false,
         }
@@ -219,6 +226,7 @@ struct Shared {
     open_connections: AtomicUsize,
     verbosity: Arc<std::sync::atomic::AtomicU32>,
     detail: Arc<crate::detail::Detail>,
+    watchers: Arc<crate::watch::Watchers>,
     proven: Proven,
 }
 
@@ -271,6 +279,7 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
+        watchers: Arc::default(),
         proven: Proven::default(),
     });
     let mut starts = Vec::with_capacity(workers);
@@ -413,6 +422,8 @@ struct Worker {
     senders: [crate::udp::Sender; 2],
     /// UDP sockets that may hold more datagrams than the last batch took.
     udp_again: [bool; 2],
+    /// Slots of this worker's watching connections (served every loop turn).
+    watching: Vec<usize>,
     /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).
     listeners: Vec<(i32, SocketAddr, bool)>,
     /// When the worker started (Unix seconds): listeners' `secs_since_last_cmd`.
@@ -449,7 +460,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             partition,
             state: State::new(settings, unix_now())
                 .sharing_verbosity(Arc::clone(&shared.verbosity))
-                .sharing_detail(Arc::clone(&shared.detail)),
+                .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
             limits,
             links,
             pool: Vec::new(),
@@ -468,6 +479,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         udp,
         senders: Default::default(),
         udp_again: [false; 2],
+        watching: Vec::new(),
         listeners: Vec::new(),
         started: unix_now(),
     };
@@ -478,8 +490,9 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
     while !STOP.load(Ordering::Relaxed) {
         worker.core.links.receive(&mut inbox);
         let busy = !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
-        let timeout =
-            if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { Duration::from_secs(1) };
+        // Watchers get their lines at least every 100 ms.
+        let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
+        let timeout = if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { idle };
         let polled = poll.poll(&mut events, Some(timeout));
         worker.core.links.awake();
         match polled {
@@ -489,7 +502,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         }
         worker.core.partition.set_clock(unix_now());
         // After every receive: a request forwarded after `stats detail on` sees it on.
-        worker.core.state.detail_on = worker.core.state.detail.enabled();
+        worker.core.state.refresh_observe();
         // Other workers' requests and replies first: someone is waiting for them.
         for (from, message) in inbox.drain(..) {
             match message {
@@ -537,6 +550,9 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         }
         if !worker.core.conns_due.is_empty() {
             worker.answer_conns(&poll);
+        }
+        for slot in std::mem::take(&mut worker.watching) {
+            worker.turn(slot, &poll);
         }
         worker.send_udp();
         worker.core.links.send_all();
@@ -613,6 +629,9 @@ impl Worker {
         if connection.blocked {
             self.blocked.push(slot);
         }
+        if connection.watching.is_some() && turn != Turn::Close && !self.watching.contains(&slot) {
+            self.watching.push(slot);
+        }
 
         match turn {
             Turn::Wait => {}
@@ -688,6 +707,10 @@ impl Worker {
     fn close(&mut self, slot: usize, poll: &Poll) {
         if let Some(mut connection) = self.connections[slot].take() {
             self.free.push(slot);
+            if let Some(id) = connection.watching {
+                self.core.state.watchers.remove(id);
+                self.watching.retain(|&watching| watching != slot);
+            }
             if let Some(stream) = connection.stream.as_mut() {
                 let _ = poll.registry().deregister(stream);
                 if let Ok(peer) = stream.peer_addr() {
@@ -856,7 +879,7 @@ impl Worker {
                             break;
                         }
                         // A dump streams over TCP only; over UDP it gets no reply.
-                        Step::Done(After::Close | After::Dump(_)) => break,
+                        Step::Done(After::Close | After::Dump(_) | After::Watch(_)) => break,
                         // No room to forward now: the rest is dropped, as a full receive
                         // buffer would drop it.
                         Step::Blocked => {
@@ -967,6 +990,7 @@ impl Core {
     /// Executes a batch another worker forwarded and sends the replies back. The keys of each
     /// run of `BATCH` entries are prefetched together first, as for local requests.
     fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>, conns: &[u8]) {
+        self.state.fd = -1;
         let Batch { requests, entries, replies } = &mut *batch;
         let mut request_start = 0;
         for chunk in entries.chunks_mut(BATCH) {
@@ -1093,11 +1117,15 @@ fn serve_connection(
     if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
         return Turn::Wait;
     }
+    if let Some(id) = connection.watching {
+        return watch_turn(connection, id, core, chunk);
+    }
     if connection.dump.is_some() {
         if let Some(turn) = run_dump(connection, slot, core) {
             return turn;
         }
     }
+    core.state.fd = connection.fd;
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
     if !connection.input.is_empty() {
         connection.last_command = core.partition.now();
@@ -1121,6 +1149,55 @@ fn serve_connection(
     // input need another turn.
     if connection.output.is_empty() && !connection.blocked && (stopped_early || read == ReadEnd::Limited) {
         Turn::Again
+    } else {
+        Turn::Wait
+    }
+}
+
+/// Makes the connection a watcher of `streams` with memcached's replies; false if refused.
+fn start_watch(connection: &mut Connection, core: &mut Core, streams: u8) -> bool {
+    if !connection.parts.is_empty() {
+        // Replies still due from other workers would end up behind the log lines.
+        connection
+            .local_out(&mut core.pool)
+            .extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
+        return false;
+    }
+    let out = connection.local_out(&mut core.pool);
+    match core.state.watchers.add(streams) {
+        None => {
+            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            false
+        }
+        Some(id) => {
+            out.extend_from_slice(b"OK\r\n");
+            connection.watching = Some(id);
+            core.state.refresh_observe();
+            true
+        }
+    }
+}
+
+/// A watcher's turn: its queued log lines go out (while less than a watcher buffer waits to be
+/// written), anything it sends is read and dropped, and its end of stream closes it.
+fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, chunk: &mut [u8]) -> Turn {
+    if connection.output.len() < crate::watch::WATCHER_BUFFER_BYTES {
+        core.state.watchers.take(id, &mut connection.output);
+    }
+    if !flush(connection, &mut core.state) {
+        return Turn::Close;
+    }
+    let ended = loop {
+        let Some(stream) = connection.stream.as_mut() else { break true };
+        match stream.read(chunk) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => break e.kind() != io::ErrorKind::WouldBlock,
+        }
+    };
+    if ended {
+        Turn::Close
     } else {
         Turn::Wait
     }
@@ -1334,11 +1411,22 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
                     stopped_early = true;
                     break;
                 }
+                Step::Done(After::Watch(streams)) => {
+                    at += consumed;
+                    if start_watch(connection, core, streams) {
+                        break;
+                    }
+                }
                 Step::Blocked => {
                     connection.blocked = true;
                     break;
                 }
             }
+        }
+        if connection.watching.is_some() {
+            // A watcher takes no more requests; what it sent after `watch` is dropped.
+            at = input.len();
+            break;
         }
         if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
             break;
@@ -1693,7 +1781,7 @@ fn split_get(connection: &mut Connection, slot: usize, core: &mut Core, request:
             };
             let item = item.ok().flatten();
             core.state.counters.read(touch.is_some(), item.is_some());
-            core.state.detail(key, crate::detail::Event::Get { hit: item.is_some() });
+            core.state.observe_get(key, item.as_ref().map(|item| item.value.len()), true);
             if let Some(item) = item {
                 reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
             }

@@ -417,3 +417,55 @@ fn stats_conns_lists_listeners_and_connections_as_memcached_does() {
     // tierkv: each of the three workers has its own listening socket on the port.
     assert_eq!(ours, &[clients[0], clients[1], listener, listener, listener]);
 }
+
+/// Reads from a watcher until `lines` log lines arrived (or a few quiet seconds passed).
+fn watched_lines(watcher: &mut TcpStream, lines: usize) -> Vec<String> {
+    let mut text = String::new();
+    let mut buffer = [0u8; 4096];
+    watcher.set_read_timeout(Some(PATIENT)).unwrap();
+    while text.matches('\n').count() < lines {
+        match watcher.read(&mut buffer) {
+            Ok(n) if n > 0 => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
+            _ => break,
+        }
+    }
+    text.lines().map(str::to_string).collect()
+}
+
+/// `key=... status=...` and friends of a watch line, without its time, id and descriptor.
+fn watch_fields(line: &str) -> String {
+    line.split(' ')
+        .filter(|field| !["ts=", "gid=", "cfd="].iter().any(|p| field.starts_with(p)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn watch_streams_fetches_and_mutations_as_memcached_does() {
+    let reference = memcached();
+    let server = tierkv_with(&["-t", "3"]);
+    let script = b"set a 0 0 1\r\nx\r\nget b\r\nadd a 0 10 1\r\ny\r\nms m%20 2 T5\r\nhi\r\n";
+    let mut seen = Vec::new();
+    for port in [reference.1, server.1] {
+        let mut watcher = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        watcher.write_all(b"watch mutations fetchers\r\n").unwrap();
+        let mut ok = [0u8; 4];
+        watcher.read_exact(&mut ok).unwrap();
+        assert_eq!(&ok, b"OK\r\n");
+        exchange_to_sentinel(port, script);
+        // memcached also logs the lookups inside stores; only the lines both servers write
+        // are compared: the fetches of get and mg, and every store.
+        let lines = watched_lines(&mut watcher, if port == reference.1 { 8 } else { 5 });
+        let mut fields: Vec<String> = lines.iter().map(|line| watch_fields(line)).collect();
+        fields.retain(|line| line.contains("type=item_store") || line.contains("key=b ") || line.contains("sentinel"));
+        fields.sort();
+        seen.push(fields);
+    }
+    assert_eq!(seen[1], seen[0]);
+    assert_eq!(seen[0].len(), 5, "{:?}", seen[0]);
+    // Refusals, with memcached's replies.
+    let server = tierkv_with(&["-W"]);
+    assert_eq!(exchange(server.1, b"watch\r\n"), b"CLIENT_ERROR watch commands not allowed\r\n");
+    let server = tierkv();
+    assert_eq!(exchange(server.1, b"watch nonsense\r\n"), b"ERROR\r\n");
+}
