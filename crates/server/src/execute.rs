@@ -45,6 +45,7 @@ fn store_mode(mode: StoreMode) -> engine::StoreMode {
 
 /// GET or get-and-touch of one key, counted for `stats` as memcached counts them (a gat is
 /// a touch, not a get).
+#[inline]
 fn fetch<'p>(
     partition: &'p mut engine::AnyPartition,
     key: &[u8],

@@ -23,6 +23,12 @@ use tierkv_protocol::udp::FrameHeader;
 use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
 use tierkv_protocol::{Key, ReplyStyle, Request};
 
+mod requests;
+mod streams;
+
+use requests::*;
+use streams::*;
+
 const MAIN_LISTENER: Token = Token(usize::MAX);
 const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -345,18 +351,6 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     result
 }
 
-/// A worker's listening sockets as `stats conns` lists them: descriptor, address, UDP.
-fn listener_addresses(
-    main: &TcpListener,
-    direct: Option<&TcpListener>,
-    udp: &[Option<mio::net::UdpSocket>; 2],
-) -> Vec<(i32, SocketAddr, bool)> {
-    use std::os::fd::AsRawFd;
-    let tcp = std::iter::once(main).chain(direct).filter_map(|l| Some((l.as_raw_fd(), l.local_addr().ok()?, false)));
-    let udp = udp.iter().flatten().filter_map(|s| Some((s.as_raw_fd(), s.local_addr().ok()?, true)));
-    tcp.chain(udp).collect()
-}
-
 /// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
 /// connections over the workers. A first plain bind checks that nobody else serves the port
 /// (SO_REUSEPORT would otherwise let a second server share it silently).
@@ -637,70 +631,6 @@ impl Worker {
             Turn::Wait => {}
             Turn::Again => self.again.push(slot),
             Turn::Close => self.close(slot, poll),
-        }
-    }
-
-    /// `stats conns` lines of this worker's sockets; `requester` is the connection asking.
-    fn conns_lines(&self, requester: Option<usize>) -> Vec<u8> {
-        use crate::conns::{lines, Summary};
-        let now = unix_now();
-        let mut out = Vec::new();
-        for &(fd, addr, udp) in &self.listeners {
-            let state = if udp { "conn_read" } else { "conn_listening" };
-            let since = now.saturating_sub(self.started);
-            lines(&Summary { fd, addr, listen_addr: None, udp, state, secs_since_last_cmd: since }, &mut out);
-        }
-        for (slot, connection) in self.connections.iter().enumerate() {
-            let Some(connection) = connection else { continue };
-            let Some(stream) = &connection.stream else { continue };
-            let (Ok(addr), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else { continue };
-            let state = if requester == Some(slot) {
-                "conn_parse_cmd"
-            } else if connection.closing {
-                "conn_closing"
-            } else if connection.swallow > 0 {
-                "conn_swallow"
-            } else if !connection.output.is_empty() {
-                "conn_mwrite"
-            } else {
-                "conn_read"
-            };
-            use std::os::fd::AsRawFd;
-            let summary = Summary {
-                fd: stream.as_raw_fd(),
-                addr,
-                listen_addr: Some(local),
-                udp: false,
-                state,
-                secs_since_last_cmd: now.saturating_sub(connection.last_command),
-            };
-            lines(&summary, &mut out);
-        }
-        out
-    }
-
-    /// Writes this worker's own `stats conns` lines into the requests that wait for them.
-    fn answer_conns(&mut self, poll: &Poll) {
-        for (slot, seq) in std::mem::take(&mut self.core.conns_due) {
-            let lines = self.conns_lines(Some(slot));
-            let Some(connection) = self.connections[slot].as_mut() else { continue };
-            let Some(part) = seq.checked_sub(connection.first_seq).and_then(|i| connection.parts.get_mut(i as usize))
-            else {
-                continue;
-            };
-            part.bytes.extend_from_slice(&lines);
-            part.waiting -= 1;
-            if part.waiting == 0 {
-                reply::status(&mut part.bytes, reply::Status::End);
-            }
-            connection.drain_parts(&mut self.core.pool);
-            if connection.udp.is_some() {
-                if connection.settled() && connection.closing {
-                    self.finish_udp(slot);
-                }
-            } else if !flush(connection, &mut self.core.state) {
-                self.close(slot, poll);
-            }
         }
     }
 
@@ -1154,99 +1084,6 @@ fn serve_connection(
     }
 }
 
-/// Makes the connection a watcher of `streams` with memcached's replies; false if refused.
-fn start_watch(connection: &mut Connection, core: &mut Core, streams: u8) -> bool {
-    if !connection.parts.is_empty() {
-        // Replies still due from other workers would end up behind the log lines.
-        connection
-            .local_out(&mut core.pool)
-            .extend_from_slice(b"ERROR cannot pipeline other commands before watch\r\n");
-        return false;
-    }
-    let out = connection.local_out(&mut core.pool);
-    match core.state.watchers.add(streams) {
-        None => {
-            out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
-            false
-        }
-        Some(id) => {
-            out.extend_from_slice(b"OK\r\n");
-            connection.watching = Some(id);
-            core.state.refresh_observe();
-            true
-        }
-    }
-}
-
-/// A watcher's turn: its queued log lines go out (while less than a watcher buffer waits to be
-/// written), anything it sends is read and dropped, and its end of stream closes it.
-fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, chunk: &mut [u8]) -> Turn {
-    if connection.output.len() < crate::watch::WATCHER_BUFFER_BYTES {
-        core.state.watchers.take(id, &mut connection.output);
-    }
-    if !flush(connection, &mut core.state) {
-        return Turn::Close;
-    }
-    let ended = loop {
-        let Some(stream) = connection.stream.as_mut() else { break true };
-        match stream.read(chunk) {
-            Ok(0) => break true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => break e.kind() != io::ErrorKind::WouldBlock,
-        }
-    };
-    if ended {
-        Turn::Close
-    } else {
-        Turn::Wait
-    }
-}
-
-/// Takes the steps of a connection's dump that its output has room for; Some(turn) while the
-/// dump goes on (the connection takes no requests until its END).
-fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option<Turn> {
-    use crate::dump::{encode_request, step, DUMP_OUTPUT_BYTES};
-    while let Some(dump) = connection.dump.as_deref().copied() {
-        if dump.waiting {
-            return Some(Turn::Wait);
-        }
-        if connection.pending_bytes() >= DUMP_OUTPUT_BYTES {
-            if !flush(connection, &mut core.state) {
-                return Some(Turn::Close);
-            }
-            // A socket that took less than the backlog announces room with a writable event.
-            if connection.pending_bytes() >= DUMP_OUTPUT_BYTES {
-                return Some(Turn::Wait);
-            }
-            continue;
-        }
-        if dump.worker == core.id {
-            let out = connection.local_out(&mut core.pool);
-            let start = out.len();
-            let (next, items) = step(&mut core.partition, dump.kind, dump.cursor, dump.item_budget(), dump.bytes, out);
-            let bytes = out.len() - start;
-            let state = connection.dump.as_mut().expect("a dump is on");
-            if state.advance(next, items, bytes, core.workers) {
-                connection.dump = None;
-                reply::status(connection.local_out(&mut core.pool), reply::Status::End);
-            }
-            continue;
-        }
-        if connection.parts.len() >= MAX_PARTS {
-            connection.blocked = true;
-            return Some(Turn::Wait);
-        }
-        if !forward_part(connection, slot, core, dump.worker, Kind::Dump, 0, &encode_request(&dump)) {
-            connection.blocked = true;
-            return Some(Turn::Wait);
-        }
-        connection.dump.as_mut().expect("a dump is on").waiting = true;
-    }
-    // Done: the dump's END is queued; requests that followed it go on.
-    None
-}
-
 /// Buffers above this size are given back once empty, so idle connections stay small.
 const KEEP_BUFFER_BYTES: usize = 256 << 10;
 
@@ -1302,21 +1139,6 @@ enum Step {
     Done(After),
     /// Not taken (no room to forward, or too much waiting): try again after replies arrive.
     Blocked,
-}
-
-/// A `get`/`gets` line longer than this is answered in pieces of about this size as it
-/// arrives (`text::long_get`), so a line of any length costs a bounded buffer.
-const LONG_GET_CHUNK_BYTES: usize = 16 << 10;
-/// An unterminated get line of this much input from which no key can be taken (it is nearly
-/// all spaces) is refused: nothing else could bound its buffer.
-const MAX_UNTAKEN_GET_BYTES: usize = 256 << 10;
-
-/// How processing goes on after one step.
-enum Flow {
-    /// Decode the next request.
-    Next,
-    /// Stop for this turn (the state says why: output limit, blocked, closing).
-    Stop,
 }
 
 /// Decodes and executes (or forwards) every complete request in the input while the limits
@@ -1449,188 +1271,6 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
-}
-
-/// What follows a batch that ended early: nothing (None), the wait for more input or a long
-/// get line's turn (Some(None)), or a refused request (Some(Some(error))).
-fn after_batch(
-    connection: &mut Connection,
-    slot: usize,
-    core: &mut Core,
-    next: Option<Option<tierkv_protocol::ProtocolError>>,
-    input: &mut [u8],
-    at: &mut usize,
-    stopped_early: &mut bool,
-) -> Flow {
-    match next {
-        None => Flow::Next,
-        Some(None) => match long_get(connection, slot, core, &input[*at..]) {
-            Some(step) => finish_long_get(connection, step, input, at, stopped_early),
-            None => Flow::Stop,
-        },
-        Some(Some(error)) => refuse(connection, slot, core, &error, input, at),
-    }
-}
-
-/// Stops for the output limit: behind a forwarded reply the wait ends when it arrives
-/// (blocked); otherwise when the socket takes the output (true: stopped early).
-fn stop_for_output(connection: &mut Connection) -> bool {
-    if connection.parts.is_empty() {
-        true
-    } else {
-        connection.blocked = true;
-        false
-    }
-}
-
-/// Discards what an earlier refusal left to skip (memcached's swallow of a refused value, or
-/// the rest of a refused get line); true if everything read so far was discarded.
-fn discard(connection: &mut Connection, input: &[u8], at: &mut usize, pool: &mut Vec<Vec<u8>>) -> bool {
-    if connection.swallow > 0 {
-        let skip = connection.swallow.min(input.len() - *at);
-        *at += skip;
-        connection.swallow -= skip;
-        if connection.swallow > 0 {
-            return true;
-        }
-        if let Some(error) = connection.after_swallow.take() {
-            reply::error(connection.local_out(pool), &error);
-        }
-    }
-    if connection.skip_line {
-        match memchr::memchr(b'\n', &input[*at..]) {
-            Some(newline) => {
-                *at += newline + 1;
-                connection.skip_line = false;
-            }
-            None => {
-                *at = input.len();
-                return true;
-            }
-        }
-    }
-    false
-}
-
-/// What taking a piece of a long get line did.
-enum LongStep {
-    /// Its keys are answered (or on their way); the rest of the line starts with a key,
-    /// `consumed` bytes in, and gets `verb` put before it.
-    Taken { consumed: usize, verb: &'static [u8] },
-    /// The line was refused (a key too long); its rest is being skipped.
-    Refused,
-    /// Stopped (output limit, forwarding room) before its keys were all answered.
-    Stopped(Step),
-}
-
-/// Answers the keys at the front of a get line too long to take whole; None if `input` does
-/// not start with one (then the line is decoded as usual, or waited for).
-fn long_get(connection: &mut Connection, slot: usize, core: &mut Core, input: &[u8]) -> Option<LongStep> {
-    if input.len() <= LONG_GET_CHUNK_BYTES {
-        return None;
-    }
-    let refused = |connection: &mut Connection, core: &mut Core| {
-        reply::error(connection.local_out(&mut core.pool), &ErrorReply::Client("bad command line format"));
-        connection.skip_line = true;
-        connection.resume = 0;
-        Some(LongStep::Refused)
-    };
-    match tierkv_protocol::text::long_get(input, &core.limits, LONG_GET_CHUNK_BYTES) {
-        tierkv_protocol::text::LongGet::Keys { request, consumed, verb } => {
-            match split_get(connection, slot, core, &request, false) {
-                Step::Done(After::Continue) => Some(LongStep::Taken { consumed, verb }),
-                step => Some(LongStep::Stopped(step)),
-            }
-        }
-        tierkv_protocol::text::LongGet::BadKey => refused(connection, core),
-        tierkv_protocol::text::LongGet::Wait if input.len() > MAX_UNTAKEN_GET_BYTES => refused(connection, core),
-        tierkv_protocol::text::LongGet::Wait | tierkv_protocol::text::LongGet::No => None,
-    }
-}
-
-/// Moves past a piece of a long get line: the rest of the line becomes a get line of its own.
-fn finish_long_get(
-    connection: &mut Connection,
-    step: LongStep,
-    input: &mut [u8],
-    at: &mut usize,
-    stopped_early: &mut bool,
-) -> Flow {
-    match step {
-        LongStep::Taken { consumed, verb } => {
-            let start = *at + consumed - verb.len();
-            input[start..start + verb.len()].copy_from_slice(verb);
-            *at = start;
-            Flow::Next
-        }
-        LongStep::Refused => Flow::Next,
-        LongStep::Stopped(Step::Blocked) => {
-            connection.blocked = true;
-            Flow::Stop
-        }
-        LongStep::Stopped(_) => {
-            *stopped_early = true;
-            Flow::Stop
-        }
-    }
-}
-
-/// Answers a request the decoder refused, skipping it (or arranging to swallow the rest of
-/// it); a set refused as too large first removes the key's old item, as memcached does.
-fn refuse(
-    connection: &mut Connection,
-    slot: usize,
-    core: &mut Core,
-    error: &tierkv_protocol::ProtocolError,
-    input: &[u8],
-    at: &mut usize,
-) -> Flow {
-    if let Some(span) = error.unlink {
-        if !unlink(connection, slot, core, span.key(&input[*at..])) {
-            connection.blocked = true;
-            return Flow::Stop;
-        }
-    }
-    if error.reply == ErrorReply::Server(TOO_LARGE)
-        || matches!(error.reply, ErrorReply::Binary { status, .. } if status == binary::status::E2BIG)
-    {
-        core.state.counters.store_too_large += 1;
-    }
-    // memcached answers a request it swallows once the swallow is over.
-    let reply = (!error.noreply).then_some(error.reply);
-    let available = input.len() - *at;
-    if error.skip > available {
-        *at = input.len();
-        connection.swallow = error.skip - available;
-        connection.after_swallow = reply;
-    } else {
-        *at += error.skip;
-        if let Some(reply) = reply {
-            reply::error(connection.local_out(&mut core.pool), &reply);
-        }
-    }
-    if error.close {
-        connection.closing = true;
-        return Flow::Stop;
-    }
-    Flow::Next
-}
-
-/// Removes `key`'s item wherever it lives, counting nothing (memcached's unlink after a set
-/// refused as too large); false if there was no room to forward it yet.
-fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, key: Key<'_>) -> bool {
-    let mut buffer = [0u8; 256];
-    let Some(key) = key.decode_into(&mut buffer) else { return true };
-    let hash = KeyHash::of(key);
-    let owner = hash.partition(core.workers as u32) as usize;
-    if owner == core.id {
-        let _ = core.partition.delete(key, 0);
-        return true;
-    }
-    if connection.parts.len() >= MAX_PARTS {
-        return false;
-    }
-    forward_part(connection, slot, core, owner, Kind::Unlink, hash.0, key)
 }
 
 /// Forwards one request to `owner` as the next part of the connection's reply order (the
