@@ -990,6 +990,9 @@ impl Core {
                 return (Route::Flush(delay), None)
             }
             Command::Stats { args } if crate::stats::subcommand(args) == b"conns" => return (Route::Conns, None),
+            Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
+                return (Route::AfterForwarded, None)
+            }
             Command::Stats { args } if self.workers > 1 => {
                 let route = match Group::parse(args) {
                     Some(Group::Reset) => Route::Reset,
@@ -1023,6 +1026,9 @@ enum Route {
     Gather(Group),
     /// stats conns: every worker's sockets.
     Conns,
+    /// Here, once the connection's forwarded requests are done (`stats detail` reads and
+    /// switches what every worker counts).
+    AfterForwarded,
 }
 
 /// Writes what is pending, reads a bounded amount, executes every complete request the limits
@@ -1169,7 +1175,8 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         while batch_len < BATCH && decoded_end < input.len() {
             // A long get line is taken in pieces, at the head of a batch of its own, without
             // decoding (and checking) the whole of it again for every piece.
-            if tierkv_protocol::text::is_long_get(&input[decoded_end..], LONG_GET_CHUNK_BYTES) {
+            let rest = &input[decoded_end..];
+            if rest.len() > LONG_GET_CHUNK_BYTES && tierkv_protocol::text::is_long_get(rest, LONG_GET_CHUNK_BYTES) {
                 if batch_len == 0 {
                     long_step = long_get(connection, slot, core, &input[at..]);
                 }
@@ -1303,13 +1310,6 @@ fn dispatch(
     route: Route,
     hash: Option<KeyHash>,
 ) -> Step {
-    // `stats detail` reads and switches what every worker counts: it waits until this
-    // connection's earlier forwarded requests have been executed (and counted).
-    if matches!(request.command, Command::Stats { args } if crate::stats::subcommand(args) == b"detail")
-        && !connection.parts.is_empty()
-    {
-        return Step::Blocked;
-    }
     let read = matches!(request.command, Command::Get { .. });
     if route != Route::Local
         && (connection.parts.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
@@ -1326,7 +1326,8 @@ fn dispatch(
         reply_end: 0,
     };
     match route {
-        Route::Local => {
+        Route::AfterForwarded if !connection.parts.is_empty() => Step::Blocked,
+        Route::Local | Route::AfterForwarded => {
             let mut resume = connection.resume;
             let out = connection.local_out(&mut core.pool);
             let after = execute(&mut core.partition, request, out, &mut core.state, &mut resume);
