@@ -568,6 +568,8 @@ fn execute_binary(
             Some(item) => binary::write_response(out, info, status::SUCCESS, 0, &item.flags.to_be_bytes(), &[], &[]),
             None => error(out, status::KEY_ENOENT),
         },
+        // memcached -F answers a binary flush with an authentication error.
+        Command::FlushAll { .. } if !state.settings.admin.flush => error(out, status::AUTH_ERROR),
         Command::FlushAll { delay } => {
             counted_flush_all(partition, delay, &mut state.counters);
             success(out, 0, &[]);

@@ -236,6 +236,12 @@ fn administrative_commands_answer_as_memcached_does() {
     );
     let reply = exchange_to_sentinel(server.1, script);
     assert!(reply.starts_with(expected.as_bytes()), "{}", String::from_utf8_lossy(&reply));
+    // A binary FLUSH gets memcached -F's status: authentication error (0x20).
+    let flush = [0x80, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let reply = exchange_binary_to_sentinel(server.1, &flush);
+    let mut auth_error = vec![0x81, 0x08, 0, 0, 0, 0, 0, 0x20, 0, 0, 0, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    auth_error.extend_from_slice(b"Auth failure.");
+    assert!(reply.starts_with(&auth_error), "memcached -F's bytes: {reply:?}");
 }
 
 /// Lines of `lru_crawler metadump all` (or `stats cachedump`) from a server, up to END.
