@@ -9,7 +9,7 @@
 use crate::execute::After;
 use crate::stats::State;
 use tierkv_protocol::reply::{self, Status};
-use tierkv_protocol::ErrorReply;
+use tierkv_protocol::{strtol32, strtoul32, ErrorReply};
 
 /// The most slab class ids memcached knows (`MAX_NUMBER_OF_SLAB_CLASSES`).
 pub const SLAB_CLASSES: u32 = 64;
@@ -73,16 +73,9 @@ fn line(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// memcached's safe_strtod (the lru and slabs tuning factors).
 fn number<T: std::str::FromStr>(token: &[u8]) -> Option<T> {
     std::str::from_utf8(token).ok()?.parse().ok()
-}
-
-/// memcached's safe_strtoul: digits (no sign), fitting 32 bits.
-fn unsigned(token: &[u8]) -> Option<u32> {
-    if token.first() == Some(&b'-') {
-        return None;
-    }
-    number(token)
 }
 
 fn shutdown(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
@@ -107,7 +100,7 @@ fn shutdown(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
 fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
     match tokens {
         [_, b"reassign", source, destination] => {
-            let (Some(source), Some(destination)) = (number::<i32>(source), number::<i32>(destination)) else {
+            let (Some(source), Some(destination)) = (strtol32(source), strtol32(destination)) else {
                 return line(out, "CLIENT_ERROR bad command line format");
             };
             // No class has pages to give: tierkv's log is not cut into slab pages.
@@ -121,7 +114,7 @@ fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
         }
         [_, b"automove", b"ratio", ratio, ..] if number::<f64>(ratio).is_some() => line(out, "OK"),
         [_, b"automove", b"ratio", ..] => reply::error(out, &ErrorReply::Error),
-        [_, b"automove", level, ..] => match unsigned(level) {
+        [_, b"automove", level, ..] => match strtoul32(level) {
             None => line(out, "CLIENT_ERROR bad command line format"),
             Some(0..=2) => line(out, "OK"),
             Some(_) => reply::error(out, &ErrorReply::Error),
@@ -137,7 +130,7 @@ fn cache_memlimit(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) {
     if !(2..=3).contains(&tokens.len()) {
         return reply::error(out, &ErrorReply::Error);
     }
-    match unsigned(tokens[1]) {
+    match strtoul32(tokens[1]) {
         None => reply::error(out, &ErrorReply::Error),
         Some(0..=7) => line(out, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"),
         Some(1_000_000_001..) => line(out, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"),
@@ -146,9 +139,10 @@ fn cache_memlimit(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) {
     }
 }
 
-/// Whether `classes` names memcached classes (`all`, or comma-separated ids below 64).
+/// Whether `classes` names memcached classes (`all`, or comma-separated ids from 1 to 63).
 fn valid_classes(classes: &[u8]) -> bool {
-    classes == b"all" || classes.split(|&b| b == b',').all(|id| unsigned(id).is_some_and(|id| id < SLAB_CLASSES))
+    classes == b"all"
+        || classes.split(|&b| b == b',').all(|id| strtoul32(id).is_some_and(|id| (1..SLAB_CLASSES).contains(&id)))
 }
 
 fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
@@ -163,7 +157,7 @@ fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
                 out.extend_from_slice(METADUMP_BEHIND_REPLIES);
             } else if *classes == b"hash" || valid_classes(classes) {
                 let all = *classes == b"hash" || *classes == b"all";
-                let listed = all || classes.split(|&b| b == b',').any(|id| unsigned(id) == Some(CLASS));
+                let listed = all || classes.split(|&b| b == b',').any(|id| strtoul32(id) == Some(CLASS));
                 if listed {
                     return After::Dump(DumpKind::Metadump);
                 }
@@ -172,11 +166,11 @@ fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
                 line(out, "BADCLASS invalid class id");
             }
         }
-        [_, b"tocrawl", count] => match unsigned(count) {
+        [_, b"tocrawl", count] => match strtoul32(count) {
             Some(_) => line(out, "OK"),
             None => line(out, "CLIENT_ERROR bad command line format"),
         },
-        [_, b"sleep", micros] => match unsigned(micros) {
+        [_, b"sleep", micros] => match strtoul32(micros) {
             Some(0..=1_000_000) => line(out, "OK"),
             Some(_) => line(out, "CLIENT_ERROR sleep must be one second or less"),
             None => line(out, "CLIENT_ERROR bad command line format"),
@@ -192,7 +186,7 @@ fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
 fn lru(tokens: &[&[u8]], out: &mut Vec<u8>) {
     match tokens {
         [_, b"tune", hot, warm, hot_factor, factor, ..] => {
-            let parsed = (unsigned(hot), unsigned(warm), number::<f64>(hot_factor), number::<f64>(factor));
+            let parsed = (strtoul32(hot), strtoul32(warm), number::<f64>(hot_factor), number::<f64>(factor));
             let (Some(hot), Some(warm), Some(hot_factor), Some(factor)) = parsed else {
                 return reply::error(out, &ErrorReply::Error);
             };
@@ -205,7 +199,7 @@ fn lru(tokens: &[&[u8]], out: &mut Vec<u8>) {
             }
         }
         [_, b"mode", b"flat" | b"segmented", ..] => line(out, "OK"),
-        [_, b"temp_ttl", ttl, ..] if number::<i32>(ttl).is_some() => line(out, "OK"),
+        [_, b"temp_ttl", ttl, ..] if strtol32(ttl).is_some() => line(out, "OK"),
         _ => reply::error(out, &ErrorReply::Error),
     }
 }
@@ -260,7 +254,7 @@ pub fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
         line(out, "CLIENT_ERROR bad command line");
         return After::Continue;
     }
-    let (Some(class), Some(limit)) = (unsigned(tokens[1]), unsigned(tokens[2])) else {
+    let (Some(class), Some(limit)) = (strtoul32(tokens[1]), strtoul32(tokens[2])) else {
         line(out, "CLIENT_ERROR bad command line format");
         return After::Continue;
     };
@@ -303,5 +297,6 @@ mod tests {
     fn classes_are_memcacheds() {
         assert!(valid_classes(b"all") && valid_classes(b"1,2,63"));
         assert!(!valid_classes(b"64") && !valid_classes(b"x") && !valid_classes(b"1,") && !valid_classes(b"-1"));
+        assert!(!valid_classes(b"0"), "memcached's classes start at 1");
     }
 }

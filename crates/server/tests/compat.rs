@@ -219,6 +219,9 @@ fn administrative_commands_answer_as_memcached_does() {
         "cache_memlimit 64 noreply\r\nlru tune 1 1 1 1 noreply\r\ncache_memlimit\r\n",
         "stats cachedump 64 1\r\nstats cachedump 2 1\r\nstats cachedump 1\r\nstats cachedump x 1\r\n",
         "stats items\r\n",
+        // memcached's number parsing: low 32 bits, signs, class 0.
+        "lru_crawler crawl 0\r\ncache_memlimit 4294967360\r\ncache_memlimit +64\r\nlru_crawler tocrawl -1\r\n",
+        "slabs automove 4294967297\r\nlru temp_ttl -5\r\nlru_crawler sleep 1000000\r\n",
     );
     same_as_memcached(script.as_bytes(), false);
     // -A allows shutdown: the server stops (and answers nothing).
