@@ -104,6 +104,15 @@ impl AnyPartition {
         }
     }
 
+    /// Changes the memory budget (`cache_memlimit`): cache mode moves its log's length within
+    /// the maximum given at creation; store mode cannot move its arena (`NotResizable`).
+    pub fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
+        match self {
+            AnyPartition::Cache(partition) => partition.set_memory_bytes(memory_bytes),
+            AnyPartition::Store(_) => Err(ConfigError::NotResizable),
+        }
+    }
+
     /// Bytes of item memory: the log (cache) or the allocator's arena (store).
     pub fn log_bytes(&self) -> usize {
         match self {

@@ -2,24 +2,24 @@
 //! cost O(1) per operation and nothing to report.
 //!
 //! The log's eviction is implicit: the tail overwrites the oldest bytes and nobody visits the
-//! items lost. So the log is cut into segments (a power of two, about 1/64 of the log each) and
-//! the census counts the live items whose position lies in each. When the tail enters a
-//! segment, the items still counted in the segment one lap earlier are the evicted ones. An
-//! item that dies earlier (deleted, overwritten, found expired, dropped by a full index pair,
-//! copied forward) is taken off its segment's count, unless that segment was already recycled.
-//! Eviction is thus counted at segment granularity: up to one segment before or after the log
-//! really overwrites an item.
+//! items lost. So the virtual positions are cut into segments (a power of two, about 1/64 of
+//! the largest log each) and the census counts the live items whose position lies in each.
+//! When the log's live span leaves a whole segment behind, the items still counted in it are
+//! the evicted ones. An item that dies earlier (deleted, overwritten, found expired, dropped by
+//! a full index pair, copied forward) is taken off its segment's count, unless that segment
+//! was already evicted. Eviction is thus counted at segment granularity: up to one segment
+//! after the log really overwrites an item.
 
-/// Most segments in the ring (about 64 per lap plus the one the tail is in).
-const MAX_SEGMENTS: usize = 66;
+/// Counted segments at most: a live span of the largest log covers at most 64 whole segments
+/// and parts of two more.
+const MAX_SEGMENTS: usize = 68;
 
 /// Per-segment live-item counts and the totals derived from them.
 #[derive(Clone, Debug)]
 pub(crate) struct Census {
     shift: u32,
-    segments: u64,
-    /// Virtual segment number the tail is in.
-    current: u64,
+    /// The oldest segment still counted; segments before it were evicted.
+    oldest: u64,
     counts: [u64; MAX_SEGMENTS],
     live: u64,
     stored: u64,
@@ -27,36 +27,34 @@ pub(crate) struct Census {
 }
 
 impl Census {
-    /// A census for a log of `capacity` bytes whose tail is at `tail`.
-    pub(crate) fn new(capacity: u64, tail: u64) -> Census {
-        let segment_bytes = (capacity / 64).max(1).next_power_of_two();
-        let segments = capacity / segment_bytes + 1;
-        debug_assert!(segments as usize <= MAX_SEGMENTS);
+    /// A census for a log of at most `max_capacity` bytes whose tail is at `tail`.
+    pub(crate) fn new(max_capacity: u64, tail: u64) -> Census {
+        let segment_bytes = (max_capacity / 64).max(1).next_power_of_two();
         let shift = segment_bytes.trailing_zeros();
-        Census { shift, segments, current: tail >> shift, counts: [0; MAX_SEGMENTS], live: 0, stored: 0, evicted: 0 }
+        Census { shift, oldest: tail >> shift, counts: [0; MAX_SEGMENTS], live: 0, stored: 0, evicted: 0 }
     }
 
     #[inline]
-    fn slot(&self, segment: u64) -> usize {
-        (segment % self.segments) as usize
+    fn slot(segment: u64) -> usize {
+        (segment % MAX_SEGMENTS as u64) as usize
     }
 
-    /// Moves the tail to `tail`; the items of every segment it enters again are evicted.
+    /// The tail moved to `tail` and items older than `live_span` are gone: the segments wholly
+    /// behind that are evicted.
     #[inline]
-    pub(crate) fn advance(&mut self, tail: u64) {
-        let target = tail >> self.shift;
-        if target == self.current {
+    pub(crate) fn advance(&mut self, tail: u64, live_span: u64) {
+        let dead_before = tail.saturating_sub(live_span) >> self.shift;
+        if dead_before <= self.oldest {
             return;
         }
-        // Past a whole lap every slot is recycled once; later laps find them empty.
-        let steps = (target - self.current).min(self.segments);
-        for segment in target - steps + 1..=target {
-            let slot = self.slot(segment);
+        // Only the last MAX_SEGMENTS segments can hold counts.
+        for segment in dead_before.saturating_sub(MAX_SEGMENTS as u64).max(self.oldest)..dead_before {
+            let slot = Census::slot(segment);
             self.evicted += self.counts[slot];
             self.live -= self.counts[slot];
             self.counts[slot] = 0;
         }
-        self.current = target;
+        self.oldest = dead_before;
     }
 
     /// A new item was stored at `position` (the tail has already been advanced past it).
@@ -69,7 +67,9 @@ impl Census {
     /// An existing item was copied to `position`.
     #[inline]
     pub(crate) fn moved_in(&mut self, position: u64) {
-        let slot = self.slot(position >> self.shift);
+        let segment = position >> self.shift;
+        debug_assert!(segment >= self.oldest && segment - self.oldest < MAX_SEGMENTS as u64);
+        let slot = Census::slot(segment);
         self.counts[slot] += 1;
         self.live += 1;
     }
@@ -78,8 +78,8 @@ impl Census {
     #[inline]
     pub(crate) fn removed(&mut self, position: u64) {
         let segment = position >> self.shift;
-        if self.current.wrapping_sub(segment) < self.segments {
-            let slot = self.slot(segment);
+        if segment >= self.oldest {
+            let slot = Census::slot(segment);
             debug_assert!(self.counts[slot] > 0);
             self.counts[slot] -= 1;
             self.live -= 1;
@@ -115,16 +115,16 @@ mod tests {
     #[test]
     fn items_the_tail_reaches_again_are_evicted_once() {
         let mut census = Census::new(6400, 0);
-        // Segments of 128 bytes, 51 in the ring.
+        // Segments of 128 bytes.
         for position in (0..6400).step_by(100) {
-            census.advance(position + 100);
+            census.advance(position + 100, position + 100);
             census.stored(position);
         }
         assert_eq!((census.live(), census.evicted(), census.stored_total()), (64, 0, 64));
         census.removed(150);
         assert_eq!(census.live(), 63);
         // One more lap: the first lap's items are all evicted, the removed one not again.
-        census.advance(12_900);
+        census.advance(12_900, 6400);
         assert_eq!((census.live(), census.evicted()), (0, 63));
         // Removing an item whose segment was recycled changes nothing.
         census.removed(300);
@@ -134,10 +134,10 @@ mod tests {
     #[test]
     fn flush_is_not_eviction() {
         let mut census = Census::new(1 << 20, 5_000);
-        census.advance(5_100);
+        census.advance(5_100, 5_100);
         census.stored(5_000);
         census.flushed();
-        census.advance(10 << 20);
+        census.advance(10 << 20, 1 << 20);
         assert_eq!((census.live(), census.evicted(), census.stored_total()), (0, 0, 1));
     }
 }

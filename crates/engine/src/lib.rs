@@ -12,6 +12,7 @@ mod any;
 mod batch;
 mod census;
 mod chain_index;
+mod config;
 mod hash;
 mod index;
 mod item;

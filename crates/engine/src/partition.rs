@@ -2,6 +2,11 @@
 //! sized once at creation and never grown.
 
 use crate::census::Census;
+use crate::config::SWEEP_PERIOD_BYTES;
+pub use crate::config::{
+    ConfigError, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,
+    MAX_KEY_BYTES, MIN_ITEM_BYTES,
+};
 use crate::hash::KeyHash;
 use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::item;
@@ -12,97 +17,6 @@ use crate::region::Region;
 use crate::time::ClockMarks;
 use crate::time::{is_expired, unix_now};
 use std::fmt;
-
-/// Longest key memcached accepts, in bytes.
-pub const MAX_KEY_BYTES: usize = 250;
-/// Default largest item (header + key + value), as memcached's `-I 1m`.
-pub const DEFAULT_MAX_ITEM_BYTES: usize = 1 << 20;
-/// Largest `max_item_bytes` a partition accepts (memcached's own ceiling for `-I`).
-pub const MAX_ITEM_BYTES_CEILING: usize = 1 << 30;
-/// Smallest `max_item_bytes`: room for a 250-byte key and a small value.
-pub const MIN_ITEM_BYTES: usize = 512;
-/// Item sizes (key + value) the automatic index sizing assumes when the caller gives none.
-pub const DEFAULT_EXPECTED_ITEM_BYTES: usize = 128;
-/// Log positions are kept in 48 bits; a full sweep of the index runs every 2^46 bytes written,
-/// so the ring must stay below that.
-const SWEEP_PERIOD_BYTES: u64 = 1 << 46;
-
-/// How a partition is sized.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionConfig {
-    /// Everything the partition may allocate: index, log and scratch space.
-    pub memory_bytes: usize,
-    /// Index buckets (a power of two, at least 2); None sizes the index from
-    /// `expected_item_bytes` so it has about two slots per item the log can hold.
-    pub index_buckets: Option<usize>,
-    /// Largest item (header + key + value) accepted.
-    pub max_item_bytes: usize,
-    /// Typical key + value size, used only when `index_buckets` is None.
-    pub expected_item_bytes: usize,
-}
-
-impl PartitionConfig {
-    /// A configuration with `memory_bytes` of budget and every other setting at its default.
-    pub fn new(memory_bytes: usize) -> PartitionConfig {
-        PartitionConfig {
-            memory_bytes,
-            index_buckets: None,
-            max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
-            expected_item_bytes: DEFAULT_EXPECTED_ITEM_BYTES,
-        }
-    }
-
-    /// The bucket count the partition will use.
-    pub fn buckets(&self) -> usize {
-        self.index_buckets.unwrap_or_else(|| {
-            // Each item costs its log bytes plus about 16 bytes of index at two slots per item.
-            let per_item = self.expected_item_bytes.max(1) + crate::item::MIN_HEADER_BYTES + 16;
-            let wanted = (self.memory_bytes / per_item / (ENTRIES_PER_BUCKET / 2)).max(2);
-            let up = wanted.next_power_of_two();
-            // Round to the nearer power of two on a log scale.
-            if up > 2 && up as f64 / wanted as f64 > std::f64::consts::SQRT_2 {
-                up / 2
-            } else {
-                up
-            }
-        })
-    }
-}
-
-/// Why a partition could not be created.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ConfigError {
-    /// `index_buckets` is not a power of two of at least 2.
-    BadBucketCount(usize),
-    /// `max_item_bytes` is outside MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING.
-    MaxItemOutOfRange(usize),
-    /// The budget leaves a log smaller than two maximum-size items.
-    TooSmall { memory_bytes: usize, needed_bytes: usize },
-    /// The log would exceed what 48-bit positions can track.
-    TooLarge(usize),
-    /// The operating system refused the memory.
-    OutOfMemory(usize),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::BadBucketCount(n) => write!(f, "index bucket count {n} is not a power of two >= 2"),
-            ConfigError::MaxItemOutOfRange(n) => {
-                write!(f, "maximum item size {n} is outside {MIN_ITEM_BYTES}..={MAX_ITEM_BYTES_CEILING} bytes")
-            }
-            ConfigError::TooSmall { memory_bytes, needed_bytes } => write!(
-                f,
-                "memory budget of {memory_bytes} bytes is too small: the index, scratch space and a log of two \
-                 maximum-size items need {needed_bytes} bytes"
-            ),
-            ConfigError::TooLarge(n) => write!(f, "a log of {n} bytes is larger than one partition supports"),
-            ConfigError::OutOfMemory(n) => write!(f, "the operating system refused {n} bytes"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Why an operation was refused; the partition is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,8 +258,6 @@ pub struct Partition {
     /// Holds a value while it is rewritten into the log region it came from.
     scratch: Region,
     max_item_bytes: usize,
-    /// Items older than this (bytes behind the tail) are copied forward when read.
-    reappend_age: u64,
     now: u32,
     flush: ops::FlushSchedule,
     sweep_cursor: usize,
@@ -394,25 +306,24 @@ impl Partition {
         }
         let index_bytes = buckets * std::mem::size_of::<crate::index::Bucket>();
         let fixed_bytes = index_bytes + config.max_item_bytes;
-        let needed_bytes = fixed_bytes + 2 * config.max_item_bytes;
-        if config.memory_bytes < needed_bytes {
-            return Err(ConfigError::TooSmall { memory_bytes: config.memory_bytes, needed_bytes });
+        let log_bytes = Partition::log_share(config.memory_bytes, fixed_bytes, config.max_item_bytes)?;
+        let max_memory = config.max_memory();
+        if max_memory < config.memory_bytes {
+            return Err(ConfigError::AboveMaximum { memory_bytes: config.memory_bytes, max_bytes: max_memory });
         }
-        let log_bytes = config.memory_bytes - fixed_bytes;
-        if log_bytes as u64 >= SWEEP_PERIOD_BYTES {
-            return Err(ConfigError::TooLarge(log_bytes));
+        let max_log_bytes = max_memory - fixed_bytes;
+        if max_log_bytes as u64 >= SWEEP_PERIOD_BYTES {
+            return Err(ConfigError::TooLarge(max_log_bytes));
         }
         let index = Index::new(buckets).ok_or(ConfigError::OutOfMemory(index_bytes))?;
-        let log = Log::new(log_bytes).ok_or(ConfigError::OutOfMemory(log_bytes))?;
+        let log = Log::new(log_bytes, max_log_bytes).ok_or(ConfigError::OutOfMemory(max_log_bytes))?;
         let scratch = Region::new(config.max_item_bytes).ok_or(ConfigError::OutOfMemory(config.max_item_bytes))?;
-        let capacity = log.capacity();
         let sweep_stride = (SWEEP_PERIOD_BYTES / buckets as u64).max(1);
         Ok(Partition {
             index,
             log,
             scratch,
             max_item_bytes: config.max_item_bytes,
-            reappend_age: capacity - capacity / 8,
             now: unix_now(),
             flush: ops::FlushSchedule::default(),
             sweep_cursor: 0,
@@ -420,7 +331,7 @@ impl Partition {
             sweep_stride,
             item_bytes_hint: 64,
             stats: EngineStats::default(),
-            census: Census::new(capacity, 0),
+            census: Census::new(max_log_bytes as u64, 0),
             clock_marks: ClockMarks::starting(unix_now()),
         })
     }
@@ -456,9 +367,38 @@ impl Partition {
         }
     }
 
-    /// Bytes allocated at creation: index + log + scratch. Never changes.
+    /// The budget in use: index + log + scratch bytes (the log's share is what
+    /// `set_memory_bytes` last gave; it takes effect as the log wraps).
     pub fn allocated_bytes(&self) -> usize {
-        self.index.bytes() + self.log.capacity() as usize + self.scratch.len()
+        self.fixed_bytes() + self.log.capacity() as usize
+    }
+
+    /// The index and scratch space: the part of the budget the log cannot use.
+    fn fixed_bytes(&self) -> usize {
+        self.index.bytes() + self.scratch.len()
+    }
+
+    /// The log's share of a `memory_bytes` budget, if it holds two items of the largest size.
+    fn log_share(memory_bytes: usize, fixed_bytes: usize, max_item_bytes: usize) -> Result<usize, ConfigError> {
+        let needed_bytes = fixed_bytes + 2 * max_item_bytes;
+        if memory_bytes < needed_bytes {
+            return Err(ConfigError::TooSmall { memory_bytes, needed_bytes });
+        }
+        Ok(memory_bytes - fixed_bytes)
+    }
+
+    /// Changes the budget (memcached's `cache_memlimit`), up to the maximum given at creation.
+    /// The log's next lap has the new length; a shrink evicts the oldest items as the tail
+    /// wraps and gives the ring bytes beyond the new length back to the kernel one lap later.
+    pub fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
+        let log_bytes = Partition::log_share(memory_bytes, self.fixed_bytes(), self.max_item_bytes)?;
+        let max_log_bytes = self.log.max_capacity() as usize;
+        if log_bytes > max_log_bytes {
+            let max_bytes = self.fixed_bytes() + max_log_bytes;
+            return Err(ConfigError::AboveMaximum { memory_bytes, max_bytes });
+        }
+        self.log.resize(log_bytes as u64);
+        Ok(())
     }
 
     /// Bytes of the index.
@@ -597,7 +537,7 @@ impl Partition {
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
         debug_assert_eq!(header.key_len, key.len());
         let (position, ring_index) = self.log.reserve(header.total_len());
-        self.census.advance(self.log.tail());
+        self.census.advance(self.log.tail(), self.log.live_span());
         let out = self.log.bytes_from_mut(ring_index);
         let key_start = header.encode(out);
         out[key_start..key_start + key.len()].copy_from_slice(key);
@@ -709,7 +649,7 @@ impl Partition {
         }
         self.census.removed(found.position);
         let (position, ring_index) = self.log.reserve(size);
-        self.census.advance(self.log.tail());
+        self.census.advance(self.log.tail(), self.log.live_span());
         self.census.moved_in(position);
         let header_len = header.encode(self.log.bytes_from_mut(ring_index));
         let new_start = ring_index + header_len;
@@ -766,7 +706,7 @@ impl Partition {
     fn read_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let mut found = self.find_live(key, hash)?;
         self.item_bytes_hint = (self.item_bytes_hint * 7 + found.total_len()) / 8;
-        if self.log.tail() - found.position > self.reappend_age {
+        if self.log.tail() - found.position > self.log.reappend_age() {
             let header = ItemHeader { cas: Some(found.cas()), ..found.header };
             found = self.rewrite_item(&found, &header, true);
             self.stats.reappends += 1;

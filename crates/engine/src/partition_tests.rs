@@ -7,6 +7,7 @@ const NOW: u32 = 1_800_000_000;
 fn partition(memory_bytes: usize, buckets: usize) -> Partition {
     let config = PartitionConfig {
         memory_bytes,
+        max_memory_bytes: None,
         index_buckets: Some(buckets),
         max_item_bytes: MIN_ITEM_BYTES,
         expected_item_bytes: 32,
@@ -351,6 +352,7 @@ fn rmw_operations_work_when_the_new_item_overwrites_the_old() {
     // A log barely larger than the values: every append overwrites the item it reads.
     let config = PartitionConfig {
         memory_bytes: 64 * 2 + 512 + 1100,
+        max_memory_bytes: None,
         index_buckets: Some(2),
         max_item_bytes: 512,
         expected_item_bytes: 0,
@@ -406,6 +408,7 @@ fn sweep_clears_stale_entries() {
 fn config_errors_are_reported() {
     let config = |memory_bytes, index_buckets, max_item_bytes| PartitionConfig {
         memory_bytes,
+        max_memory_bytes: None,
         index_buckets,
         max_item_bytes,
         expected_item_bytes: 64,
@@ -434,6 +437,7 @@ fn automatic_index_sizing_gives_about_two_slots_per_item() {
 fn memory_overhead_of_small_items() {
     let config = PartitionConfig {
         memory_bytes: (1 << 22) * 64 + 16_000_000 * 19 * 115 / 100 + (1 << 20),
+        max_memory_bytes: None,
         index_buckets: Some(1 << 22),
         max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
         expected_item_bytes: 16,

@@ -58,6 +58,23 @@ impl Region {
         self.len
     }
 
+    /// Gives the pages wholly inside `start..end` back to the kernel; they read as zeros
+    /// afterwards. Partial pages at either end are kept.
+    pub(crate) fn release(&mut self, start: usize, end: usize) {
+        let end = end.min(self.len);
+        let first = start.next_multiple_of(REGION_ALIGN);
+        let last = end & !(REGION_ALIGN - 1);
+        if first >= last {
+            return;
+        }
+        // SAFETY: first..last lies inside the mapping (end is clamped to len) and is
+        // page-aligned. MADV_DONTNEED on a private anonymous mapping only drops the pages'
+        // contents (they read as zeros again); &mut self means no borrow sees the change.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().add(first).cast(), last - first, libc::MADV_DONTNEED);
+        }
+    }
+
     /// The mapping as bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: ptr..ptr+len is a live mapping owned by self, readable and writable, and the
@@ -159,5 +176,18 @@ mod tests {
         assert_eq!(r.bytes()[639], 0xFF);
         prefetch(r.bytes().as_ptr());
         prefetch(std::ptr::null::<u8>());
+    }
+
+    #[test]
+    fn released_pages_read_as_zeros_and_partial_pages_are_kept() {
+        let mut r = Region::new(4 * REGION_ALIGN).expect("mmap");
+        r.bytes_mut().fill(9);
+        r.release(REGION_ALIGN / 2, 3 * REGION_ALIGN + 1);
+        let bytes = r.bytes();
+        assert!(bytes[..REGION_ALIGN].iter().all(|&b| b == 9), "the partial first page stays");
+        assert!(bytes[REGION_ALIGN..3 * REGION_ALIGN].iter().all(|&b| b == 0));
+        assert!(bytes[3 * REGION_ALIGN..].iter().all(|&b| b == 9), "the partial last page stays");
+        r.release(0, usize::MAX);
+        assert!(r.bytes().iter().all(|&b| b == 0));
     }
 }

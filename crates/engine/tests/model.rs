@@ -28,6 +28,8 @@ enum Op {
     Advance(u32),
     Flush(i64),
     GetBatch(Vec<u8>),
+    /// `cache_memlimit`: a new memory budget in bytes.
+    Resize(u16),
 }
 
 fn key_of(k: u8) -> Vec<u8> {
@@ -73,6 +75,7 @@ fn op(keys: u8, max_value: usize, stores: u32) -> impl Strategy<Value = Op> {
         1 => (0u32..3).prop_map(Op::Advance),
         1 => prop_oneof![Just(0i64), 1i64..3].prop_map(Op::Flush),
         1 => proptest::collection::vec(key, 0..80).prop_map(Op::GetBatch),
+        1 => (1024u16..=16384).prop_map(Op::Resize),
     ]
 }
 
@@ -125,14 +128,20 @@ fn view(item: Option<Item<'_>>) -> Option<ModelItem> {
 /// A budget far larger than the key space.
 const ROOMY: PartitionConfig = PartitionConfig {
     memory_bytes: 4 << 20,
+    max_memory_bytes: None,
     index_buckets: Some(1 << 12),
     max_item_bytes: 4096,
     expected_item_bytes: 64,
 };
 
 /// A store budget of about 8 KiB of items: 48 keys of up to 1.2 KB values overflow it.
-const TIGHT_STORE: PartitionConfig =
-    PartitionConfig { memory_bytes: 12 << 10, index_buckets: None, max_item_bytes: 2048, expected_item_bytes: 64 };
+const TIGHT_STORE: PartitionConfig = PartitionConfig {
+    memory_bytes: 12 << 10,
+    max_memory_bytes: None,
+    index_buckets: None,
+    max_item_bytes: 2048,
+    expected_item_bytes: 64,
+};
 
 /// What a run of `run_exact` saw of memory running out.
 #[derive(Debug, Default)]
@@ -228,6 +237,14 @@ fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
                         m.record(&key, value.clone(), 5, 0, cas);
                     }
                 }
+            }
+            Op::Resize(bytes) => {
+                // The exact runs keep their budget: the same size is accepted (store mode
+                // refuses any change), a larger one is above the maximum reserved.
+                let same = p.set_memory_bytes(config.memory_bytes);
+                assert_eq!(same.is_ok(), mode == Mode::Cache, "{same:?}");
+                let larger = p.set_memory_bytes(config.memory_bytes + usize::from(*bytes));
+                assert!(larger.is_err());
             }
             Op::Delete(k, with_cas) => {
                 let key = key_of(*k);
@@ -349,9 +366,16 @@ enum Known {
 }
 
 fn run_tiny(ops: &[Op]) {
-    let config =
-        PartitionConfig { memory_bytes: 4096, index_buckets: Some(4), max_item_bytes: 512, expected_item_bytes: 64 };
+    let config = PartitionConfig {
+        memory_bytes: 4096,
+        max_memory_bytes: Some(16384),
+        index_buckets: Some(4),
+        max_item_bytes: 512,
+        expected_item_bytes: 64,
+    };
     let mut p = Partition::new(&config).unwrap();
+    // Index (4 buckets of 64 bytes), scratch space and two largest items.
+    let smallest = 4 * 64 + 512 + 2 * 512;
     p.set_clock(START);
     let mut known: HashMap<Vec<u8>, Known> = HashMap::new();
     let check = |key: &[u8], got: Option<&[u8]>, known: &mut HashMap<Vec<u8>, Known>| {
@@ -402,6 +426,11 @@ fn run_tiny(ops: &[Op]) {
                 p.delete(&key, 0).unwrap();
                 known.insert(key, Known::Absent);
             }
+            Op::Resize(bytes) => {
+                let bytes = usize::from(*bytes);
+                let resized = p.set_memory_bytes(bytes);
+                assert_eq!(resized.is_ok(), bytes >= smallest, "{bytes}: {resized:?}");
+            }
             Op::GetBatch(ks) => {
                 let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
                 let mut got = Vec::new();
@@ -412,6 +441,8 @@ fn run_tiny(ops: &[Op]) {
             }
             _ => {}
         }
+        let resident = p.resident_items() as u64;
+        assert!(resident <= p.stats().live_items, "{resident} intact items, {} counted", p.stats().live_items);
     }
 }
 

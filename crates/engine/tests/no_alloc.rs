@@ -51,6 +51,7 @@ fn key(i: u64, out: &mut [u8; 24]) -> &[u8] {
 fn no_allocation_after_creation() {
     let config = PartitionConfig {
         memory_bytes: 64 << 10,
+        max_memory_bytes: None,
         index_buckets: Some(64),
         max_item_bytes: 1024,
         expected_item_bytes: 64,

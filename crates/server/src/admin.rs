@@ -8,6 +8,8 @@
 
 use crate::execute::After;
 use crate::stats::State;
+use std::sync::atomic::Ordering;
+use tierkv_engine::AnyPartition;
 use tierkv_protocol::reply::{self, Status};
 use tierkv_protocol::{strtol32, strtoul32, ErrorReply};
 
@@ -32,7 +34,7 @@ pub enum DumpKind {
 }
 
 /// Executes an administrative command line and appends memcached's reply.
-pub fn execute(line: &[u8], state: &mut State, out: &mut Vec<u8>) -> After {
+pub fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out: &mut Vec<u8>) -> After {
     let mut tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|token| !token.is_empty()).collect();
     // memcached's tokenizer stops at 24 tokens; nothing here needs more.
     tokens.truncate(24);
@@ -45,7 +47,7 @@ pub fn execute(line: &[u8], state: &mut State, out: &mut Vec<u8>) -> After {
             After::Continue
         }
         b"cache_memlimit" => {
-            cache_memlimit(&tokens, state, out);
+            cache_memlimit(&tokens, partition, state, out);
             After::Continue
         }
         b"lru_crawler" => lru_crawler(&tokens, state, out),
@@ -123,10 +125,12 @@ fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
-/// memcached's `cache_memlimit MB`. tierkv allocates each partition's memory once at start,
-/// so a change of the limit is refused with memcached's failure reply; the current limit is
-/// acknowledged.
-fn cache_memlimit(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) {
+/// memcached's `cache_memlimit MB`. In cache mode every partition's log moves to its share of
+/// the new limit, anywhere from the smallest that holds two largest items to `--memory-max`
+/// (outside that: memcached's failure reply). This worker sizes its own partition now, which
+/// also proves the size valid for all (they are alike); the others follow at their next loop
+/// turn (`apply_memory_limit`). Store mode cannot move its arena and accepts only its limit.
+fn cache_memlimit(tokens: &[&[u8]], partition: &mut AnyPartition, state: &State, out: &mut Vec<u8>) {
     if !(2..=3).contains(&tokens.len()) {
         return reply::error(out, &ErrorReply::Error);
     }
@@ -134,8 +138,28 @@ fn cache_memlimit(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) {
         None => reply::error(out, &ErrorReply::Error),
         Some(0..=7) => line(out, "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"),
         Some(1_000_000_001..) => line(out, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"),
-        Some(megabytes) if (megabytes as usize) << 20 == state.settings.memory_bytes => line(out, "OK"),
-        Some(_) => line(out, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"),
+        Some(megabytes) => {
+            let bytes = (megabytes as usize) << 20;
+            let unchanged = bytes == state.memory_limit.load(Ordering::Relaxed);
+            if unchanged || partition.set_memory_bytes(bytes / state.settings.threads).is_ok() {
+                state.memory_limit.store(bytes, Ordering::Relaxed);
+                line(out, "OK");
+            } else {
+                line(out, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust");
+            }
+        }
+    }
+}
+
+/// Sizes this worker's partition for the limit `cache_memlimit` last set, once it changed
+/// (called every loop turn; the size was checked when it was set).
+pub fn apply_memory_limit(partition: &mut AnyPartition, state: &State, applied: &mut usize) {
+    let limit = state.memory_limit.load(Ordering::Relaxed);
+    if limit != *applied {
+        *applied = limit;
+        if let Err(e) = partition.set_memory_bytes(limit / state.settings.threads) {
+            eprintln!("tierkv: cache_memlimit {} MB: {e}", limit >> 20);
+        }
     }
 }
 

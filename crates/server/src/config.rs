@@ -36,6 +36,10 @@ pub struct Config {
     /// Item memory in megabytes [default: 1024].
     #[arg(short = 'm', long = "memory-limit")]
     pub memory_limit: Option<usize>,
+    /// The most item memory `cache_memlimit` may grow to, in megabytes: the index is sized and
+    /// address space reserved for it (memory is used only as the log grows) [default: -m].
+    #[arg(long = "memory-max", value_name = "MB")]
+    pub memory_max: Option<usize>,
     /// Most simultaneous connections [default: 1024].
     #[arg(short = 'c', long = "conn-limit")]
     pub conn_limit: Option<usize>,
@@ -88,6 +92,7 @@ struct FileConfig {
     mode: Option<String>,
     disable_evictions: Option<bool>,
     memory_limit: Option<usize>,
+    memory_max: Option<usize>,
     conn_limit: Option<usize>,
     max_item_size: Option<SizeValue>,
     verbose: Option<u8>,
@@ -122,8 +127,11 @@ pub struct Settings {
     pub udp_port: Option<u16>,
     /// Cache (evicting) or store (refusing writes when full).
     pub mode: tierkv_engine::Mode,
-    /// The whole item memory (`-m`); each partition gets an equal share.
+    /// The whole item memory (`-m`) at start; each partition gets an equal share.
+    /// `cache_memlimit` changes it later (`State::memory_limit`).
     pub memory_bytes: usize,
+    /// The most `cache_memlimit` may set (`--memory-max`).
+    pub memory_max_bytes: usize,
     pub conn_limit: usize,
     pub max_item_bytes: usize,
     pub verbose: u8,
@@ -207,6 +215,7 @@ impl Config {
             mode: self.mode.or(file.mode),
             disable_evictions: self.disable_evictions || file.disable_evictions.unwrap_or(false),
             memory_limit: self.memory_limit.or(file.memory_limit),
+            memory_max: self.memory_max.or(file.memory_max),
             conn_limit: self.conn_limit.or(file.conn_limit),
             max_item_size: self.max_item_size.or(max_item_size),
             verbose: if self.verbose > 0 { self.verbose } else { file.verbose.unwrap_or(0) },
@@ -242,6 +251,12 @@ impl Config {
         let memory_mib = config.memory_limit.unwrap_or(1024);
         if memory_mib == 0 || memory_mib > 1 << 20 {
             return Err(format!("-m/--memory-limit {memory_mib} must be 1 to 1048576 megabytes"));
+        }
+        let memory_max_mib = config.memory_max.unwrap_or(memory_mib);
+        if memory_max_mib < memory_mib || memory_max_mib > 1 << 20 {
+            return Err(format!(
+                "--memory-max {memory_max_mib} must be at least -m/--memory-limit ({memory_mib}) and at most 1048576 megabytes"
+            ));
         }
         if max_item_bytes > memory_mib * (1 << 20) / threads / 2 {
             return Err(format!(
@@ -299,6 +314,7 @@ impl Config {
             udp_port: config.udp_port.filter(|&port| port != 0),
             mode,
             memory_bytes: memory_mib << 20,
+            memory_max_bytes: memory_max_mib << 20,
             conn_limit,
             max_item_bytes,
             verbose: config.verbose,
@@ -355,6 +371,7 @@ mod tests {
         named(&["-I", "5g"], "-I/--max-item-size");
         named(&["-l", "nowhere"], "-l/--listen");
         named(&["-m", "0"], "-m/--memory-limit");
+        named(&["-m", "64", "--memory-max", "32"], "--memory-max");
         named(&["-c", "0"], "-c/--conn-limit");
         named(&["-t", "0"], "-t/--threads");
         named(&["-t", "100000"], "-t/--threads");

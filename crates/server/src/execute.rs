@@ -303,7 +303,7 @@ fn execute_text(
             }
             None => reply::error(out, &ErrorReply::Error),
         },
-        Command::Admin { line } => return crate::admin::execute(line, state, out),
+        Command::Admin { line } => return crate::admin::execute(line, partition, state, out),
         Command::Noop | Command::MetaDebug { .. } | Command::Sasl { .. } => reply::error(out, &ErrorReply::Error),
     }
     After::Continue

@@ -3,7 +3,7 @@
 //! when it means the same thing in tierkv.
 
 use crate::config::Settings;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tierkv_engine::{AnyPartition as Partition, EngineStats};
 
@@ -82,6 +82,9 @@ pub struct State {
     pub settings: Settings,
     /// The `verbosity` level, shared by every worker (the command reaches only one).
     pub verbosity: Arc<AtomicU32>,
+    /// The item memory `cache_memlimit` last set (bytes, all partitions), shared by every
+    /// worker; each applies its share at its next loop turn.
+    pub memory_limit: Arc<AtomicUsize>,
     /// Connections this worker serves now.
     pub curr_connections: u64,
     /// `stats detail`'s table, shared by every worker.
@@ -104,6 +107,7 @@ impl State {
             engine_baseline: EngineStats::default(),
             settings: settings.clone(),
             verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
+            memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
             curr_connections: 0,
             detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
             watchers: Arc::default(),
@@ -113,9 +117,9 @@ impl State {
         }
     }
 
-    /// The same state with a verbosity level shared with other workers.
-    pub fn sharing_verbosity(self, verbosity: Arc<AtomicU32>) -> State {
-        State { verbosity, ..self }
+    /// The same state with a verbosity level and memory limit shared with other workers.
+    pub fn sharing_tunables(self, verbosity: Arc<AtomicU32>, memory_limit: Arc<AtomicUsize>) -> State {
+        State { verbosity, memory_limit, ..self }
     }
 
     /// The same state with a `stats detail` table and watchers shared with other workers.
@@ -433,7 +437,7 @@ fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn F
         put(&format!("1:{name}"), &value);
     }
     put("active_slabs", &1);
-    put("total_malloced", &state.settings.memory_bytes);
+    put("total_malloced", &state.memory_limit.load(Ordering::Relaxed));
 }
 
 fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
@@ -476,7 +480,7 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("auth_errors", &0);
     put("bytes_read", &c.bytes_read);
     put("bytes_written", &c.bytes_written);
-    put("limit_maxbytes", &state.settings.memory_bytes);
+    put("limit_maxbytes", &state.memory_limit.load(Ordering::Relaxed));
     put("accepting_conns", &1);
     put("listen_disabled_num", &0);
     put("threads", &state.settings.threads);
@@ -490,7 +494,7 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
 
 fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
     let s = &state.settings;
-    put("maxbytes", &s.memory_bytes);
+    put("maxbytes", &state.memory_limit.load(Ordering::Relaxed));
     put("maxconns", &s.conn_limit);
     put("tcpport", &s.address.port());
     put("udpport", &s.udp_port.unwrap_or(0));

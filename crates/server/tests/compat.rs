@@ -478,3 +478,56 @@ fn watch_streams_fetches_and_mutations_as_memcached_does() {
     let server = tierkv();
     assert_eq!(exchange(server.1, b"watch nonsense\r\n"), b"ERROR\r\n");
 }
+
+/// Writes `count` items of 4 KiB (keys `mem:0`...) and returns how many of them read back.
+fn write_then_count_hits(port: u16, count: usize) -> usize {
+    let value = "v".repeat(4096);
+    let mut writes = Vec::new();
+    for i in 0..count {
+        writes.extend(format!("set mem:{i} 0 0 4096 noreply\r\n{value}\r\n").into_bytes());
+    }
+    exchange_to_sentinel_within(port, &writes, PATIENT);
+    let keys: Vec<String> = (0..count).map(|i| format!("mem:{i}")).collect();
+    let reply = exchange_to_sentinel_within(port, format!("get {}\r\n", keys.join(" ")).as_bytes(), PATIENT);
+    reply.windows(6).filter(|window| window == b"VALUE ").count()
+}
+
+fn stat(port: u16, group: &str, name: &str) -> u64 {
+    let reply = String::from_utf8(exchange_to_sentinel(port, format!("stats {group}\r\n").as_bytes())).unwrap();
+    let prefix = format!("STAT {name} ");
+    let line = reply.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("{name} in {reply}"));
+    line[prefix.len()..].parse().unwrap()
+}
+
+#[test]
+fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-t", "2", "-m", "16", "--memory-max", "64", "-I", "64k"]);
+    let server = start(command, port);
+    // 12,000 items of 4 KiB (48 MiB) in 16 MiB: at most 4096 stay.
+    let small = write_then_count_hits(port, 12_000);
+    assert!((2000..4096).contains(&small), "{small} items in 16 MiB");
+    let reply = exchange_to_sentinel(port, b"cache_memlimit 128\r\ncache_memlimit 64\r\n");
+    assert!(reply.starts_with(b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\nOK\r\n"));
+    assert_eq!(stat(port, "", "limit_maxbytes"), 64 << 20);
+    assert_eq!(stat(port, "settings", "maxbytes"), 64 << 20);
+    // The longer lap starts at the next wrap; after that the log holds about four times more.
+    write_then_count_hits(port, 12_000);
+    let large = write_then_count_hits(port, 12_000);
+    assert!(large > 3 * small, "{large} items in 64 MiB, {small} in 16 MiB");
+    let grown = resident_bytes(server.0.id());
+    assert!(grown > 48 << 20, "{} MiB resident", grown >> 20);
+    // Back to 16 MiB: the oldest go as the log wraps, and the ring's far part is given back.
+    assert!(exchange_to_sentinel(port, b"cache_memlimit 16\r\n").starts_with(b"OK\r\n"));
+    write_then_count_hits(port, 12_000);
+    let shrunk = write_then_count_hits(port, 12_000);
+    assert!(shrunk <= small + 100, "{shrunk} items after the shrink, {small} before the growth");
+    let resident = resident_bytes(server.0.id());
+    assert!(resident + (24 << 20) < grown, "{} MiB resident after the shrink, {} before", resident >> 20, grown >> 20);
+    assert!(stat(port, "", "curr_items") <= 4096 && stat(port, "", "evictions") > 0);
+    // Store mode cannot move its arena: only its own limit is accepted.
+    let store = tierkv_with(&["--mode", "store", "-t", "2"]);
+    let reply = exchange_to_sentinel(store.1, b"cache_memlimit 32\r\ncache_memlimit 64\r\n");
+    assert!(reply.starts_with(b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\nOK\r\n"));
+}

@@ -273,6 +273,7 @@ fn engine_config(args: &Args, data: &Dataset) -> PartitionConfig {
     match args.memory_mib {
         Some(mib) => PartitionConfig {
             memory_bytes: mib << 20,
+            max_memory_bytes: None,
             index_buckets: None,
             max_item_bytes,
             expected_item_bytes: args.key_bytes + data.mean_value_bytes() as usize,
@@ -284,6 +285,7 @@ fn engine_config(args: &Args, data: &Dataset) -> PartitionConfig {
             let log_bytes = (args.items as f64 * mean_item as f64 * 1.15) as usize + 2 * max_item_bytes;
             PartitionConfig {
                 memory_bytes: buckets * 64 + log_bytes + max_item_bytes,
+                max_memory_bytes: None,
                 index_buckets: Some(buckets),
                 max_item_bytes,
                 expected_item_bytes: args.key_bytes + data.mean_value_bytes() as usize,

@@ -231,6 +231,7 @@ struct Shared {
     /// Connections open in the whole server (for `-c`).
     open_connections: AtomicUsize,
     verbosity: Arc<std::sync::atomic::AtomicU32>,
+    memory_limit: Arc<AtomicUsize>,
     detail: Arc<crate::detail::Detail>,
     watchers: Arc<crate::watch::Watchers>,
     proven: Proven,
@@ -284,6 +285,7 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     let shared = Arc::new(Shared {
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
+        memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         watchers: Arc::default(),
         proven: Proven::default(),
@@ -392,6 +394,8 @@ struct Core {
     /// `stats conns` requests (slot, reply sequence) waiting for this worker's own lines,
     /// which only the worker (that sees every connection) can write, after the turn.
     conns_due: Vec<(usize, u64)>,
+    /// The whole-server memory limit this worker's partition was last sized for.
+    memory_applied: usize,
 }
 
 struct Worker {
@@ -429,6 +433,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
     let workers = settings.threads;
     let config = PartitionConfig {
         memory_bytes: settings.memory_bytes / workers,
+        max_memory_bytes: Some(settings.memory_max_bytes / workers),
         index_buckets: None,
         max_item_bytes: settings.max_item_bytes,
         expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
@@ -453,12 +458,13 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             workers,
             partition,
             state: State::new(settings, unix_now())
-                .sharing_verbosity(Arc::clone(&shared.verbosity))
+                .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
                 .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
             limits,
             links,
             pool: Vec::new(),
             conns_due: Vec::new(),
+            memory_applied: settings.memory_bytes,
         },
         connections: Vec::new(),
         free: Vec::new(),
@@ -497,6 +503,8 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         worker.core.partition.set_clock(unix_now());
         // After every receive: a request forwarded after `stats detail on` sees it on.
         worker.core.state.refresh_observe();
+        let core = &mut worker.core;
+        crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
         // Other workers' requests and replies first: someone is waiting for them.
         for (from, message) in inbox.drain(..) {
             match message {
