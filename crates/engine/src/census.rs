@@ -10,9 +10,9 @@
 //! was already evicted. Eviction is thus counted at segment granularity: up to one segment
 //! after the log really overwrites an item.
 
-/// Counted segments at most: a live span of the largest log covers at most 64 whole segments
-/// and parts of two more.
-const MAX_SEGMENTS: usize = 68;
+/// Slots for segment counts: a live span of the largest log covers at most 64 whole segments
+/// and parts of two more; a power of two so a segment's slot is a mask.
+const MAX_SEGMENTS: usize = 128;
 
 /// Per-segment live-item counts and the totals derived from them.
 #[derive(Clone, Debug)]
@@ -36,7 +36,7 @@ impl Census {
 
     #[inline]
     fn slot(segment: u64) -> usize {
-        (segment % MAX_SEGMENTS as u64) as usize
+        (segment & (MAX_SEGMENTS as u64 - 1)) as usize
     }
 
     /// The tail moved to `tail` and items older than `live_span` are gone: the segments wholly

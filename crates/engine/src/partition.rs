@@ -505,6 +505,7 @@ impl Partition {
         Some(found)
     }
 
+    #[inline]
     fn item_at(&self, found: &Found) -> Item<'_> {
         let start = found.payload_start() + found.header.key_len;
         Item {
@@ -688,7 +689,7 @@ impl Partition {
 
     /// get / gets: the item for `key`, if present. An item read while close to eviction is
     /// copied to the tail first (MICA's LRU approximation); its CAS does not change.
-    #[inline]
+    #[inline(always)]
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
         check_key(key)?;
         Ok(self.get_hashed(key, KeyHash::of(key)))
