@@ -6,31 +6,20 @@ use crate::number::{strtol32, strtoul32, strtoull};
 /// Longest opaque token memcached returns (including the `O`).
 pub const MAX_OPAQUE_BYTES: usize = 32;
 
-/// The flags of one meta request.
+/// The flags of one meta request, kept small because every decoded request carries them (a
+/// batch copies requests): the tokens as sent, one bit per letter present, and the three TTLs
+/// the server reads. Every other value is taken from the tokens again when asked for (they
+/// were checked when the flags were parsed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetaFlags<'a> {
     /// The flag tokens as sent (space separated), for replies.
     pub tokens: &'a [u8],
     /// One bit per flag letter present (bit = letter - b'A').
     present: u64,
-    /// `O`: opaque token (without the letter).
-    pub opaque: Option<&'a [u8]>,
-    /// `T`: new TTL.
-    pub ttl: Option<i64>,
-    /// `N`: vivify on miss with this TTL.
-    pub vivify_ttl: Option<i64>,
-    /// `R`: recache when the TTL left is below this.
-    pub recache_ttl: Option<i64>,
-    /// `F`: client flags (ms).
-    pub client_flags: Option<u32>,
-    /// `C`: compare CAS.
-    pub cas: Option<u64>,
-    /// `M`: mode letter (ms, ma).
-    pub mode: Option<u8>,
-    /// `J`: initial value (ma).
-    pub initial: Option<u64>,
-    /// `D`: delta (ma).
-    pub delta: Option<u64>,
+    /// `T`, `N` and `R` (memcached parses them as 32-bit numbers).
+    ttl: i32,
+    vivify_ttl: i32,
+    recache_ttl: i32,
 }
 
 impl<'a> MetaFlags<'a> {
@@ -53,6 +42,63 @@ impl<'a> MetaFlags<'a> {
     pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.tokens.split(|&b| b == b' ').filter(|token| !token.is_empty())
     }
+
+    /// What follows `letter` in its token, if the flag was sent.
+    fn value_of(&self, letter: u8) -> Option<&'a [u8]> {
+        if !self.has(letter) {
+            return None;
+        }
+        self.iter().find(|token| token[0] == letter).map(|token| &token[1..])
+    }
+
+    fn ttl_if(&self, letter: u8, value: i32) -> Option<i64> {
+        self.has(letter).then_some(i64::from(value))
+    }
+
+    /// `T`: new TTL.
+    pub fn ttl(&self) -> Option<i64> {
+        self.ttl_if(b'T', self.ttl)
+    }
+
+    /// `N`: vivify on miss with this TTL.
+    pub fn vivify_ttl(&self) -> Option<i64> {
+        self.ttl_if(b'N', self.vivify_ttl)
+    }
+
+    /// `R`: recache when the TTL left is below this.
+    pub fn recache_ttl(&self) -> Option<i64> {
+        self.ttl_if(b'R', self.recache_ttl)
+    }
+
+    /// `O`: opaque token (without the letter).
+    pub fn opaque(&self) -> Option<&'a [u8]> {
+        self.value_of(b'O')
+    }
+
+    /// `F`: client flags (ms).
+    pub fn client_flags(&self) -> Option<u32> {
+        self.value_of(b'F').and_then(strtoul32)
+    }
+
+    /// `C`: compare CAS.
+    pub fn cas(&self) -> Option<u64> {
+        self.value_of(b'C').and_then(strtoull)
+    }
+
+    /// `M`: mode letter (ms, ma).
+    pub fn mode(&self) -> Option<u8> {
+        self.value_of(b'M').and_then(|value| value.first().copied())
+    }
+
+    /// `J`: initial value (ma).
+    pub fn initial(&self) -> Option<u64> {
+        self.value_of(b'J').and_then(strtoull)
+    }
+
+    /// `D`: delta (ma).
+    pub fn delta(&self) -> Option<u64> {
+        self.value_of(b'D').and_then(strtoull)
+    }
 }
 
 fn letter_bit(letter: u8) -> Option<u64> {
@@ -73,22 +119,19 @@ pub fn parse_flags(tokens: &[u8]) -> Result<MetaFlags<'_>, &'static str> {
         seen[letter as usize] = true;
         let value = &token[1..];
         let bad_token = "bad token in command line format";
+        let mut ttl = |slot: &mut i32| {
+            *slot = parse_or(strtol32(value), &mut error, bad_token).unwrap_or(0);
+        };
         match letter {
-            b'N' => flags.vivify_ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
-            b'T' => flags.ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
-            b'R' => flags.recache_ttl = parse_or(strtol32(value).map(i64::from), &mut error, bad_token),
-            b'F' => flags.client_flags = parse_or(strtoul32(value), &mut error, bad_token),
-            b'C' => flags.cas = parse_or(strtoull(value), &mut error, bad_token),
-            b'J' => flags.initial = parse_or(strtoull(value), &mut error, "invalid numeric initial value"),
-            b'D' => flags.delta = parse_or(strtoull(value), &mut error, "invalid numeric delta value"),
-            b'M' => {
-                if token.len() != 2 {
-                    error = error.or(Some("incorrect length for M token"));
-                } else {
-                    flags.mode = Some(token[1]);
-                }
-            }
-            b'O' => flags.opaque = Some(value),
+            b'N' => ttl(&mut flags.vivify_ttl),
+            b'T' => ttl(&mut flags.ttl),
+            b'R' => ttl(&mut flags.recache_ttl),
+            b'F' => _ = parse_or(strtoul32(value), &mut error, bad_token),
+            b'C' => _ = parse_or(strtoull(value), &mut error, bad_token),
+            b'J' => _ = parse_or(strtoull(value), &mut error, "invalid numeric initial value"),
+            b'D' => _ = parse_or(strtoull(value), &mut error, "invalid numeric delta value"),
+            b'M' if token.len() != 2 => error = error.or(Some("incorrect length for M token")),
+            b'M' | b'O' => {}
             b'b' | b'l' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'I' => {}
             _ => return Err("invalid flag"),
         }
@@ -114,12 +157,19 @@ mod tests {
     #[test]
     fn parses_values_and_keeps_order() {
         let flags = parse_flags(b"v T30 F7 C99 O123 k q MS N5 R1 J4 D2 b").unwrap();
-        assert_eq!(flags.ttl, Some(30));
-        assert_eq!(flags.client_flags, Some(7));
-        assert_eq!(flags.cas, Some(99));
-        assert_eq!(flags.opaque, Some(&b"123"[..]));
-        assert_eq!((flags.mode, flags.vivify_ttl, flags.recache_ttl), (Some(b'S'), Some(5), Some(1)));
-        assert_eq!((flags.initial, flags.delta), (Some(4), Some(2)));
+        assert_eq!(flags.ttl(), Some(30));
+        assert_eq!(flags.client_flags(), Some(7));
+        assert_eq!(flags.cas(), Some(99));
+        assert_eq!(flags.opaque(), Some(&b"123"[..]));
+        assert_eq!((flags.mode(), flags.vivify_ttl(), flags.recache_ttl()), (Some(b'S'), Some(5), Some(1)));
+        assert_eq!((flags.initial(), flags.delta()), (Some(4), Some(2)));
+        let none = parse_flags(b"v k").unwrap();
+        assert_eq!(
+            (none.ttl(), none.vivify_ttl(), none.cas(), none.opaque(), none.mode()),
+            (None, None, None, None, None)
+        );
+        assert_eq!(parse_flags(b"T-1 N0").unwrap().ttl(), Some(-1));
+        assert_eq!(parse_flags(b"T-1 N0").unwrap().vivify_ttl(), Some(0));
         assert!(flags.has(b'v') && flags.quiet() && flags.base64() && flags.has(b'k') && !flags.has(b'c'));
         let order: Vec<&[u8]> = flags.iter().collect();
         assert_eq!(order[0], b"v");

@@ -460,7 +460,7 @@ impl<'a> Line<'a> {
         let (raw_key, flag_tokens) = self.meta_parts(limits, too_many)?;
         let flags =
             parse_flags(flag_tokens).map_err(|message| self.client_error(flag_error.unwrap_or(message), false))?;
-        if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
+        if flags.opaque().is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
             return Err(self.client_error("opaque token too long", false));
         }
         let key = match (self.meta_key(raw_key, flags.base64(), limits), flag_error) {
@@ -479,7 +479,7 @@ impl<'a> Line<'a> {
         let command = Command::Get {
             keys: Keys::one(key.raw),
             return_cas: flags.has(b'c'),
-            touch: flags.ttl,
+            touch: flags.ttl(),
             base64: key.base64,
         };
         Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
@@ -509,7 +509,7 @@ impl<'a> Line<'a> {
             Ok(flags) => flags,
             Err(message) => return swallow(message),
         };
-        if flags.opaque.is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
+        if flags.opaque().is_some_and(|o| o.len() + 1 > MAX_OPAQUE_BYTES) {
             return swallow("opaque token too long");
         }
         // memcached decodes the key before it looks at the mode.
@@ -517,7 +517,7 @@ impl<'a> Line<'a> {
             Ok(key) => key,
             Err(_) => return swallow("error decoding key"),
         };
-        let mut mode = match flags.mode {
+        let mut mode = match flags.mode() {
             None | Some(b'S' | b's') => StoreMode::Set,
             Some(b'E' | b'e') => StoreMode::Add,
             Some(b'A' | b'a') => StoreMode::Append,
@@ -525,12 +525,12 @@ impl<'a> Line<'a> {
             Some(b'R' | b'r') => StoreMode::Replace,
             Some(_) => return swallow("invalid mode for ms M token"),
         };
-        if flags.cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
+        if flags.cas().is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace) {
             mode = StoreMode::Cas;
         }
         // memcached unlinks the old item when any ms is refused as too large.
         let unlink = Some(KeySpan::of(input, key.raw, key.base64));
-        let fits = limits.item_fits(key.raw.len(), flags.client_flags.unwrap_or(0), length);
+        let fits = limits.item_fits(key.raw.len(), flags.client_flags().unwrap_or(0), length);
         let value = match self.data_block(input, length, fits, unlink, false) {
             Ok(value) => value,
             Err(decoded) => return decoded,
@@ -538,10 +538,10 @@ impl<'a> Line<'a> {
         let command = Command::Store {
             mode,
             key,
-            flags: flags.client_flags.unwrap_or(0),
-            exptime: flags.ttl.unwrap_or(0),
+            flags: flags.client_flags().unwrap_or(0),
+            exptime: flags.ttl().unwrap_or(0),
             value,
-            cas: flags.cas.unwrap_or(0),
+            cas: flags.cas().unwrap_or(0),
         };
         let request = Request { command, style: ReplyStyle::Meta(flags) };
         Decoded::Request { request, consumed: self.consumed + length + 2 }
@@ -552,7 +552,7 @@ impl<'a> Line<'a> {
             Ok(head) => head,
             Err(decoded) => return decoded,
         };
-        let command = Command::Delete { key, cas: flags.cas.unwrap_or(0) };
+        let command = Command::Delete { key, cas: flags.cas().unwrap_or(0) };
         Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
     }
 
@@ -561,14 +561,19 @@ impl<'a> Line<'a> {
             Ok(head) => head,
             Err(decoded) => return decoded,
         };
-        let decrement = match flags.mode {
+        let decrement = match flags.mode() {
             None | Some(b'I' | b'i' | b'+') => false,
             Some(b'D' | b'd' | b'-') => true,
             Some(_) => return self.client_error("invalid mode for ma M token", false),
         };
-        let initial = flags.vivify_ttl.map(|exptime| ArithInitial { value: flags.initial.unwrap_or(0), exptime });
-        let command =
-            Command::Arith { key, delta: flags.delta.unwrap_or(1), decrement, initial, cas: flags.cas.unwrap_or(0) };
+        let initial = flags.vivify_ttl().map(|exptime| ArithInitial { value: flags.initial().unwrap_or(0), exptime });
+        let command = Command::Arith {
+            key,
+            delta: flags.delta().unwrap_or(1),
+            decrement,
+            initial,
+            cas: flags.cas().unwrap_or(0),
+        };
         Decoded::Request { request: Request { command, style: ReplyStyle::Meta(flags) }, consumed: self.consumed }
     }
 

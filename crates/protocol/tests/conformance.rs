@@ -275,7 +275,7 @@ fn meta_commands() {
     let (command, flags) = meta(b"mg foo s v q Oabc k t\r\n");
     assert!(matches!(command, Command::Get { return_cas: false, touch: None, base64: false, .. }));
     assert!(flags.has(b's') && flags.has(b'v') && flags.quiet() && flags.has(b'k'));
-    assert_eq!(flags.opaque, Some(&b"abc"[..]));
+    assert_eq!(flags.opaque(), Some(&b"abc"[..]));
     assert_eq!(flags.iter().collect::<Vec<_>>(), [&b"s"[..], b"v", b"q", b"Oabc", b"k", b"t"]);
     let (command, _) = meta(b"mg foo c T30\r\n");
     assert!(matches!(command, Command::Get { return_cas: true, touch: Some(30), .. }));

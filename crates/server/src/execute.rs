@@ -362,9 +362,9 @@ fn execute_meta(
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
             let ask = engine::MetaGet {
-                touch: flags.ttl,
-                vivify: flags.vivify_ttl,
-                recache: flags.recache_ttl,
+                touch: flags.ttl(),
+                vivify: flags.vivify_ttl(),
+                recache: flags.recache_ttl(),
                 last_access: flags.has(b'l'),
             };
             // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
@@ -421,7 +421,7 @@ fn execute_meta(
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             // With I the item is marked stale instead of removed.
             let outcome = if flags.has(b'I') {
-                partition.invalidate(key, cas, flags.ttl)
+                partition.invalidate(key, cas, flags.ttl())
             } else {
                 counted_delete(partition, key, cas, state, false)
             };

@@ -1175,7 +1175,10 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         // Decode a run of complete requests, load the buckets and items of the keys this
         // worker owns into cache together, then execute them in order (MICA's batched
         // pipeline, one turn's worth).
-        let mut batch = [None; BATCH];
+        // Each request is decoded in place into its slot (a request is 120 bytes: moving it
+        // again would cost a memcpy call per request).
+        let mut batch: [Option<Decoded<'_>>; BATCH] = [None; BATCH];
+        let mut routes = [(Route::Local, None); BATCH];
         let mut batch_len = 0;
         let mut decoded_end = at;
         let mut next = None;
@@ -1193,15 +1196,16 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
                     break;
                 }
             }
-            match decode_request(&input[decoded_end..], &core.limits) {
-                Decoded::Request { request, consumed } => {
-                    let (route, hash) = core.route(&request);
-                    batch[batch_len] = Some((request, consumed, route, hash));
+            let slot = &mut batch[batch_len];
+            *slot = Some(decode_request(&input[decoded_end..], &core.limits));
+            match slot {
+                Some(Decoded::Request { request, consumed }) => {
+                    routes[batch_len] = core.route(request);
                     batch_len += 1;
-                    decoded_end += consumed;
+                    decoded_end += *consumed;
                 }
                 other => {
-                    next = Some(other);
+                    next = other.take();
                     break;
                 }
             }
@@ -1209,7 +1213,7 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
         if batch_len > 1 {
             let mut hashes = [KeyHash(0); BATCH];
             let mut count = 0;
-            for (_, _, route, hash) in batch[..batch_len].iter().flatten() {
+            for (route, hash) in &routes[..batch_len] {
                 if let (Route::Local, Some(hash)) = (route, hash) {
                     hashes[count] = *hash;
                     count += 1;
@@ -1217,7 +1221,8 @@ fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
             }
             core.partition.prefetch_hashes(&hashes[..count]);
         }
-        for (request, consumed, route, hash) in batch[..batch_len].iter().flatten() {
+        for (decoded, (route, hash)) in batch[..batch_len].iter().zip(&routes) {
+            let Some(Decoded::Request { request, consumed }) = decoded else { continue };
             if connection.over_output_limit() {
                 stopped_early = stop_for_output(connection);
                 break;
