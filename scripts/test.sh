@@ -55,11 +55,13 @@ trap 'rm -f "$log"; rm -rf "$fuzz_scratch"' EXIT
     cd fuzz
     export RUSTC_BOOTSTRAP=1
     cargo fuzz build --sanitizer none
-    for target in text meta binary udp; do
+    for target in text meta binary udp engine; do
         mkdir -p "$fuzz_scratch/$target"
         echo "fuzz: $target for ${fuzz_seconds}s" >&2
+        dict=()
+        if [ -f "dict/$target.dict" ]; then dict=(-dict="dict/$target.dict"); fi
         cargo fuzz run --sanitizer none "$target" "$fuzz_scratch/$target" "corpus/$target" -- \
-            -dict="dict/$target.dict" -max_total_time="$fuzz_seconds" -print_final_stats=1 2>&1 \
+            "${dict[@]}" -max_total_time="$fuzz_seconds" -print_final_stats=1 2>&1 \
             | grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec)|panicked|SUMMARY|ERROR"
     done
 )

@@ -43,6 +43,14 @@ pub struct Config {
     /// Most simultaneous connections [default: 1024].
     #[arg(short = 'c', long = "conn-limit")]
     pub conn_limit: Option<usize>,
+    /// Memory for all connections' buffers (requests read, replies not yet sent), in
+    /// megabytes; past it, connections with replies waiting stop being read [default: 4 + -m/64].
+    #[arg(long = "conn-memory", value_name = "MB")]
+    pub conn_memory: Option<usize>,
+    /// memcached's extended options, comma separated; tierkv knows `idle_timeout=SECONDS`
+    /// (close connections idle that long; 0 = never) [default: idle_timeout=0].
+    #[arg(short = 'o', long = "extended", value_name = "OPTIONS")]
+    pub extended: Vec<String>,
     /// Largest item: bytes, or a number with k or m (memcached's -I) [default: 1m].
     #[arg(short = 'I', long = "max-item-size")]
     pub max_item_size: Option<String>,
@@ -94,6 +102,8 @@ struct FileConfig {
     memory_limit: Option<usize>,
     memory_max: Option<usize>,
     conn_limit: Option<usize>,
+    conn_memory: Option<usize>,
+    idle_timeout: Option<u32>,
     max_item_size: Option<SizeValue>,
     verbose: Option<u8>,
     udp_port: Option<u16>,
@@ -105,6 +115,21 @@ struct FileConfig {
     disable_watch: Option<bool>,
     disable_flush_all: Option<bool>,
     prefix_delimiter: Option<String>,
+}
+
+/// memcached's `-o` options tierkv knows: `idle_timeout=N` (returned; 0 when absent).
+fn extended_options(options: &[String]) -> Result<u32, String> {
+    let mut idle_timeout = 0;
+    for option in options.iter().flat_map(|options| options.split(',')).filter(|option| !option.is_empty()) {
+        match option.split_once('=') {
+            Some(("idle_timeout", seconds)) => {
+                idle_timeout =
+                    seconds.parse().map_err(|_| format!("-o idle_timeout={seconds:?} must be a number of seconds"))?;
+            }
+            _ => return Err(format!("-o {option:?}: unknown option (tierkv knows idle_timeout=SECONDS)")),
+        }
+    }
+    Ok(idle_timeout)
 }
 
 /// `max-item-size = 1048576` or `max-item-size = "1m"`.
@@ -133,6 +158,11 @@ pub struct Settings {
     /// The most `cache_memlimit` may set (`--memory-max`).
     pub memory_max_bytes: usize,
     pub conn_limit: usize,
+    /// Bytes all connections' buffers may hold before connections with replies waiting stop
+    /// being read (`--conn-memory`).
+    pub conn_memory_bytes: usize,
+    /// Close connections idle this many seconds (0: never; memcached's `-o idle_timeout`).
+    pub idle_timeout: u32,
     pub max_item_bytes: usize,
     pub verbose: u8,
     pub pidfile: Option<PathBuf>,
@@ -217,6 +247,11 @@ impl Config {
             memory_limit: self.memory_limit.or(file.memory_limit),
             memory_max: self.memory_max.or(file.memory_max),
             conn_limit: self.conn_limit.or(file.conn_limit),
+            conn_memory: self.conn_memory.or(file.conn_memory),
+            extended: match (self.extended.is_empty(), file.idle_timeout) {
+                (true, Some(seconds)) => vec![format!("idle_timeout={seconds}")],
+                _ => self.extended,
+            },
             max_item_size: self.max_item_size.or(max_item_size),
             verbose: if self.verbose > 0 { self.verbose } else { file.verbose.unwrap_or(0) },
             udp_port: self.udp_port.or(file.udp_port),
@@ -268,6 +303,11 @@ impl Config {
         if conn_limit == 0 || conn_limit > 1 << 20 {
             return Err(format!("-c/--conn-limit {conn_limit} must be 1 to 1048576"));
         }
+        let conn_memory_mib = config.conn_memory.unwrap_or(4 + memory_mib / 64);
+        if conn_memory_mib == 0 || conn_memory_mib > 1 << 20 {
+            return Err(format!("--conn-memory {conn_memory_mib} must be 1 to 1048576 megabytes"));
+        }
+        let idle_timeout = extended_options(&config.extended)?;
         if let Some(base) = config.direct_ports {
             let last = usize::from(base) + threads - 1;
             if base == 0 || last > usize::from(u16::MAX) {
@@ -316,6 +356,8 @@ impl Config {
             memory_bytes: memory_mib << 20,
             memory_max_bytes: memory_max_mib << 20,
             conn_limit,
+            conn_memory_bytes: conn_memory_mib << 20,
+            idle_timeout,
             max_item_bytes,
             verbose: config.verbose,
             pidfile: config.pidfile,
@@ -372,6 +414,9 @@ mod tests {
         named(&["-l", "nowhere"], "-l/--listen");
         named(&["-m", "0"], "-m/--memory-limit");
         named(&["-m", "64", "--memory-max", "32"], "--memory-max");
+        named(&["--conn-memory", "0"], "--conn-memory");
+        named(&["-o", "idle_timeout=x"], "-o idle_timeout");
+        named(&["-o", "hashpower=20"], "-o \"hashpower=20\"");
         named(&["-c", "0"], "-c/--conn-limit");
         named(&["-t", "0"], "-t/--threads");
         named(&["-t", "100000"], "-t/--threads");

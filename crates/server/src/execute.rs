@@ -223,7 +223,7 @@ fn execute_text(
                 if let Some(item) = fetch(partition, key, touch, state) {
                     reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
                 }
-                if out.len() > crate::worker::MAX_PENDING_OUTPUT_BYTES && number + 1 < count {
+                if out.len() > state.output_limit && number + 1 < count {
                     *resume = number + 1;
                     return After::Pause;
                 }

@@ -56,6 +56,7 @@ counters!(
     bytes_written,
     total_connections,
     rejected_connections,
+    idle_kicks,
     forwarded_requests,
     store_no_memory,
 );
@@ -97,6 +98,9 @@ pub struct State {
     /// The descriptor of the connection whose requests run now (-1: forwarded ones), for
     /// watch lines.
     pub fd: i32,
+    /// Replies the connection whose requests run now may have waiting before a multi-get
+    /// pauses (smaller under memory pressure).
+    pub output_limit: usize,
     started: u32,
 }
 
@@ -113,6 +117,7 @@ impl State {
             watchers: Arc::default(),
             observe: 0,
             fd: -1,
+            output_limit: crate::worker::MAX_PENDING_OUTPUT_BYTES,
             started: now,
         }
     }
@@ -478,6 +483,9 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("store_no_memory", &c.store_no_memory);
     put("auth_cmds", &0);
     put("auth_errors", &0);
+    if state.settings.idle_timeout > 0 {
+        put("idle_kicks", &c.idle_kicks);
+    }
     put("bytes_read", &c.bytes_read);
     put("bytes_written", &c.bytes_written);
     put("limit_maxbytes", &state.memory_limit.load(Ordering::Relaxed));
@@ -513,7 +521,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("maxconns_fast", &"yes");
     put("flush_enabled", &"yes");
     put("hash_algorithm", &"xxh3");
-    put("idle_timeout", &0);
+    put("idle_timeout", &state.settings.idle_timeout);
     put("ssl_enabled", &"no");
 }
 

@@ -23,9 +23,12 @@ use tierkv_protocol::udp::FrameHeader;
 use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
 use tierkv_protocol::{Key, ReplyStyle, Request};
 
+mod admission;
+mod budget;
 mod requests;
 mod streams;
 
+use budget::*;
 use requests::*;
 use streams::*;
 
@@ -38,10 +41,11 @@ const UDP_DIRECT: Token = Token(usize::MAX - 4);
 /// the sender has proven it receives at its address (see `Proven`).
 pub const UDP_AMPLIFICATION: usize = 10;
 /// The largest UDP reply even to a proven sender.
-const MAX_UDP_REPLY_BYTES: usize = MAX_PENDING_OUTPUT_BYTES;
+const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
 /// Replies a connection may have waiting before the server stops executing its requests (it
-/// may exceed this by one reply of at most one item).
-pub const MAX_PENDING_OUTPUT_BYTES: usize = 4 << 20;
+/// may exceed this by one reply of at most one item): about what a socket's send buffer holds.
+/// Under memory pressure the mark is `PRESSED_OUTPUT_BYTES` (see `budget`).
+pub const MAX_PENDING_OUTPUT_BYTES: usize = 256 << 10;
 /// Bytes read per read call.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Replies a connection may have waiting behind one not yet back from another worker.
@@ -50,8 +54,9 @@ const MAX_PARTS: usize = 256;
 /// bounds the replies that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`. Other
 /// forwarded requests (small replies) are bounded by `MAX_PARTS`.
 pub const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
-/// Reply buffers kept for reuse per worker.
-const POOL_BUFFERS: usize = 1024;
+/// Reply buffers kept for reuse per worker (each at most `POOL_BUFFER_BYTES`).
+const POOL_BUFFERS: usize = 256;
+const POOL_BUFFER_BYTES: usize = 4 << 10;
 /// Requests decoded and prefetched together in one step of a turn.
 const BATCH: usize = 32;
 
@@ -110,6 +115,13 @@ struct Connection {
     /// The peer closed its side (or the socket failed): read to the end of stream.
     hangup: bool,
     closing: bool,
+    /// Replies it may have waiting before its requests stop (set each turn: smaller under
+    /// memory pressure).
+    output_limit: usize,
+    /// Bytes of its buffers as last counted in the worker's `Budget`.
+    accounted: usize,
+    /// It waits in the budget's starved list.
+    starved: bool,
 }
 
 /// Where the reply to one UDP request goes, and how large it may be.
@@ -152,7 +164,16 @@ impl Connection {
             watching: None,
             hangup: false,
             closing: false,
+            output_limit: MAX_PENDING_OUTPUT_BYTES,
+            accounted: 0,
+            starved: false,
         }
+    }
+
+    /// Bytes its buffers hold (their capacities), for the budget.
+    fn buffer_bytes(&self) -> usize {
+        let parts: usize = self.parts.iter().map(|part| part.bytes.capacity()).sum();
+        self.input.capacity() + self.output.capacity() + self.marks.capacity() * 8 + parts
     }
 
     /// Sequence number the next part gets.
@@ -181,7 +202,7 @@ impl Connection {
                 self.marks.push(self.output.len());
             }
             self.output.extend_from_slice(&part.bytes);
-            if pool.len() < POOL_BUFFERS && part.bytes.capacity() <= 64 << 10 {
+            if pool.len() < POOL_BUFFERS && part.bytes.capacity() <= POOL_BUFFER_BYTES {
                 part.bytes.clear();
                 pool.push(part.bytes);
             }
@@ -204,8 +225,7 @@ impl Connection {
 
     /// Whether replies waiting to be written have reached the limit.
     fn over_output_limit(&self) -> bool {
-        self.output.len() > MAX_PENDING_OUTPUT_BYTES
-            || (!self.parts.is_empty() && self.pending_bytes() > MAX_PENDING_OUTPUT_BYTES)
+        self.output.len() > self.output_limit || (!self.parts.is_empty() && self.pending_bytes() > self.output_limit)
     }
 
     /// Whether everything it was asked has been answered into `output`.
@@ -269,6 +289,7 @@ impl Proven {
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
 pub fn serve(settings: &Settings) -> Result<(), String> {
     install_signal_handlers()?;
+    admission::raise_open_files(settings)?;
     let workers = settings.threads;
     let address = settings.address;
     let mains = bind_shared(address, workers)?;
@@ -396,6 +417,8 @@ struct Core {
     conns_due: Vec<(usize, u64)>,
     /// The whole-server memory limit this worker's partition was last sized for.
     memory_applied: usize,
+    /// This worker's share of the connection memory budget.
+    budget: Budget,
 }
 
 struct Worker {
@@ -426,6 +449,12 @@ struct Worker {
     listeners: Vec<(i32, SocketAddr, bool)>,
     /// When the worker started (Unix seconds): listeners' `secs_since_last_cmd`.
     started: u32,
+    /// A descriptor kept in reserve for refusing clients when none is left (`admission`).
+    spare: Option<std::fs::File>,
+    /// Accepting stopped for want of descriptors: try again soon.
+    accept_again: bool,
+    /// The second the idle connections were last looked for.
+    idle_checked: u32,
 }
 
 fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
@@ -465,6 +494,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             pool: Vec::new(),
             conns_due: Vec::new(),
             memory_applied: settings.memory_bytes,
+            budget: Budget::new(settings.conn_memory_bytes / workers),
         },
         connections: Vec::new(),
         free: Vec::new(),
@@ -482,6 +512,9 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         watching: Vec::new(),
         listeners: Vec::new(),
         started: unix_now(),
+        spare: admission::spare_descriptor(),
+        accept_again: false,
+        idle_checked: 0,
     };
     worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
     let mut events = Events::with_capacity(1024);
@@ -492,6 +525,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         let busy = !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
+        let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
         let timeout = if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { idle };
         let polled = poll.poll(&mut events, Some(timeout));
         worker.core.links.awake();
@@ -521,10 +555,10 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         }
         for event in events.iter() {
             match event.token() {
-                MAIN_LISTENER => worker.accept(&main, &poll)?,
+                MAIN_LISTENER => worker.accept(&main, &poll),
                 DIRECT_LISTENER => {
                     if let Some(direct) = &direct {
-                        worker.accept(direct, &poll)?;
+                        worker.accept(direct, &poll);
                     }
                 }
                 WAKER => {}
@@ -541,6 +575,15 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
                 }
             }
         }
+        if std::mem::take(&mut worker.accept_again) {
+            worker.accept(&main, &poll);
+            if let Some(direct) = &direct {
+                worker.accept(direct, &poll);
+            }
+        }
+        worker.kick_idle(&poll);
+        let relieved = worker.core.budget.relieved();
+        worker.again.extend(relieved);
         std::mem::swap(&mut again, &mut worker.again);
         for slot in again.drain(..) {
             worker.turn(slot, &poll);
@@ -584,50 +627,13 @@ enum Turn {
 }
 
 impl Worker {
-    fn accept(&mut self, listener: &TcpListener, poll: &Poll) -> Result<(), String> {
-        loop {
-            let (mut stream, _) = match listener.accept() {
-                Ok(accepted) => accepted,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return Ok(()),
-            };
-            let limit = self.core.state.settings.conn_limit;
-            if self.shared.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
-                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
-                // memcached's reply, then the connection is closed.
-                let _ = stream.write(b"ERROR Too many open connections\r\n");
-                self.core.state.counters.rejected_connections += 1;
-                continue;
-            }
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.connections.push(None);
-                self.connections.len() - 1
-            });
-            let _ = stream.set_nodelay(true);
-            if let Err(e) = poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)
-            {
-                self.free.push(slot);
-                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
-                return Err(e.to_string());
-            }
-            self.next_generation += 1;
-            if let Ok(peer) = stream.peer_addr() {
-                self.shared.proven.enter(peer.ip());
-            }
-            let mut connection = Connection::new(Some(stream), None, self.next_generation);
-            connection.last_command = self.core.partition.now();
-            self.connections[slot] = Some(connection);
-            self.core.state.curr_connections += 1;
-            self.core.state.counters.total_connections += 1;
-        }
-    }
-
     /// One turn of the connection in `slot`: closes it when it is finished, queues it when it
     /// has work no event will announce.
     fn turn(&mut self, slot: usize, poll: &Poll) {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
+        connection.starved = false;
         let turn = serve_connection(connection, slot, &mut self.core, self.input_limit, &mut self.chunk);
+        self.core.budget.account(connection);
         if connection.blocked {
             self.blocked.push(slot);
         }
@@ -645,6 +651,7 @@ impl Worker {
     fn close(&mut self, slot: usize, poll: &Poll) {
         if let Some(mut connection) = self.connections[slot].take() {
             self.free.push(slot);
+            self.core.budget.forget(&connection);
             if let Some(id) = connection.watching {
                 self.core.state.watchers.remove(id);
                 self.watching.retain(|&watching| watching != slot);
@@ -729,6 +736,7 @@ impl Worker {
         for slot in touched {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             connection.drain_parts(&mut self.core.pool);
+            self.core.budget.account(connection);
             if connection.udp.is_some() {
                 if connection.settled() && connection.closing {
                     self.finish_udp(slot);
@@ -900,7 +908,7 @@ impl Worker {
             marks.clear();
             self.mark_pool.push(marks);
         }
-        if connection.output.capacity() <= 64 << 10 {
+        if connection.output.capacity() <= POOL_BUFFER_BYTES {
             let mut buffer = connection.output;
             buffer.clear();
             if self.core.pool.len() < POOL_BUFFERS {
@@ -1057,10 +1065,18 @@ fn serve_connection(
         return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
     }
     // A client that does not read its replies is not read from either, until it catches up
-    // (a writable event brings it back here).
-    if connection.output.len() > MAX_PENDING_OUTPUT_BYTES {
+    // (a writable event brings it back here); under memory pressure, none that has replies
+    // waiting (forwarded replies bring it back when they arrive).
+    let pressure = core.budget.pressure();
+    if connection.output.len() > MAX_PENDING_OUTPUT_BYTES || (pressure && connection.pending_bytes() > 0) {
+        if connection.output.is_empty() {
+            connection.blocked = true;
+        }
         return Turn::Wait;
     }
+    connection.output_limit = if pressure { PRESSED_OUTPUT_BYTES } else { MAX_PENDING_OUTPUT_BYTES };
+    core.state.output_limit = connection.output_limit;
+    let input_limit = if pressure { PRESSED_INPUT_BYTES.min(input_limit) } else { input_limit };
     if let Some(id) = connection.watching {
         return watch_turn(connection, id, core, chunk);
     }
@@ -1074,17 +1090,25 @@ fn serve_connection(
     if !connection.input.is_empty() {
         connection.last_command = core.partition.now();
     }
+    let input_before = connection.input.len();
     let stopped_early = process(connection, slot, core);
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
         return Turn::Close;
+    }
+    let nothing_taken = connection.input.len() == input_before && !stopped_early && !connection.blocked;
+    if pressure && read == ReadEnd::Limited && nothing_taken {
+        // Nothing could be taken from a full pressed input (a request larger than it): wait
+        // for the pressure to end.
+        core.budget.starve(slot, connection);
+        return Turn::Wait;
     }
     if read == ReadEnd::Eof && !(stopped_early || connection.blocked || connection.dump.is_some()) {
         // Requests read before the end still get their replies: the connection closes once
         // every complete request in its input has been taken.
         connection.closing = true;
     }
-    release_idle_buffers(connection);
+    release_idle_buffers(connection, if pressure { PRESSED_KEEP_BYTES } else { KEEP_BUFFER_BYTES });
     if connection.closing {
         return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
     }
@@ -1101,11 +1125,11 @@ fn serve_connection(
 /// Buffers above this size are given back once empty, so idle connections stay small.
 const KEEP_BUFFER_BYTES: usize = 256 << 10;
 
-fn release_idle_buffers(connection: &mut Connection) {
-    if connection.output.is_empty() && connection.output.capacity() > KEEP_BUFFER_BYTES {
+fn release_idle_buffers(connection: &mut Connection, keep: usize) {
+    if connection.output.is_empty() && connection.output.capacity() > keep {
         connection.output = Vec::new();
     }
-    if connection.input.is_empty() && connection.input.capacity() > KEEP_BUFFER_BYTES {
+    if connection.input.is_empty() && connection.input.capacity() > keep {
         connection.input = Vec::new();
     }
 }
@@ -1132,6 +1156,8 @@ fn read_some(
             return Ok(ReadEnd::Limited);
         }
         let Some(stream) = connection.stream.as_mut() else { return Ok(ReadEnd::Drained) };
+        let room = (input_limit - connection.input.len()).min(chunk.len());
+        let chunk = &mut chunk[..room];
         match stream.read(chunk) {
             Ok(0) => return Ok(ReadEnd::Eof),
             Ok(n) => {

@@ -1,0 +1,155 @@
+//! Who gets in and who is sent away: the open-files limit the server needs (checked at start),
+//! accepting connections (with memcached's refusal past `-c`, and a spare descriptor so that
+//! running out of descriptors refuses clients instead of leaving them hanging), and closing
+//! connections idle longer than `-o idle_timeout`.
+//!
+//! It must not touch requests: a connection is admitted or closed here, served elsewhere.
+
+use super::{Connection, Worker};
+use crate::config::Settings;
+use mio::net::TcpListener;
+use mio::{Interest, Poll, Token};
+use std::io::{self, Write};
+use std::sync::atomic::Ordering;
+
+/// Descriptors the server needs beyond one per connection: listeners, epoll and wake-up
+/// descriptors, UDP sockets and spare descriptors per worker, standard streams, pid file.
+pub(crate) fn descriptors_needed(settings: &Settings) -> u64 {
+    settings.conn_limit as u64 + 8 * settings.threads as u64 + 32
+}
+
+/// Raises the soft open-files limit to what `-c` needs, or refuses to start (as memcached
+/// does) when the hard limit does not allow it.
+pub(crate) fn raise_open_files(settings: &Settings) -> Result<(), String> {
+    let needed = descriptors_needed(settings);
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit struct, which `limit` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(format!("cannot read the open files limit: {}", io::Error::last_os_error()));
+    }
+    if limit.rlim_cur >= needed {
+        return Ok(());
+    }
+    let refused = |limit: u64| {
+        format!(
+            "-c/--conn-limit {}: needs {needed} open files but the limit is {limit} (ulimit -n); \
+             raise it or ask for fewer connections",
+            settings.conn_limit
+        )
+    };
+    if limit.rlim_max < needed {
+        return Err(refused(limit.rlim_max));
+    }
+    let raised = libc::rlimit { rlim_cur: needed, rlim_max: limit.rlim_max };
+    // SAFETY: setrlimit reads one rlimit struct; the soft limit stays within the hard one.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Err(refused(limit.rlim_cur));
+    }
+    Ok(())
+}
+
+/// A descriptor held in reserve: given up to accept (and refuse) one client when the process
+/// has no descriptor left.
+pub(super) fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+fn out_of_descriptors(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// memcached's reply to a client beyond the connection limit (then the connection closes).
+const TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
+
+impl Worker {
+    /// Accepts every pending connection on `listener`.
+    pub(super) fn accept(&mut self, listener: &TcpListener, poll: &Poll) {
+        loop {
+            let (mut stream, _) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if out_of_descriptors(&e) => {
+                    if !self.refuse_one(listener) {
+                        // No spare either: try again shortly (the loop polls with a short
+                        // timeout while this is set), as memcached backs off its accepts.
+                        self.accept_again = true;
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let limit = self.core.state.settings.conn_limit;
+            if self.shared.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+                let _ = stream.write(TOO_MANY);
+                self.core.state.counters.rejected_connections += 1;
+                continue;
+            }
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.connections.push(None);
+                self.connections.len() - 1
+            });
+            let _ = stream.set_nodelay(true);
+            if poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE).is_err() {
+                self.free.push(slot);
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+                let _ = stream.write(TOO_MANY);
+                self.core.state.counters.rejected_connections += 1;
+                continue;
+            }
+            self.next_generation += 1;
+            if let Ok(peer) = stream.peer_addr() {
+                self.shared.proven.enter(peer.ip());
+            }
+            let mut connection = Connection::new(Some(stream), None, self.next_generation);
+            connection.last_command = self.core.partition.now();
+            self.connections[slot] = Some(connection);
+            self.core.state.curr_connections += 1;
+            self.core.state.counters.total_connections += 1;
+        }
+    }
+
+    /// Out of descriptors: frees the spare, accepts one waiting client on it, refuses it with
+    /// memcached's error and takes the spare back. False if there was no spare or no client.
+    fn refuse_one(&mut self, listener: &TcpListener) -> bool {
+        if self.spare.take().is_none() {
+            return false;
+        }
+        let refused = match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.write(TOO_MANY);
+                self.core.state.counters.rejected_connections += 1;
+                true
+            }
+            Err(_) => false,
+        };
+        self.spare = spare_descriptor();
+        refused
+    }
+
+    /// Closes the connections that have waited for a request longer than `-o idle_timeout`
+    /// with nothing in progress (memcached's idle kicks); at most once a second.
+    pub(super) fn kick_idle(&mut self, poll: &Poll) {
+        let timeout = self.core.state.settings.idle_timeout;
+        let now = self.core.partition.now();
+        if timeout == 0 || now == self.idle_checked {
+            return;
+        }
+        self.idle_checked = now;
+        for slot in 0..self.connections.len() {
+            let Some(connection) = self.connections[slot].as_ref() else { continue };
+            let waiting = connection.stream.is_some()
+                && connection.watching.is_none()
+                && connection.dump.is_none()
+                && connection.input.is_empty()
+                && connection.output.is_empty()
+                && connection.parts.is_empty();
+            if waiting && now.saturating_sub(connection.last_command) > timeout {
+                self.core.state.counters.idle_kicks += 1;
+                self.close(slot, poll);
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Hostile and careless clients (issue 13): connections that never read their replies stay
+//! within the connection memory budget while a fresh client is still served, and get every
+//! reply once they read; a low open-files limit is refused at start, running out of
+//! descriptors refuses clients instead of leaving them hanging; idle connections are closed
+//! with `-o idle_timeout`.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn tierkv_args(args: &[&str]) -> Server {
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string()]).args(args);
+    start(command, port)
+}
+
+/// A set and a get on a new connection: how long the round trip took.
+fn fresh_round_trip(port: u16) -> Duration {
+    let began = Instant::now();
+    let reply = exchange_to_sentinel(port, b"set fresh 0 0 2\r\nok\r\nget fresh\r\n");
+    assert!(reply.starts_with(b"STORED\r\nVALUE fresh 0 2\r\nok\r\nEND\r\n"), "{reply:?}");
+    began.elapsed()
+}
+
+#[test]
+fn clients_that_never_read_stay_within_the_budget_and_get_every_reply_later() {
+    let server = tierkv_args(&["-t", "1", "-m", "64", "--conn-memory", "4"]);
+    let port = server.1;
+    let value = vec![b'v'; 1000];
+    let set = [b"set k 0 0 1000\r\n".as_slice(), &value, b"\r\n"].concat();
+    assert!(exchange_to_sentinel(port, &set).starts_with(b"STORED\r\n"));
+    let idle = resident_bytes(server.0.id());
+    // 100 connections each ask for 2000 copies of a 1000-byte value (2 MB of replies each,
+    // more than the sockets hold) and do not read.
+    const CONNECTIONS: usize = 100;
+    const GETS: usize = 2000;
+    let requests = b"get k\r\n".repeat(GETS);
+    let mut stalled: Vec<TcpStream> =
+        (0..CONNECTIONS).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    for stream in &mut stalled {
+        stream.write_all(&requests).unwrap();
+    }
+    let mut peak = 0;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(200));
+        peak = peak.max(resident_bytes(server.0.id()));
+        slowest = slowest.max(fresh_round_trip(port));
+    }
+    // The budget, and per connection one pressed read and batch of replies (4 KiB each, in
+    // buffers that may have grown to 8 KiB), plus room for the allocator.
+    let bound = idle + (4 << 20) + CONNECTIONS as u64 * (16 << 10) + (8 << 20);
+    println!(
+        "idle {} KiB, peak {} KiB, bound {} KiB, slowest fresh round trip {slowest:?}",
+        idle >> 10,
+        peak >> 10,
+        bound >> 10
+    );
+    assert!(peak <= bound, "peak RSS {} KiB over the bound {} KiB", peak >> 10, bound >> 10);
+    assert!(slowest < Duration::from_secs(1), "a fresh client waited {slowest:?}");
+    // Now they read: every reply, complete and in order.
+    let one = [b"VALUE k 0 1000\r\n".as_slice(), &value, b"\r\nEND\r\n"].concat();
+    for stream in &mut stalled {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut replies = vec![0u8; one.len() * GETS];
+        stream.read_exact(&mut replies).unwrap();
+        assert!(replies.chunks(one.len()).all(|reply| reply == one), "a reply was lost or damaged");
+    }
+}
+
+#[test]
+fn a_low_open_files_limit_is_refused_at_start_and_descriptors_running_out_refuse_clients() {
+    // -c 1024 cannot fit in 256 descriptors: the server says so and does not start.
+    let output = Command::new("bash")
+        .args(["-c", &format!("ulimit -n 256; exec {TIERKV} -p {} -c 1024", free_port())])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("-c/--conn-limit 1024"), "{stderr}");
+    // Started within its limit, then the limit lowered under it: clients beyond the
+    // descriptors get memcached's error and are closed, none hangs, and old ones are served.
+    let server = tierkv_args(&["-t", "1", "-c", "200"]);
+    let port = server.1;
+    let status =
+        Command::new("prlimit").args(["--pid", &server.0.id().to_string(), "--nofile=40:40"]).status().unwrap();
+    assert!(status.success());
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for _ in 0..60 {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        stream.write_all(b"version\r\n").unwrap();
+        let mut reply = [0u8; 64];
+        let n = stream.read(&mut reply).expect("an answer, not a hang");
+        let reply = &reply[..n];
+        if reply.starts_with(b"ERROR Too many open connections") {
+            refused += 1;
+        } else {
+            assert!(reply.starts_with(b"VERSION "), "{reply:?}");
+            open.push(stream);
+        }
+    }
+    assert!(refused > 0 && !open.is_empty(), "{refused} refused, {} served", open.len());
+    let stream = &mut open[0];
+    stream.write_all(b"version\r\n").unwrap();
+    let mut reply = [0u8; 64];
+    assert!(stream.read(&mut reply).unwrap() > 0);
+}
+
+#[test]
+fn idle_connections_are_closed_after_idle_timeout_and_counted() {
+    let server = tierkv_args(&["-t", "2", "-o", "idle_timeout=1"]);
+    let port = server.1;
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let began = Instant::now();
+    let mut buffer = [0u8; 16];
+    assert_eq!(idle.read(&mut buffer).unwrap(), 0, "closed by the server");
+    let waited = began.elapsed();
+    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_secs(4), "{waited:?}");
+    let stats = String::from_utf8(exchange_to_sentinel(port, b"stats\r\nstats settings\r\n")).unwrap();
+    assert!(stats.contains("STAT idle_kicks 1\r\n") && stats.contains("STAT idle_timeout 1\r\n"), "{stats}");
+}
