@@ -466,6 +466,25 @@ mod tests {
         assert!(error.contains("--config") && error.contains("prot"), "{error}");
         std::fs::write(&file, "memory-limit = 0\n").unwrap();
         assert!(parse(&["--config", path]).unwrap().settings().unwrap_err().contains("-m/--memory-limit"));
+        std::fs::write(&file, "idle-timeout = 30\nconn-memory = 9\nmemory-max = 2048\n").unwrap();
+        let settings = parse(&["--config", path]).unwrap().settings().unwrap();
+        assert_eq!(
+            (settings.idle_timeout, settings.conn_memory_bytes, settings.memory_max_bytes),
+            (30, 9 << 20, 2 << 30)
+        );
+        let settings = parse(&["--config", path, "-o", "idle_timeout=5"]).unwrap().settings().unwrap();
+        assert_eq!(settings.idle_timeout, 5, "the command line wins");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn budgets_and_extended_options_have_defaults() {
+        let settings = parse(&["-m", "640"]).unwrap().settings().unwrap();
+        assert_eq!(
+            (settings.conn_memory_bytes, settings.idle_timeout, settings.memory_max_bytes),
+            (14 << 20, 0, 640 << 20)
+        );
+        let settings = parse(&["-o", "idle_timeout=7,", "--conn-memory", "3"]).unwrap().settings().unwrap();
+        assert_eq!((settings.idle_timeout, settings.conn_memory_bytes), (7, 3 << 20));
     }
 }

@@ -129,8 +129,9 @@ impl Worker {
         refused
     }
 
-    /// Closes the connections that have waited for a request longer than `-o idle_timeout`
-    /// with nothing in progress (memcached's idle kicks); at most once a second.
+    /// Closes the connections that have sent nothing for longer than `-o idle_timeout` and
+    /// have no replies waiting (memcached's idle kicks; a request left half sent counts as
+    /// idle too); at most once a second.
     pub(super) fn kick_idle(&mut self, poll: &Poll) {
         let timeout = self.core.state.settings.idle_timeout;
         let now = self.core.partition.now();
@@ -143,7 +144,6 @@ impl Worker {
             let waiting = connection.stream.is_some()
                 && connection.watching.is_none()
                 && connection.dump.is_none()
-                && connection.input.is_empty()
                 && connection.output.is_empty()
                 && connection.parts.is_empty();
             if waiting && now.saturating_sub(connection.last_command) > timeout {

@@ -32,11 +32,16 @@ pub(super) struct Budget {
     limit: usize,
     /// Connections that stopped for want of input they may not read under pressure.
     starved: Vec<usize>,
+    /// Bytes of closed connections' buffers since the allocator last gave memory back.
+    freed: usize,
 }
+
+/// Freed connection buffers past which the allocator is asked to give memory back.
+const TRIM_AFTER_BYTES: usize = 4 << 20;
 
 impl Budget {
     pub(super) fn new(limit: usize) -> Budget {
-        Budget { held: 0, limit, starved: Vec::new() }
+        Budget { held: 0, limit, starved: Vec::new(), freed: 0 }
     }
 
     /// Whether connections must hold back now.
@@ -56,6 +61,23 @@ impl Budget {
     /// `connection` closes: nothing of it is held any more.
     pub(super) fn forget(&mut self, connection: &Connection) {
         self.held -= connection.accounted;
+        self.freed += connection.accounted;
+    }
+
+    /// Once enough connection memory was freed, asks the allocator to return its free pages
+    /// to the kernel (glibc keeps small freed blocks otherwise), so RSS falls back after many
+    /// clients leave.
+    pub(super) fn trim(&mut self) {
+        if self.freed < TRIM_AFTER_BYTES {
+            return;
+        }
+        self.freed = 0;
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free memory of the allocator's own arenas; it is
+        // thread-safe and touches no memory in use.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 
     /// `slot` waits for the pressure to end before it can read again.

@@ -582,6 +582,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
             }
         }
         worker.kick_idle(&poll);
+        worker.core.budget.trim();
         let relieved = worker.core.budget.relieved();
         worker.again.extend(relieved);
         std::mem::swap(&mut again, &mut worker.again);
