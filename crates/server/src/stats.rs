@@ -88,6 +88,9 @@ pub struct State {
     pub memory_limit: Arc<AtomicUsize>,
     /// Connections this worker serves now.
     pub curr_connections: u64,
+    /// Bytes this worker's connection buffers hold (its budget's count, kept current by the
+    /// worker).
+    pub conn_buffer_bytes: u64,
     /// `stats detail`'s table, shared by every worker.
     pub detail: Arc<crate::detail::Detail>,
     /// memcached's watchers, shared by every worker.
@@ -113,6 +116,7 @@ impl State {
             verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
             memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
             curr_connections: 0,
+            conn_buffer_bytes: 0,
             detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
             watchers: Arc::default(),
             observe: 0,
@@ -191,6 +195,7 @@ impl State {
         Snapshot {
             counters: self.counters,
             curr_connections: self.curr_connections,
+            conn_buffer_bytes: self.conn_buffer_bytes,
             curr_items: engine.live_items,
             total_items: engine.items_stored - self.engine_baseline.items_stored,
             evictions: engine.evictions - self.engine_baseline.evictions,
@@ -220,10 +225,12 @@ pub struct Snapshot {
     pub free_bytes: u64,
     pub spare_buckets: u64,
     pub spare_buckets_free: u64,
+    /// Bytes held by connection buffers (`--conn-memory` counts these).
+    pub conn_buffer_bytes: u64,
 }
 
 impl Snapshot {
-    const GAUGES: usize = 10;
+    const GAUGES: usize = 11;
     /// Bytes of the flat form `write_to` appends.
     pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES) * 8;
 
@@ -239,6 +246,7 @@ impl Snapshot {
             self.free_bytes,
             self.spare_buckets,
             self.spare_buckets_free,
+            self.conn_buffer_bytes,
         ]
     }
 
@@ -269,6 +277,7 @@ impl Snapshot {
             free_bytes: gauges[7],
             spare_buckets: gauges[8],
             spare_buckets_free: gauges[9],
+            conn_buffer_bytes: gauges[10],
         })
     }
 
@@ -288,6 +297,7 @@ impl Snapshot {
         self.free_bytes += other.free_bytes;
         self.spare_buckets += other.spare_buckets;
         self.spare_buckets_free += other.spare_buckets_free;
+        self.conn_buffer_bytes += other.conn_buffer_bytes;
     }
 }
 
@@ -363,6 +373,7 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("bytes_free", &total.free_bytes);
             put("spare_buckets", &total.spare_buckets);
             put("spare_buckets_free", &total.spare_buckets_free);
+            put("conn_buffer_bytes", &total.conn_buffer_bytes);
         }
         Group::Reset => {}
     }

@@ -71,6 +71,11 @@ fn clients_that_never_read_stay_within_the_budget_and_get_every_reply_later() {
         stream.read_exact(&mut replies).unwrap();
         assert!(replies.chunks(one.len()).all(|reply| reply == one), "a reply was lost or damaged");
     }
+    // Once they are gone, nothing is held for them.
+    drop(stalled);
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = String::from_utf8(exchange_to_sentinel(port, b"stats tierkv\r\n")).unwrap();
+    assert!(stats.contains("STAT conn_buffer_bytes 0\r\n"), "{stats}");
 }
 
 #[test]

@@ -97,8 +97,7 @@ impl Budget {
     }
 
     /// Bytes held now.
-    #[cfg(test)]
-    fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.held
     }
 }

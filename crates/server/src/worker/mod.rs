@@ -583,6 +583,7 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         }
         worker.kick_idle(&poll);
         worker.core.budget.trim();
+        worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
         let relieved = worker.core.budget.relieved();
         worker.again.extend(relieved);
         std::mem::swap(&mut again, &mut worker.again);
@@ -863,6 +864,7 @@ impl Worker {
     fn finish_udp(&mut self, slot: usize) {
         let Some(connection) = self.connections[slot].take() else { return };
         self.free.push(slot);
+        self.core.budget.forget(&connection);
         let Some(target) = connection.udp else { return };
         // Each message is the output between two marks (empty ones send nothing).
         let messages = || {
