@@ -59,6 +59,8 @@ const POOL_BUFFERS: usize = 256;
 const POOL_BUFFER_BYTES: usize = 4 << 10;
 /// Requests decoded and prefetched together in one step of a turn.
 const BATCH: usize = 32;
+/// Connections served again (left-over work, no event) per loop iteration, at most.
+const AGAIN_PER_LOOP: usize = 64;
 
 /// One reply in a connection's reply order: written here, or still due from other workers.
 struct Part {
@@ -522,7 +524,8 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
     let mut again: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
         worker.core.links.receive(&mut inbox);
-        let busy = !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
+        let busy =
+            !again.is_empty() || !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
@@ -586,8 +589,11 @@ fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<
         worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
         let relieved = worker.core.budget.relieved();
         worker.again.extend(relieved);
-        std::mem::swap(&mut again, &mut worker.again);
-        for slot in again.drain(..) {
+        // At most AGAIN_PER_LOOP leftover turns between two polls, so new clients and events
+        // wait for a slice of the busy connections, not for all of them.
+        again.append(&mut worker.again);
+        let slice = again.len().min(AGAIN_PER_LOOP);
+        for slot in again.drain(..slice) {
             worker.turn(slot, &poll);
         }
         for socket in 0..2 {
