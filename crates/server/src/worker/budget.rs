@@ -8,7 +8,9 @@
 //! - any other connection reads at most `PRESSED_INPUT_BYTES` and stops executing once
 //!   `PRESSED_OUTPUT_BYTES` of replies wait, so a fresh client is still served;
 //! - a connection that cannot go on without reading more (a request larger than that) waits
-//!   in `starved` until the pressure ends.
+//!   in `starved` until the pressure ends; but a request begun while there was room is
+//!   granted the rest of its bytes (its whole size counted from the start), so the requests
+//!   that hold the budget can always finish and give it back.
 //!
 //! So the buffers of all connections stay within the budget plus, per connection, one pressed
 //! read and one pressed batch of replies (plus the one item a reply may carry beyond it).

@@ -1,0 +1,232 @@
+//! Where one decoded request goes: executed here, forwarded to its owner as the next part of
+//! the connection's reply order, or split (a multi-get over several owners) into single-key
+//! lines.
+//!
+//! It must not read or write sockets.
+
+use super::*;
+
+/// Forwards one request to `owner` as the next part of the connection's reply order (the
+/// owner's reply fills the part); false if the queue to `owner` has no room.
+pub(super) fn forward_part(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    owner: usize,
+    kind: Kind,
+    hash: u64,
+    request: &[u8],
+) -> bool {
+    let seq = connection.next_seq();
+    let entry = Entry { slot, generation: connection.generation, seq, kind, hash, request_end: 0, reply_end: 0 };
+    if !core.links.forward(owner, entry, &[request]) {
+        return false;
+    }
+    connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
+    true
+}
+
+/// Executes one request here or hands it to the workers that must see it.
+pub(super) fn dispatch(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    request: &Request<'_>,
+    raw: &[u8],
+    route: Route,
+    hash: Option<KeyHash>,
+) -> Step {
+    let read = matches!(request.command, Command::Get { .. });
+    if route != Route::Local
+        && (connection.parts.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
+    {
+        return Step::Blocked;
+    }
+    let entry = |seq: u64, kind: Kind| Entry {
+        slot,
+        generation: connection.generation,
+        seq,
+        kind,
+        hash: hash.map_or(0, |hash| hash.0),
+        request_end: 0,
+        reply_end: 0,
+    };
+    match route {
+        Route::AfterForwarded if !connection.parts.is_empty() => Step::Blocked,
+        Route::Local | Route::AfterForwarded => {
+            let mut resume = connection.resume;
+            let out = connection.local_out(&mut core.pool);
+            let after = execute(&mut core.partition, request, out, &mut core.state, &mut resume);
+            connection.resume = resume;
+            Step::Done(after)
+        }
+        Route::Remote(owner) => {
+            let kind = if read { Kind::Read } else { Kind::Request };
+            if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
+                return Step::Blocked;
+            }
+            connection.remote_reads += usize::from(read);
+            core.state.counters.forwarded_requests += 1;
+            Step::Done(After::Continue)
+        }
+        Route::Split => split_get(connection, slot, core, request, true),
+        Route::Conns => {
+            if !core.links.can_forward_to_all() || connection.parts.len() >= MAX_PARTS {
+                return Step::Blocked;
+            }
+            let seq = connection.next_seq();
+            for owner in (0..core.workers).filter(|&owner| owner != core.id) {
+                let forwarded = core.links.forward(owner, entry(seq, Kind::Conns), &[]);
+                debug_assert!(forwarded, "room was checked for every worker");
+            }
+            // This worker's own lines are written after the turn (`Worker::answer_conns`).
+            connection.parts.push_back(Part {
+                bytes: core.pool.pop().unwrap_or_default(),
+                waiting: core.workers,
+                mark: false,
+            });
+            core.conns_due.push((slot, seq));
+            Step::Done(After::Continue)
+        }
+        Route::Flush(_) | Route::Reset | Route::Gather(_) => {
+            if !core.links.can_forward_to_all() || (connection.gather.is_some() && matches!(route, Route::Gather(_))) {
+                return Step::Blocked;
+            }
+            let seq = connection.next_seq();
+            let kind = match route {
+                Route::Flush(delay) => Kind::Flush { delay },
+                Route::Reset => Kind::Reset,
+                _ => Kind::Snapshot,
+            };
+            for owner in (0..core.workers).filter(|&owner| owner != core.id) {
+                let forwarded = core.links.forward(owner, entry(seq, kind), &[]);
+                debug_assert!(forwarded, "room was checked for every worker");
+            }
+            let mut part = Part { bytes: core.pool.pop().unwrap_or_default(), waiting: core.workers - 1, mark: false };
+            match route {
+                // Executed here as usual (counted once); the other workers only flush or reset.
+                Route::Flush(_) | Route::Reset => {
+                    let mut resume = 0;
+                    execute(&mut core.partition, request, &mut part.bytes, &mut core.state, &mut resume);
+                }
+                Route::Gather(group) => {
+                    let binary = match request.style {
+                        ReplyStyle::Binary(info) => Some(info),
+                        _ => None,
+                    };
+                    let total = core.state.snapshot(&core.partition);
+                    connection.gather = Some(Box::new(Gather { seq, total, group, binary }));
+                }
+                _ => unreachable!("broadcast routes only"),
+            }
+            connection.parts.push_back(part);
+            Step::Done(After::Continue)
+        }
+    }
+}
+
+/// A multi-key text get whose keys several workers own: each key is read where it lives, as
+/// its own part of the reply order, and one END follows them all (with `end`; without, more
+/// keys of the same line follow).
+pub(super) fn split_get(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    request: &Request<'_>,
+    end: bool,
+) -> Step {
+    let Command::Get { keys, return_cas, touch, .. } = request.command else {
+        unreachable!("only text gets are split")
+    };
+    let mut line = [0u8; GET_LINE_BYTES];
+    for (number, key) in keys.iter().enumerate().skip(connection.resume) {
+        if connection.parts.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
+            connection.resume = number;
+            return Step::Blocked;
+        }
+        let hash = KeyHash::of(key);
+        let owner = hash.partition(core.workers as u32) as usize;
+        if owner == core.id {
+            let out = connection.local_out(&mut core.pool);
+            let item = match touch {
+                Some(exptime) => core.partition.get_and_touch(key, exptime),
+                None => core.partition.get(key),
+            };
+            let item = item.ok().flatten();
+            core.state.counters.read(touch.is_some(), item.is_some());
+            core.state.observe_get(key, item.as_ref().map(|item| item.value.len()), true);
+            if let Some(item) = item {
+                reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
+            }
+            if connection.over_output_limit() && number + 1 < keys.len() {
+                connection.resume = number + 1;
+                return Step::Done(After::Pause);
+            }
+            if connection.udp.is_some() && number + 1 < keys.len() {
+                connection.mark();
+            }
+            continue;
+        }
+        let line = single_get_line(&mut line, key, return_cas, touch);
+        if !forward_part(connection, slot, core, owner, Kind::GetKey, hash.0, line) {
+            connection.resume = number;
+            return Step::Blocked;
+        }
+        connection.remote_reads += 1;
+        core.state.counters.forwarded_requests += 1;
+        if connection.udp.is_some() && number + 1 < keys.len() {
+            connection.mark();
+        }
+    }
+    connection.resume = 0;
+    if end {
+        reply::status(connection.local_out(&mut core.pool), reply::Status::End);
+    }
+    Step::Done(After::Continue)
+}
+
+/// Room for the longest single-key get line: `gats`, an i64 exptime, a 250-byte key, spaces
+/// and CRLF.
+pub(super) const GET_LINE_BYTES: usize = 5 + 20 + 1 + tierkv_engine::MAX_KEY_BYTES + 2;
+
+/// The text get (`get`, `gets`, `gat`, `gats`) of one key, written into `buffer`.
+pub(super) fn single_get_line<'b>(
+    buffer: &'b mut [u8; GET_LINE_BYTES],
+    key: &[u8],
+    return_cas: bool,
+    touch: Option<i64>,
+) -> &'b [u8] {
+    use std::io::Write;
+    let mut out = &mut buffer[..];
+    let verb: &[u8] = match (touch.is_some(), return_cas) {
+        (false, false) => b"get ",
+        (false, true) => b"gets ",
+        (true, false) => b"gat ",
+        (true, true) => b"gats ",
+    };
+    // The buffer holds the longest line, so these writes cannot run out of room.
+    let _ = out.write_all(verb);
+    if let Some(exptime) = touch {
+        let _ = write!(out, "{exptime} ");
+    }
+    let _ = out.write_all(key);
+    let _ = out.write_all(b"\r\n");
+    let written = GET_LINE_BYTES - out.len();
+    &buffer[..written]
+}
+
+#[cfg(test)]
+mod get_line_tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn single_get_lines_hold_the_longest_key_and_exptime() {
+        let mut buffer = [0u8; GET_LINE_BYTES];
+        assert_eq!(single_get_line(&mut buffer, b"k", false, None), b"get k\r\n");
+        assert_eq!(single_get_line(&mut buffer, b"k", true, None), b"gets k\r\n");
+        assert_eq!(single_get_line(&mut buffer, b"k", false, Some(-5)), b"gat -5 k\r\n");
+        let key = [b'x'; tierkv_engine::MAX_KEY_BYTES];
+        let line = single_get_line(&mut buffer, &key, true, Some(i64::MIN)).to_vec();
+        assert_eq!(line, [b"gats -9223372036854775808 ".as_slice(), &key, b"\r\n"].concat());
+    }
+}

@@ -1,0 +1,297 @@
+//! The workers' start and event loop: binding the shared listening sockets, one thread per
+//! partition pinned to its CPU, and the loop that polls, takes other workers' messages,
+//! accepts, serves connection turns and sends batches.
+//!
+//! It must not execute requests itself: it hands connections to `turns`, forwarded work to
+//! `forwarded`, datagrams to `udp_session`.
+
+use super::*;
+
+/// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
+pub fn serve(settings: &Settings) -> Result<(), String> {
+    install_signal_handlers()?;
+    admission::raise_open_files(settings)?;
+    let workers = settings.threads;
+    let address = settings.address;
+    let mains = bind_shared(address, workers)?;
+    let mut polls = Vec::with_capacity(workers);
+    let mut peers = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let poll = Poll::new().map_err(|e| e.to_string())?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?;
+        peers.push(Peer { sleeping: AtomicBool::new(false), waker });
+        polls.push(poll);
+    }
+    let links = crate::forward::connect(&Arc::new(peers));
+    let cpus = crate::config::cpu_list();
+    let shared = Arc::new(Shared {
+        open_connections: AtomicUsize::new(0),
+        verbosity: State::new(settings, 0).verbosity,
+        memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
+        detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
+        watchers: Arc::default(),
+        proven: Proven::default(),
+    });
+    let mut starts = Vec::with_capacity(workers);
+    for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
+        let direct = match settings.direct_ports {
+            Some(base) => {
+                let port = base + id as u16;
+                let at = SocketAddr::new(address.ip(), port);
+                let listener =
+                    TcpListener::bind(at).map_err(|e| format!("--direct-ports: cannot listen on {at}: {e}"))?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let mut udp = [None, None];
+        if let Some(port) = settings.udp_port {
+            let at = SocketAddr::new(address.ip(), port);
+            udp[0] = Some(crate::udp::bind(at, true).map_err(|e| format!("-U/--udp-port: cannot bind {at}: {e}"))?);
+            if let Some(base) = settings.direct_ports {
+                let at = SocketAddr::new(address.ip(), base + id as u16);
+                udp[1] = Some(
+                    crate::udp::bind(at, false).map_err(|e| format!("--direct-ports: cannot bind UDP {at}: {e}"))?,
+                );
+            }
+        }
+        let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
+        starts.push(Start { id, poll, main, direct, udp, links, cpu });
+    }
+    if settings.verbose > 0 {
+        eprintln!(
+            "tierkv: listening on {address} with {} MiB in {workers} partitions{}",
+            settings.memory_bytes >> 20,
+            settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default()
+        );
+    }
+    let threads: Vec<_> = starts
+        .into_iter()
+        .map(|start| {
+            let settings = settings.clone();
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("tierkv-worker-{}", start.id))
+                .spawn(move || {
+                    let result = run_worker(start, &settings, shared);
+                    // One worker failing stops the others.
+                    STOP.store(true, Ordering::Relaxed);
+                    result
+                })
+                .map_err(|e| format!("cannot start a worker thread: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut result = Ok(());
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => result = Err(message),
+            Err(_) => result = Err("a worker thread panicked".to_string()),
+        }
+    }
+    if settings.verbose > 0 {
+        eprintln!("tierkv: stopped");
+    }
+    result
+}
+
+/// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
+/// connections over the workers. A first plain bind checks that nobody else serves the port
+/// (SO_REUSEPORT would otherwise let a second server share it silently).
+pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, String> {
+    let fail = |e: io::Error| format!("cannot listen on {address}: {e}");
+    // The probe binds without listening: a client that connected to a listening probe would
+    // think the server up, then be refused in the moment before the real sockets listen.
+    let probe =
+        socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).map_err(fail)?;
+    probe.set_reuse_address(true).map_err(fail)?;
+    probe.bind(&address.into()).map_err(fail)?;
+    let address =
+        probe.local_addr().map_err(fail)?.as_socket().ok_or_else(|| fail(std::io::ErrorKind::Other.into()))?;
+    drop(probe);
+    (0..count)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None)
+                .map_err(fail)?;
+            socket.set_reuse_address(true).map_err(fail)?;
+            socket.set_reuse_port(true).map_err(fail)?;
+            socket.set_nonblocking(true).map_err(fail)?;
+            socket.bind(&address.into()).map_err(fail)?;
+            socket.listen(1024).map_err(fail)?;
+            Ok(TcpListener::from_std(socket.into()))
+        })
+        .collect()
+}
+
+pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
+    let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
+    let workers = settings.threads;
+    let config = PartitionConfig {
+        memory_bytes: settings.memory_bytes / workers,
+        max_memory_bytes: Some(settings.memory_max_bytes / workers),
+        index_buckets: None,
+        max_item_bytes: settings.max_item_bytes,
+        expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
+    };
+    let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+    let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
+    poll.registry().register(&mut main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    if let Some(direct) = direct.as_mut() {
+        poll.registry().register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    }
+    for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
+        if let Some(socket) = socket.as_mut() {
+            poll.registry().register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
+        }
+    }
+    if let Some(cpu) = cpu {
+        pin_to_cpu(cpu, settings.verbose > 0, id);
+    }
+    let mut worker = Worker {
+        core: Core {
+            id,
+            workers,
+            partition,
+            state: State::new(settings, unix_now())
+                .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
+                .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
+            limits,
+            links,
+            pool: Vec::new(),
+            conns_due: Vec::new(),
+            memory_applied: settings.memory_bytes,
+            budget: Budget::new(settings.conn_memory_bytes / workers),
+        },
+        connections: Vec::new(),
+        free: Vec::new(),
+        mark_pool: Vec::new(),
+        next_generation: 0,
+        shared,
+        chunk: vec![0u8; READ_CHUNK_BYTES],
+        input_limit: input_limit(&limits),
+        again: Vec::new(),
+        blocked: Vec::new(),
+        receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
+        udp,
+        senders: Default::default(),
+        udp_again: [false; 2],
+        watching: Vec::new(),
+        listeners: Vec::new(),
+        started: unix_now(),
+        spare: admission::spare_descriptor(),
+        accept_again: false,
+        idle_checked: 0,
+    };
+    worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
+    let mut events = Events::with_capacity(1024);
+    let mut inbox: Vec<(usize, Message)> = Vec::new();
+    let mut again: Vec<usize> = Vec::new();
+    while !STOP.load(Ordering::Relaxed) {
+        worker.core.links.receive(&mut inbox);
+        let busy =
+            !again.is_empty() || !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
+        // Watchers get their lines at least every 100 ms.
+        let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
+        let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
+        let timeout = if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { idle };
+        let polled = poll.poll(&mut events, Some(timeout));
+        worker.core.links.awake();
+        match polled {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+        worker.core.partition.set_clock(unix_now());
+        // After every receive: a request forwarded after `stats detail on` sees it on.
+        worker.core.state.refresh_observe();
+        let core = &mut worker.core;
+        crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
+        // Other workers' requests and replies first: someone is waiting for them.
+        for (from, message) in inbox.drain(..) {
+            match message {
+                Message::Requests(batch) => {
+                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
+                        worker.conns_lines(None)
+                    } else {
+                        Vec::new()
+                    };
+                    worker.core.execute_forwarded(from, batch, &conns)
+                }
+                Message::Replies(batch) => worker.deliver(from, batch, &poll),
+            }
+        }
+        for event in events.iter() {
+            match event.token() {
+                MAIN_LISTENER => worker.accept(&main, &poll),
+                DIRECT_LISTENER => {
+                    if let Some(direct) = &direct {
+                        worker.accept(direct, &poll);
+                    }
+                }
+                WAKER => {}
+                UDP_MAIN => worker.udp_again[0] = true,
+                UDP_DIRECT => worker.udp_again[1] = true,
+                Token(slot) => {
+                    // A short read normally means the socket is drained, but data and the
+                    // peer's close can arrive in one edge; then the read must go on to the end.
+                    let hangup = event.is_read_closed() || event.is_error();
+                    if let Some(Some(connection)) = worker.connections.get_mut(slot) {
+                        connection.hangup |= hangup;
+                    }
+                    worker.turn(slot, &poll);
+                }
+            }
+        }
+        if std::mem::take(&mut worker.accept_again) {
+            worker.accept(&main, &poll);
+            if let Some(direct) = &direct {
+                worker.accept(direct, &poll);
+            }
+        }
+        worker.kick_idle(&poll);
+        worker.core.budget.trim();
+        worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
+        let relieved = worker.core.budget.relieved();
+        worker.again.extend(relieved);
+        // At most AGAIN_PER_LOOP leftover turns between two polls, so new clients and events
+        // wait for a slice of the busy connections, not for all of them.
+        again.append(&mut worker.again);
+        let slice = again.len().min(AGAIN_PER_LOOP);
+        for slot in again.drain(..slice) {
+            worker.turn(slot, &poll);
+        }
+        for socket in 0..2 {
+            if std::mem::take(&mut worker.udp_again[socket]) {
+                worker.receive_udp(socket);
+            }
+        }
+        if !worker.core.conns_due.is_empty() {
+            worker.answer_conns(&poll);
+        }
+        for slot in std::mem::take(&mut worker.watching) {
+            worker.turn(slot, &poll);
+        }
+        worker.send_udp();
+        worker.core.links.send_all();
+    }
+    if settings.verbose > 0 {
+        eprintln!("tierkv: worker {id} stopping on signal");
+    }
+    Ok(())
+}
+
+/// Pins the calling thread (a worker) to `cpu`, so it never migrates and no two workers share
+/// a CPU while there are enough.
+pub(super) fn pin_to_cpu(cpu: usize, verbose: bool, worker: usize) {
+    // SAFETY: cpu_set_t is plain data that sched_setaffinity reads for the calling thread
+    // (pid 0) within its size; CPU_SET indexes inside the set (cpu < CPU_SETSIZE, as it came
+    // from the affinity mask).
+    let pinned = unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0
+    };
+    if verbose && pinned {
+        eprintln!("tierkv: worker {worker} pinned to CPU {cpu}");
+    }
+}

@@ -1,0 +1,120 @@
+//! Requests from other workers executed here, and where a request is executed (`route`).
+//!
+//! It must not write to sockets: replies go back in batches through `forward`.
+
+use super::*;
+
+impl Core {
+    /// Executes a batch another worker forwarded and sends the replies back. The keys of each
+    /// run of `BATCH` entries are prefetched together first, as for local requests.
+    pub(super) fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>, conns: &[u8]) {
+        self.state.fd = -1;
+        let Batch { requests, entries, replies } = &mut *batch;
+        let mut request_start = 0;
+        for chunk in entries.chunks_mut(BATCH) {
+            let mut hashes = [KeyHash(0); BATCH];
+            let mut count = 0;
+            for entry in chunk.iter().filter(|entry| entry.hash != 0) {
+                hashes[count] = KeyHash(entry.hash);
+                count += 1;
+            }
+            self.partition.prefetch_hashes(&hashes[..count]);
+            for entry in chunk.iter_mut() {
+                let request = &requests[request_start..entry.request_end];
+                request_start = entry.request_end;
+                match entry.kind {
+                    Kind::Request | Kind::Read | Kind::GetKey => {
+                        if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
+                            let mut resume = 0;
+                            execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
+                            if entry.kind == Kind::GetKey && replies.ends_with(b"END\r\n") {
+                                replies.truncate(replies.len() - 5);
+                            }
+                        }
+                    }
+                    Kind::Flush { delay } => self.partition.flush_all(delay),
+                    Kind::Snapshot => self.state.snapshot(&self.partition).write_to(replies),
+                    Kind::Reset => self.state.reset(&self.partition),
+                    Kind::Unlink => {
+                        let _ = self.partition.delete(request, 0);
+                    }
+                    Kind::Dump => crate::dump::execute_request(&mut self.partition, request, replies),
+                    Kind::Conns => replies.extend_from_slice(conns),
+                }
+                entry.reply_end = replies.len();
+            }
+        }
+        self.links.reply(from, batch);
+    }
+
+    /// The worker that owns `key`.
+    pub(super) fn owner(&self, key: &[u8]) -> usize {
+        KeyHash::of(key).partition(self.workers as u32) as usize
+    }
+
+    /// Where a request is executed, and the hash of its one key (None for requests without
+    /// exactly one valid key), which the executing worker prefetches with.
+    pub(super) fn route(&self, request: &Request<'_>) -> (Route, Option<KeyHash>) {
+        let hashed = |key: Key<'_>| {
+            let mut buffer = [0u8; 256];
+            key.decode_into(&mut buffer).map(KeyHash::of)
+        };
+        let hash = match request.command {
+            Command::Get { keys, base64, .. } => {
+                if keys.len() == 1 {
+                    hashed(Key { raw: keys.iter().next().unwrap_or_default(), base64 })
+                } else if self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id) {
+                    return (Route::Local, None);
+                } else {
+                    return (Route::Split, None);
+                }
+            }
+            Command::Store { key, .. }
+            | Command::Delete { key, .. }
+            | Command::Arith { key, .. }
+            | Command::Touch { key, .. }
+            | Command::MetaDebug { key } => hashed(key),
+            Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {
+                return (Route::Flush(delay), None)
+            }
+            Command::Stats { args } if crate::stats::subcommand(args) == b"conns" => return (Route::Conns, None),
+            Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
+                return (Route::AfterForwarded, None)
+            }
+            Command::Stats { args } if self.workers > 1 => {
+                let route = match Group::parse(args) {
+                    Some(Group::Reset) => Route::Reset,
+                    Some(group) => Route::Gather(group),
+                    None => Route::Local,
+                };
+                return (route, None);
+            }
+            _ => None,
+        };
+        match hash.map(|hash| hash.partition(self.workers as u32) as usize) {
+            Some(owner) if owner != self.id => (Route::Remote(owner), hash),
+            _ => (Route::Local, hash),
+        }
+    }
+}
+
+/// Where a request is executed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Route {
+    Local,
+    /// Forwarded to this worker.
+    Remote(usize),
+    /// A multi-key get whose keys several workers own: one part per key, then END.
+    Split,
+    /// flush_all: here and on every worker.
+    Flush(i64),
+    /// stats reset: here and on every worker.
+    Reset,
+    /// stats: figures from every worker, summed.
+    Gather(Group),
+    /// stats conns: every worker's sockets.
+    Conns,
+    /// Here, once the connection's forwarded requests are done (`stats detail` reads and
+    /// switches what every worker counts).
+    AfterForwarded,
+}

@@ -1,0 +1,150 @@
+//! A connection's life in the worker: one turn (and what it asks for next), its close, and
+//! the delivery of other workers' replies into its reply order.
+//!
+//! It must not decode requests: `turns` does.
+
+use super::*;
+
+/// What one turn of a connection left behind.
+#[derive(PartialEq, Eq)]
+pub(super) enum Turn {
+    /// Finished; close it.
+    Close,
+    /// Waiting for a read or write event, or for replies from other workers.
+    Wait,
+    /// Work remains that no event will announce.
+    Again,
+}
+
+impl Worker {
+    /// One turn of the connection in `slot`: closes it when it is finished, queues it when it
+    /// has work no event will announce.
+    pub(super) fn turn(&mut self, slot: usize, poll: &Poll) {
+        let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
+        connection.starved = false;
+        let turn = serve_connection(connection, slot, &mut self.core, self.input_limit, &mut self.chunk);
+        self.core.budget.account(connection);
+        if connection.blocked {
+            self.blocked.push(slot);
+        }
+        if connection.watching.is_some() && turn != Turn::Close && !self.watching.contains(&slot) {
+            self.watching.push(slot);
+        }
+
+        match turn {
+            Turn::Wait => {}
+            Turn::Again => self.again.push(slot),
+            Turn::Close => self.close(slot, poll),
+        }
+    }
+
+    pub(super) fn close(&mut self, slot: usize, poll: &Poll) {
+        if let Some(mut connection) = self.connections[slot].take() {
+            self.free.push(slot);
+            self.core.budget.forget(&connection);
+            if let Some(id) = connection.watching {
+                self.core.state.watchers.remove(id);
+                self.watching.retain(|&watching| watching != slot);
+            }
+            if let Some(stream) = connection.stream.as_mut() {
+                let _ = poll.registry().deregister(stream);
+                if let Ok(peer) = stream.peer_addr() {
+                    self.shared.proven.leave(peer.ip());
+                }
+                self.core.state.curr_connections -= 1;
+                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Puts the replies in `batch` (sent to worker `from`) into their connections' reply order
+    /// and writes what is now in order.
+    pub(super) fn deliver(&mut self, from: usize, batch: Box<Batch>, poll: &Poll) {
+        let mut touched: Vec<usize> = Vec::new();
+        for (entry, _, replies) in batch.ranges() {
+            let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { continue };
+            if connection.generation != entry.generation || entry.seq < connection.first_seq {
+                continue;
+            }
+            let index = (entry.seq - connection.first_seq) as usize;
+            let Some(part) = connection.parts.get_mut(index) else { continue };
+            let bytes = &batch.replies[replies];
+            part.waiting = part.waiting.saturating_sub(1);
+            match entry.kind {
+                Kind::Request => part.bytes.extend_from_slice(bytes),
+                Kind::Read | Kind::GetKey => {
+                    part.bytes.extend_from_slice(bytes);
+                    connection.remote_reads -= 1;
+                }
+                Kind::Flush { .. } | Kind::Reset | Kind::Unlink => {}
+                Kind::Conns => {
+                    part.bytes.extend_from_slice(bytes);
+                    if part.waiting == 0 {
+                        reply::status(&mut part.bytes, reply::Status::End);
+                    }
+                }
+                Kind::Dump => {
+                    if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
+                        part.bytes.extend_from_slice(lines);
+                        if let Some(dump) = connection.dump.as_mut() {
+                            if dump.advance(next, items, lines.len(), self.core.workers) {
+                                reply::status(&mut part.bytes, reply::Status::End);
+                                connection.dump = None;
+                            }
+                        }
+                    }
+                    connection.blocked = true;
+                    self.blocked.push(entry.slot);
+                }
+                Kind::Snapshot => {
+                    let done = part.waiting == 0;
+                    if let Some(gather) = connection.gather.as_mut().filter(|g| g.seq == entry.seq) {
+                        if let Some(snapshot) = Snapshot::read_from(bytes) {
+                            gather.total.add(&snapshot);
+                        }
+                        if done {
+                            let gather = connection.gather.take().expect("checked above");
+                            let core = &self.core;
+                            let part = &mut connection.parts[index];
+                            stats_reply(
+                                gather.group,
+                                gather.binary.as_ref(),
+                                &core.state,
+                                &gather.total,
+                                &core.partition,
+                                &mut part.bytes,
+                            );
+                        }
+                    }
+                }
+            }
+            if touched.last() != Some(&entry.slot) {
+                touched.push(entry.slot);
+            }
+        }
+        self.core.links.returned(from, batch);
+        for slot in touched {
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            connection.drain_parts(&mut self.core.pool);
+            self.core.budget.account(connection);
+            if connection.udp.is_some() {
+                if connection.settled() && connection.closing {
+                    self.finish_udp(slot);
+                }
+                continue;
+            }
+            let failed = !flush(connection, &mut self.core.state);
+            if failed || (connection.closing && connection.settled() && connection.output.is_empty()) {
+                self.close(slot, poll);
+            }
+        }
+        // Room has opened up: connections that stopped for it go again.
+        for slot in self.blocked.drain(..) {
+            if let Some(connection) = self.connections[slot].as_mut() {
+                if std::mem::take(&mut connection.blocked) {
+                    self.again.push(slot);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! One connection turn: write what is pending, read a bounded amount, decode and batch the
+//! complete requests, execute or forward them in order, write the replies.
+//!
+//! It must not block and must not hold more than the limits and the budget allow.
+
+use super::*;
+
+/// The most input a connection buffers: its largest possible request and one read more.
+/// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
+/// `MAX_REMOTE_READS_PER_CONNECTION` forwarded reads.
+pub(super) fn input_limit(limits: &Limits) -> usize {
+    limits.max_value_bytes + limits.max_line_bytes + 2 + READ_CHUNK_BYTES
+}
+
+/// Writes what is pending, reads a bounded amount, executes every complete request the limits
+/// allow, and writes the replies.
+pub(super) fn serve_connection(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    input_limit: usize,
+    chunk: &mut [u8],
+) -> Turn {
+    connection.drain_parts(&mut core.pool);
+    if !flush(connection, &mut core.state) {
+        return Turn::Close;
+    }
+    if connection.closing {
+        // A closing connection stays until its last replies are out.
+        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
+    }
+    // A client that does not read its replies is not read from either, until it catches up
+    // (a writable event brings it back here); under memory pressure, none that has replies
+    // waiting (forwarded replies bring it back when they arrive).
+    let pressure = core.budget.pressure();
+    if connection.output.len() > MAX_PENDING_OUTPUT_BYTES || (pressure && connection.pending_bytes() > 0) {
+        if connection.output.is_empty() {
+            connection.blocked = true;
+        }
+        return Turn::Wait;
+    }
+    connection.output_limit = if pressure { PRESSED_OUTPUT_BYTES } else { MAX_PENDING_OUTPUT_BYTES };
+    core.state.output_limit = connection.output_limit;
+    let full_limit = input_limit;
+    let input_limit = if pressure { PRESSED_INPUT_BYTES.max(connection.granted).min(input_limit) } else { input_limit };
+    if let Some(id) = connection.watching {
+        return watch_turn(connection, id, core, chunk);
+    }
+    if connection.dump.is_some() {
+        if let Some(turn) = run_dump(connection, slot, core) {
+            return turn;
+        }
+    }
+    core.state.fd = connection.fd;
+    let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
+    if !connection.input.is_empty() {
+        connection.last_command = core.partition.now();
+    }
+    let input_before = connection.input.len();
+    let stopped_early = process(connection, slot, core);
+    connection.drain_parts(&mut core.pool);
+    if !flush(connection, &mut core.state) {
+        return Turn::Close;
+    }
+    // A request begun while there was room gets the rest of its bytes whatever comes after.
+    connection.granted = if connection.input.is_empty() {
+        0
+    } else if connection.wanted > connection.granted && !core.budget.pressure() {
+        connection.wanted.min(full_limit)
+    } else {
+        connection.granted
+    };
+    let nothing_taken = connection.input.len() == input_before && !stopped_early && !connection.blocked;
+    if pressure && read == ReadEnd::Limited && nothing_taken {
+        // Nothing could be taken from a full pressed input (a request larger than it): wait
+        // for the pressure to end.
+        core.budget.starve(slot, connection);
+        return Turn::Wait;
+    }
+    if read == ReadEnd::Eof && !(stopped_early || connection.blocked || connection.dump.is_some()) {
+        // Requests read before the end still get their replies: the connection closes once
+        // every complete request in its input has been taken.
+        connection.closing = true;
+    }
+    release_idle_buffers(connection, if pressure { PRESSED_KEEP_BYTES } else { KEEP_BUFFER_BYTES });
+    if connection.closing {
+        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
+    }
+    // With replies still pending the socket is full and a writable event will come; a blocked
+    // connection is served again when replies arrive; otherwise leftover requests or unread
+    // input need another turn.
+    if connection.output.is_empty() && !connection.blocked && (stopped_early || read == ReadEnd::Limited) {
+        Turn::Again
+    } else {
+        Turn::Wait
+    }
+}
+
+/// Buffers above this size are given back once empty, so idle connections stay small.
+pub(super) const KEEP_BUFFER_BYTES: usize = 256 << 10;
+
+pub(super) fn release_idle_buffers(connection: &mut Connection, keep: usize) {
+    if connection.output.is_empty() && connection.output.capacity() > keep {
+        connection.output = Vec::new();
+    }
+    if connection.input.is_empty() && connection.input.capacity() > keep {
+        connection.input = Vec::new();
+    }
+}
+
+/// How a read ended.
+#[derive(PartialEq, Eq)]
+pub(super) enum ReadEnd {
+    /// The socket had nothing more (a readable event will announce more).
+    Drained,
+    /// The input buffer reached its limit first.
+    Limited,
+    Eof,
+}
+
+/// Reads until the socket is drained or the input holds `input_limit` bytes.
+pub(super) fn read_some(
+    connection: &mut Connection,
+    chunk: &mut [u8],
+    input_limit: usize,
+    state: &mut State,
+) -> io::Result<ReadEnd> {
+    loop {
+        if connection.input.len() >= input_limit {
+            return Ok(ReadEnd::Limited);
+        }
+        let Some(stream) = connection.stream.as_mut() else { return Ok(ReadEnd::Drained) };
+        let room = (input_limit - connection.input.len()).min(chunk.len());
+        let chunk = &mut chunk[..room];
+        match stream.read(chunk) {
+            Ok(0) => return Ok(ReadEnd::Eof),
+            Ok(n) => {
+                state.counters.bytes_read += n as u64;
+                connection.input.extend_from_slice(&chunk[..n]);
+                if n < chunk.len() && !connection.hangup {
+                    return Ok(ReadEnd::Drained);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How one request went.
+pub(super) enum Step {
+    Done(After),
+    /// Not taken (no room to forward, or too much waiting): try again after replies arrive.
+    Blocked,
+}
+
+/// Decodes and executes (or forwards) every complete request in the input while the limits
+/// allow; true if it stopped for the output limit with requests left.
+pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
+    let mut input = std::mem::take(&mut connection.input);
+    let mut at = 0;
+    let mut stopped_early = false;
+    connection.wanted = 0;
+    loop {
+        if discard(connection, &input, &mut at, &mut core.pool) {
+            break;
+        }
+        if at == input.len() {
+            break;
+        }
+        if connection.over_output_limit() {
+            stopped_early = stop_for_output(connection);
+            break;
+        }
+        // Decode a run of complete requests, load the buckets and items of the keys this
+        // worker owns into cache together, then execute them in order (MICA's batched
+        // pipeline, one turn's worth).
+        // Each request is decoded in place into its slot (a request is 120 bytes: moving it
+        // again would cost a memcpy call per request).
+        let mut batch: [Option<Decoded<'_>>; BATCH] = [None; BATCH];
+        let mut routes = [(Route::Local, None); BATCH];
+        let mut batch_len = 0;
+        let mut decoded_end = at;
+        let mut next = None;
+        let mut long_step = None;
+        while batch_len < BATCH && decoded_end < input.len() {
+            // A long get line is taken in pieces, at the head of a batch of its own, without
+            // decoding (and checking) the whole of it again for every piece.
+            let rest = &input[decoded_end..];
+            if rest.len() > LONG_GET_CHUNK_BYTES && tierkv_protocol::text::is_long_get(rest, LONG_GET_CHUNK_BYTES) {
+                if batch_len == 0 {
+                    long_step = long_get(connection, slot, core, &input[at..]);
+                }
+                if batch_len > 0 || long_step.is_some() {
+                    next = Some(Decoded::Incomplete { needed: 0 });
+                    break;
+                }
+            }
+            let slot = &mut batch[batch_len];
+            *slot = Some(decode_request(&input[decoded_end..], &core.limits));
+            match slot {
+                Some(Decoded::Request { request, consumed }) => {
+                    routes[batch_len] = core.route(request);
+                    batch_len += 1;
+                    decoded_end += *consumed;
+                }
+                other => {
+                    next = other.take();
+                    break;
+                }
+            }
+        }
+        if batch_len > 1 {
+            let mut hashes = [KeyHash(0); BATCH];
+            let mut count = 0;
+            for (route, hash) in &routes[..batch_len] {
+                if let (Route::Local, Some(hash)) = (route, hash) {
+                    hashes[count] = *hash;
+                    count += 1;
+                }
+            }
+            core.partition.prefetch_hashes(&hashes[..count]);
+        }
+        for (decoded, (route, hash)) in batch[..batch_len].iter().zip(&routes) {
+            let Some(Decoded::Request { request, consumed }) = decoded else { continue };
+            if connection.over_output_limit() {
+                stopped_early = stop_for_output(connection);
+                break;
+            }
+            let raw = &input[at..at + consumed];
+            match dispatch(connection, slot, core, request, raw, *route, *hash) {
+                Step::Done(After::Continue) => at += consumed,
+                // A multi-get filled the output: the rest of its keys wait for a later turn.
+                Step::Done(After::Pause) => {
+                    stopped_early = true;
+                    break;
+                }
+                Step::Done(After::Close) => {
+                    at += consumed;
+                    connection.closing = true;
+                    break;
+                }
+                Step::Done(After::Dump(kind)) => {
+                    at += consumed;
+                    if kind == crate::admin::DumpKind::Metadump && !connection.parts.is_empty() {
+                        // Replies still due from other workers: memcached's refusal (the admin
+                        // command saw only this worker's unwritten replies).
+                        connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
+                        continue;
+                    }
+                    connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
+                    // No event announces the dump's steps: the connection goes again.
+                    stopped_early = true;
+                    break;
+                }
+                Step::Done(After::Watch(streams)) => {
+                    at += consumed;
+                    if start_watch(connection, core, streams) {
+                        break;
+                    }
+                }
+                Step::Blocked => {
+                    connection.blocked = true;
+                    break;
+                }
+            }
+        }
+        if connection.watching.is_some() {
+            // A watcher takes no more requests; what it sent after `watch` is dropped.
+            at = input.len();
+            break;
+        }
+        if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
+            break;
+        }
+        let flow = match (long_step, next) {
+            (Some(step), _) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
+            (None, next) => {
+                // What stopped the batch, without its borrow of the input.
+                if let Some(Decoded::Incomplete { needed }) = next {
+                    connection.wanted = needed;
+                }
+                let next = next.map(|decoded| match decoded {
+                    Decoded::Error(error) => Some(error),
+                    _ => None,
+                });
+                after_batch(connection, slot, core, next, &mut input, &mut at, &mut stopped_early)
+            }
+        };
+        if let Flow::Stop = flow {
+            break;
+        }
+    }
+    connection.input = input;
+    connection.input.drain(..at);
+    stopped_early
+}
+
+/// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
+/// when it is complete, not here.)
+pub(super) fn flush(connection: &mut Connection, state: &mut State) -> bool {
+    let Some(stream) = connection.stream.as_mut() else { return true };
+    let mut written = 0;
+    while written < connection.output.len() {
+        match stream.write(&connection.output[written..]) {
+            Ok(0) => return false,
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+    connection.output.drain(..written);
+    state.counters.bytes_written += written as u64;
+    true
+}
+
+/// memcached's reply to a value beyond the item size limit.
+pub(super) const TOO_LARGE: &str = "object too large for cache";
