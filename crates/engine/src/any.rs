@@ -2,12 +2,14 @@
 //! server's `--mode`): every operation forwards to the cache-mode `Partition` or the store-mode
 //! `StorePartition`.
 
+use crate::config::{ConfigError, PartitionConfig};
 use crate::hash::KeyHash;
-use crate::partition::{
-    ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet,
-    MetaItem, Partition, PartitionConfig, StoreOutcome, StoreRequest,
-};
+use crate::partition::Partition;
 use crate::store::{StoreConfig, StorePartition, StoreStats};
+use crate::types::{
+    ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
+    StoreOutcome, StoreRequest,
+};
 
 /// How a partition keeps its items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

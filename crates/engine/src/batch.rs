@@ -5,7 +5,8 @@
 //! then requests execute in order with their lines already in cache.
 
 use crate::hash::KeyHash;
-use crate::partition::{check_key, EngineError, Item, Partition};
+use crate::partition::Partition;
+use crate::types::{check_key, EngineError, Item};
 
 /// Keys hashed ahead at a time; bounds the stack space of a batch call.
 pub const BATCH_CHUNK: usize = 64;
@@ -49,7 +50,7 @@ impl Partition {
 /// partitions implement it).
 pub(crate) mod sealed {
     use crate::hash::KeyHash;
-    use crate::partition::{EngineError, Item};
+    use crate::types::{EngineError, Item};
 
     pub trait Hashed {
         /// Starts loading what GETs of these keys will read.

@@ -23,6 +23,7 @@ mod partition;
 mod region;
 mod store;
 mod time;
+mod types;
 
 #[cfg(test)]
 mod partition_tests;

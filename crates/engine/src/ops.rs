@@ -6,11 +6,11 @@
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
 use crate::numeric::{apply_delta, parse_counter, CounterValue};
-use crate::partition::{
+use crate::time::expiry_from_exptime;
+use crate::types::{
     ArithOutcome, ArithRequest, DeleteOutcome, EngineError, Item, ItemDebug, MetaGet, MetaItem, StoreMode,
     StoreOutcome, StoreRequest,
 };
-use crate::time::expiry_from_exptime;
 
 /// The value of an item being written.
 pub(crate) enum NewValue<'a, F> {

@@ -15,14 +15,15 @@ use crate::alloc::{Allocator, BLOCK_HEADER_BYTES};
 use crate::batch::sealed::Hashed;
 use crate::batch::BATCH_CHUNK;
 use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
+use crate::config::{ConfigError, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES};
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
 use crate::ops::{self, NewValue, Prior, Storage};
-use crate::partition::{
-    check_key, keys_equal, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, Item, ItemDebug,
-    MetaGet, MetaItem, StoreOutcome, StoreRequest, MAX_KEY_BYTES, MIN_ITEM_BYTES,
-};
 use crate::time::{is_expired, unix_now};
+use crate::types::{
+    check_key, keys_equal, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, Item, ItemDebug, MetaGet, MetaItem,
+    StoreOutcome, StoreRequest,
+};
 
 /// Bytes every item costs besides its key, value, flags and expiry: block header, item header
 /// with an explicit CAS.
@@ -85,7 +86,7 @@ pub(crate) struct Found {
 
 impl StorePartition {
     pub fn new(config: &StoreConfig) -> Result<StorePartition, ConfigError> {
-        if !(MIN_ITEM_BYTES..=crate::partition::MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
+        if !(MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
             return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
         }
         // Each item: its block (fixed header, key and value, padded to 8 bytes) and its share

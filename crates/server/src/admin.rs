@@ -6,7 +6,8 @@
 //!
 //! It must not touch the data path: these are parsed only when a line names one of them.
 
-use crate::execute::After;
+use crate::after::After;
+use crate::dump::{DumpKind, CLASS};
 use crate::stats::State;
 use std::sync::atomic::Ordering;
 use tierkv_engine::AnyPartition;
@@ -16,22 +17,9 @@ use tierkv_protocol::{strtol32, strtoul32, ErrorReply};
 /// The most slab class ids memcached knows (`MAX_NUMBER_OF_SLAB_CLASSES`).
 pub const SLAB_CLASSES: u32 = 64;
 
-/// The one class tierkv reports: the whole log (or store arena).
-pub const CLASS: u32 = 1;
-
 /// memcached's refusal of a metadump behind replies it has not written yet (a metadump takes
 /// over the connection).
 pub const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
-
-/// Which items a dump lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DumpKind {
-    /// `lru_crawler metadump`: every live item, one `key=...` line each, then END.
-    Metadump,
-    /// `stats cachedump 1 N`: `ITEM key [bytes b; exp s]` lines, at most `limit` (0: all)
-    /// and at most memcached's 2 MB of lines, then END.
-    Cachedump { limit: u64 },
-}
 
 /// Executes an administrative command line and appends memcached's reply.
 pub fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out: &mut Vec<u8>) -> After {
@@ -293,29 +281,9 @@ pub fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
     After::Continue
 }
 
-/// memcached's URI encoding of keys in dumps: letters, digits and `-._~` stay, everything else
-/// becomes `%XX`.
-pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &byte in key {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_are_uri_encoded_as_memcached_does() {
-        let mut out = Vec::new();
-        uri_encode(b"a:b c%d\x01-._~Z9", &mut out);
-        assert_eq!(out, b"a%3Ab%20c%25d%01-._~Z9");
-    }
 
     #[test]
     fn classes_are_memcacheds() {

@@ -2,8 +2,9 @@
 //! test binary only) counts the allocations of the test's own thread while requests of every
 //! protocol are decoded and executed into a reply buffer that already has its working size.
 
+use crate::after::After;
 use crate::config::Config;
-use crate::execute::{execute, After};
+use crate::execute::execute;
 use crate::stats::State;
 use clap::Parser;
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -4,8 +4,33 @@
 //! is below `DUMP_OUTPUT_BYTES`, so serving never stalls behind a dump and a slow reader holds
 //! at most a bounded backlog. Lines use memcached's formats; tierkv's one class is 1.
 
-use crate::admin::{uri_encode, DumpKind, CLASS};
 use tierkv_engine::{AnyPartition, ItemDebug};
+
+/// The one class tierkv reports: the whole log (or store arena).
+pub const CLASS: u32 = 1;
+
+/// Which items a dump lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DumpKind {
+    /// `lru_crawler metadump`: every live item, one `key=...` line each, then END.
+    Metadump,
+    /// `stats cachedump 1 N`: `ITEM key [bytes b; exp s]` lines, at most `limit` (0: all)
+    /// and at most memcached's 2 MB of lines, then END.
+    Cachedump { limit: u64 },
+}
+
+/// memcached's URI encoding of keys in dumps: letters, digits and `-._~` stay, everything else
+/// becomes `%XX`.
+pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &byte in key {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 15)]]);
+        }
+    }
+}
 
 /// Index buckets one step walks (a cache-mode bucket holds at most 8 items).
 pub const DUMP_STEP_BUCKETS: usize = 256;
@@ -154,4 +179,16 @@ pub fn decode_reply(reply: &[u8]) -> Option<(&[u8], Option<usize>, u64)> {
     let word = |at: usize| u64::from_le_bytes(reply[at..at + 8].try_into().expect("8 bytes"));
     let next = word(lines);
     Some((&reply[..lines], (next != u64::MAX).then_some(next as usize), word(lines + 8)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_uri_encoded_as_memcached_does() {
+        let mut out = Vec::new();
+        uri_encode(b"a:b c%d\x01-._~Z9", &mut out);
+        assert_eq!(out, b"a%3Ab%20c%25d%01-._~Z9");
+    }
 }

@@ -1,6 +1,7 @@
 //! Executes one decoded request on the partition and appends its reply, in the protocol the
 //! request came in (text, meta or binary), as memcached 1.6.18 replies.
 
+pub use crate::after::After;
 use crate::detail::Event;
 use crate::stats::{self, Counters, Group, State};
 use tierkv_engine as engine;
@@ -11,26 +12,8 @@ use tierkv_protocol::{BinaryRequestInfo, Command, ErrorReply, ReplyStyle, Reques
 
 /// The version tierkv reports: the memcached release whose protocol it speaks, then its own.
 /// Clients (libmemcached among them) read the leading number to pick features, so it leads.
-pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
-
 /// memcached's reply (with `-M`) to a store that finds no memory.
 const OUT_OF_MEMORY: &str = "out of memory storing object";
-
-/// What the connection does after a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum After {
-    Continue,
-    Close,
-    /// The request is only partly answered (a multi-get filled the output); execute it again
-    /// later with the same `resume` count.
-    Pause,
-    /// The connection now streams a dump of the items (it takes no other request until the
-    /// dump's END).
-    Dump(crate::admin::DumpKind),
-    /// The connection now streams these log streams (`watch::FETCHERS`, ...) and takes no
-    /// other request.
-    Watch(u8),
-}
 
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
     match mode {
@@ -279,7 +262,7 @@ fn execute_text(
             counted_flush_all(partition, delay, &mut state.counters);
             reply::status(out, Status::Ok);
         }
-        Command::Version => reply::version(out, VERSION.as_bytes()),
+        Command::Version => reply::version(out, crate::VERSION.as_bytes()),
         Command::Verbosity { level } => {
             state.verbosity.store(level, std::sync::atomic::Ordering::Relaxed);
             reply::status(out, Status::Ok);
@@ -575,7 +558,7 @@ fn execute_binary(
             success(out, 0, &[]);
         }
         Command::Noop => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]),
-        Command::Version => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], VERSION.as_bytes()),
+        Command::Version => binary::write_response(out, info, status::SUCCESS, 0, &[], &[], crate::VERSION.as_bytes()),
         Command::Quit => {
             success(out, 0, &[]);
             return After::Close;

@@ -1,11 +1,15 @@
 //! tierkv: the memcached-compatible server (configuration, worker event loop, dispatch of
 //! decoded requests to the engine partition, replies).
 //!
-//! It must never parse protocol bytes itself (that is `tierkv-protocol`) nor reach into the
-//! engine's storage layout (that is `tierkv-engine`). One worker thread per partition, no locks
-//! on the data path: workers share nothing but bounded forwarding queues.
+//! It must not decode requests itself (that is `tierkv-protocol`; the server only reads the
+//! administrative lines the decoder hands over whole, and writes single-key get lines when it
+//! splits a multi-get) nor reach into the engine's storage layout (that is `tierkv-engine`).
+//! One worker thread per partition; requests and replies take no lock: workers share bounded
+//! forwarding queues, a few counters and flags read once a loop turn, and one mutex taken on
+//! accept and close (`Proven`, for UDP's amplification bound).
 
 mod admin;
+mod after;
 #[cfg(test)]
 mod alloc_tests;
 mod config;
@@ -14,6 +18,7 @@ mod detail;
 mod dump;
 mod execute;
 mod forward;
+mod limits;
 mod signals;
 mod stats;
 mod udp;
@@ -21,6 +26,9 @@ mod watch;
 mod worker;
 
 use clap::Parser;
+
+/// What `version` and `stats` report: memcached's version, then tierkv's.
+pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
 
 fn main() {
     let config = config::Config::parse();

@@ -121,7 +121,7 @@ impl State {
             watchers: Arc::default(),
             observe: 0,
             fd: -1,
-            output_limit: crate::worker::MAX_PENDING_OUTPUT_BYTES,
+            output_limit: crate::limits::MAX_PENDING_OUTPUT_BYTES,
             started: now,
         }
     }
@@ -463,7 +463,7 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("pid", &std::process::id());
     put("uptime", &now.saturating_sub(state.started));
     put("time", &now);
-    put("version", &crate::execute::VERSION);
+    put("version", &crate::VERSION);
     put("pointer_size", &(usize::BITS));
     put("rusage_user", &user);
     put("rusage_system", &system);

@@ -122,7 +122,7 @@ fn timestamp() -> String {
 
 fn encoded(key: &[u8]) -> String {
     let mut out = Vec::with_capacity(key.len());
-    crate::admin::uri_encode(key, &mut out);
+    crate::dump::uri_encode(key, &mut out);
     String::from_utf8(out).unwrap_or_default()
 }
 

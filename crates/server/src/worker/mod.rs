@@ -12,9 +12,11 @@
 //! split), `requests` (long gets, refusals), `forwarded` (other workers' requests, routing),
 //! `streams` (watch, dumps, `stats conns`), `udp_session` (datagrams).
 
+use crate::after::After;
 use crate::config::Settings;
-use crate::execute::{execute, stats_reply, After};
+use crate::execute::{execute, stats_reply};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
+use crate::limits::MAX_PENDING_OUTPUT_BYTES;
 use crate::signals::{install_signal_handlers, STOP};
 use crate::stats::{Group, Snapshot, State};
 use mio::net::{TcpListener, TcpStream};
@@ -60,10 +62,6 @@ const UDP_DIRECT: Token = Token(usize::MAX - 4);
 pub const UDP_AMPLIFICATION: usize = 10;
 /// The largest UDP reply even to a proven sender.
 const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
-/// Replies a connection may have waiting before the server stops executing its requests (it
-/// may exceed this by one reply of at most one item): about what a socket's send buffer holds.
-/// Under memory pressure the mark is `PRESSED_OUTPUT_BYTES` (see `budget`).
-pub const MAX_PENDING_OUTPUT_BYTES: usize = 256 << 10;
 /// Bytes read per read call.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Replies a connection may have waiting behind one not yet back from another worker.

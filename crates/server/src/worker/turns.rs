@@ -243,7 +243,7 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
                 }
                 Step::Done(After::Dump(kind)) => {
                     at += consumed;
-                    if kind == crate::admin::DumpKind::Metadump && !connection.parts.is_empty() {
+                    if kind == crate::dump::DumpKind::Metadump && !connection.parts.is_empty() {
                         // Replies still due from other workers: memcached's refusal (the admin
                         // command saw only this worker's unwritten replies).
                         connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
