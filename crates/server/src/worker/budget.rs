@@ -18,6 +18,7 @@
 //! It must not allocate per request: accounting is a few additions per connection turn.
 
 use super::Connection;
+use crate::limits::MAX_PENDING_OUTPUT_BYTES;
 
 /// Input a connection may hold while the worker is under pressure.
 pub(super) const PRESSED_INPUT_BYTES: usize = 4 << 10;
@@ -42,6 +43,13 @@ pub(super) struct Budget {
 const TRIM_AFTER_BYTES: usize = 4 << 20;
 
 impl Budget {
+    /// A worker's share of `total`: an equal part, but at least twice what one connection may
+    /// hold outside pressure (its largest request and its output mark), so that one client
+    /// alone, however large its requests, never brings its worker under pressure.
+    pub(super) fn share(total: usize, workers: usize, input_limit: usize) -> usize {
+        (total / workers.max(1)).max(2 * (input_limit + MAX_PENDING_OUTPUT_BYTES))
+    }
+
     pub(super) fn new(limit: usize) -> Budget {
         Budget { held: 0, limit, starved: Vec::new(), freed: 0 }
     }
