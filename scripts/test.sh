@@ -42,6 +42,8 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Structure guard rails: no module cycles, no source file over 800 lines.
+python3 scripts/check_structure.py
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
