@@ -123,38 +123,77 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpLi
         .collect()
 }
 
-/// The listening sockets a worker accepts on.
-struct Listeners {
-    main: TcpListener,
-    direct: Option<TcpListener>,
-}
-
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
     let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
-    let register = |source: &mut dyn mio::event::Source, token: Token| {
-        poll.registry().register(source, token, Interest::READABLE).map_err(|e| e.to_string())
+    let workers = settings.threads;
+    let config = PartitionConfig {
+        memory_bytes: settings.memory_bytes / workers,
+        max_memory_bytes: Some(settings.memory_max_bytes / workers),
+        index_buckets: None,
+        max_item_bytes: settings.max_item_bytes,
+        expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
     };
-    register(&mut main, MAIN_LISTENER)?;
+    let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+    let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
+    poll.registry().register(&mut main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
     if let Some(direct) = direct.as_mut() {
-        register(direct, DIRECT_LISTENER)?;
+        poll.registry().register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
     }
     for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
         if let Some(socket) = socket.as_mut() {
-            register(socket, token)?;
+            poll.registry().register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
         }
     }
     if let Some(cpu) = cpu {
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
-    let mut worker = Worker::new(id, settings, shared, links, udp)?;
+    let mut worker = Worker {
+        core: Core {
+            id,
+            workers,
+            partition,
+            state: State::new(settings, unix_now())
+                .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
+                .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
+            limits,
+            links,
+            pool: Vec::new(),
+            conns_due: Vec::new(),
+            memory_applied: settings.memory_bytes,
+            budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
+        },
+        connections: Vec::new(),
+        free: Vec::new(),
+        mark_pool: Vec::new(),
+        next_generation: 0,
+        shared,
+        chunk: vec![0u8; READ_CHUNK_BYTES],
+        input_limit: input_limit(&limits),
+        again: Vec::new(),
+        blocked: Vec::new(),
+        receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
+        udp,
+        senders: Default::default(),
+        udp_again: [false; 2],
+        watching: Vec::new(),
+        listeners: Vec::new(),
+        started: unix_now(),
+        spare: admission::spare_descriptor(),
+        accept_again: false,
+        idle_checked: 0,
+    };
     worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
-    let listeners = Listeners { main, direct };
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
         worker.core.links.receive(&mut inbox);
-        let timeout = worker.poll_timeout(&again, &mut inbox);
+        let busy =
+            !again.is_empty() || !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
+        // Watchers get their lines at least every 100 ms.
+        let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
+        let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
+        let timeout = if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { idle };
         let polled = poll.poll(&mut events, Some(timeout));
         worker.core.links.awake();
         match polled {
@@ -162,178 +201,83 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.to_string()),
         }
-        worker.start_turn();
-        worker.take_messages(&mut inbox, &poll);
-        worker.handle_events(&events, &listeners, &poll);
-        worker.keep_house(&listeners, &poll);
-        worker.serve_leftovers(&mut again, &poll);
+        worker.core.partition.set_clock(unix_now());
+        // After every receive: a request forwarded after `stats detail on` sees it on.
+        worker.core.state.refresh_observe();
+        let core = &mut worker.core;
+        crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
+        // Other workers' requests and replies first: someone is waiting for them.
+        for (from, message) in inbox.drain(..) {
+            match message {
+                Message::Requests(batch) => {
+                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
+                        worker.conns_lines(None)
+                    } else {
+                        Vec::new()
+                    };
+                    worker.core.execute_forwarded(from, batch, &conns)
+                }
+                Message::Replies(batch) => worker.deliver(from, batch, &poll),
+            }
+        }
+        for event in events.iter() {
+            match event.token() {
+                MAIN_LISTENER => worker.accept(&main, &poll),
+                DIRECT_LISTENER => {
+                    if let Some(direct) = &direct {
+                        worker.accept(direct, &poll);
+                    }
+                }
+                WAKER => {}
+                UDP_MAIN => worker.udp_again[0] = true,
+                UDP_DIRECT => worker.udp_again[1] = true,
+                Token(slot) => {
+                    // A short read normally means the socket is drained, but data and the
+                    // peer's close can arrive in one edge; then the read must go on to the end.
+                    let hangup = event.is_read_closed() || event.is_error();
+                    if let Some(Some(connection)) = worker.connections.get_mut(slot) {
+                        connection.hangup |= hangup;
+                    }
+                    worker.turn(slot, &poll);
+                }
+            }
+        }
+        if std::mem::take(&mut worker.accept_again) {
+            worker.accept(&main, &poll);
+            if let Some(direct) = &direct {
+                worker.accept(direct, &poll);
+            }
+        }
+        worker.kick_idle(&poll);
+        worker.core.budget.trim();
+        worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
+        let relieved = worker.core.budget.relieved();
+        worker.again.extend(relieved);
+        // At most AGAIN_PER_LOOP leftover turns between two polls, so new clients and events
+        // wait for a slice of the busy connections, not for all of them.
+        again.append(&mut worker.again);
+        let slice = again.len().min(AGAIN_PER_LOOP);
+        for slot in again.drain(..slice) {
+            worker.turn(slot, &poll);
+        }
+        for socket in 0..2 {
+            if std::mem::take(&mut worker.udp_again[socket]) {
+                worker.receive_udp(socket);
+            }
+        }
+        if !worker.core.conns_due.is_empty() {
+            worker.answer_conns(&poll);
+        }
+        for slot in std::mem::take(&mut worker.watching) {
+            worker.turn(slot, &poll);
+        }
+        worker.send_udp();
+        worker.core.links.send_all();
     }
     if settings.verbose > 0 {
         eprintln!("tierkv: worker {id} stopping on signal");
     }
     Ok(())
-}
-
-impl Worker {
-    /// A worker with its own partition, sized from the settings.
-    fn new(
-        id: usize,
-        settings: &Settings,
-        shared: Arc<Shared>,
-        links: Links,
-        udp: [Option<mio::net::UdpSocket>; 2],
-    ) -> Result<Worker, String> {
-        let workers = settings.threads;
-        let config = PartitionConfig {
-            memory_bytes: settings.memory_bytes / workers,
-            max_memory_bytes: Some(settings.memory_max_bytes / workers),
-            index_buckets: None,
-            max_item_bytes: settings.max_item_bytes,
-            expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
-        };
-        let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
-        let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
-        Ok(Worker {
-            core: Core {
-                id,
-                workers,
-                partition,
-                state: State::new(settings, unix_now())
-                    .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
-                    .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
-                limits,
-                links,
-                pool: Vec::new(),
-                conns_due: Vec::new(),
-                memory_applied: settings.memory_bytes,
-                budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
-            },
-            connections: Vec::new(),
-            free: Vec::new(),
-            mark_pool: Vec::new(),
-            next_generation: 0,
-            shared,
-            chunk: vec![0u8; READ_CHUNK_BYTES],
-            input_limit: input_limit(&limits),
-            again: Vec::new(),
-            blocked: Vec::new(),
-            receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
-            udp,
-            senders: Default::default(),
-            udp_again: [false; 2],
-            watching: Vec::new(),
-            listeners: Vec::new(),
-            started: unix_now(),
-            spare: admission::spare_descriptor(),
-            accept_again: false,
-            idle_checked: 0,
-        })
-    }
-
-    /// How long the next poll may wait: not at all with work pending, a little while
-    /// watchers or a stopped accept wait, otherwise a second.
-    fn poll_timeout(&mut self, again: &[usize], inbox: &mut Vec<(usize, Message)>) -> Duration {
-        let busy = !again.is_empty() || !self.again.is_empty() || !inbox.is_empty() || self.udp_again.contains(&true);
-        // Watchers get their lines at least every 100 ms.
-        let idle = if self.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
-        let idle = if self.accept_again { Duration::from_millis(10) } else { idle };
-        if busy || !self.core.links.may_sleep(inbox) {
-            Duration::ZERO
-        } else {
-            idle
-        }
-    }
-
-    /// What every loop turn starts with: the clock, what is observed, the memory limit.
-    fn start_turn(&mut self) {
-        self.core.partition.set_clock(unix_now());
-        // After every receive: a request forwarded after `stats detail on` sees it on.
-        self.core.state.refresh_observe();
-        let core = &mut self.core;
-        crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
-    }
-
-    /// Other workers' requests and replies, first: someone is waiting for them.
-    fn take_messages(&mut self, inbox: &mut Vec<(usize, Message)>, poll: &Poll) {
-        for (from, message) in inbox.drain(..) {
-            match message {
-                Message::Requests(batch) => {
-                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
-                        self.conns_lines(None)
-                    } else {
-                        Vec::new()
-                    };
-                    self.core.execute_forwarded(from, batch, &conns)
-                }
-                Message::Replies(batch) => self.deliver(from, batch, poll),
-            }
-        }
-    }
-
-    fn handle_events(&mut self, events: &Events, listeners: &Listeners, poll: &Poll) {
-        for event in events.iter() {
-            match event.token() {
-                MAIN_LISTENER => self.accept(&listeners.main, poll),
-                DIRECT_LISTENER => {
-                    if let Some(direct) = &listeners.direct {
-                        self.accept(direct, poll);
-                    }
-                }
-                WAKER => {}
-                UDP_MAIN => self.udp_again[0] = true,
-                UDP_DIRECT => self.udp_again[1] = true,
-                Token(slot) => {
-                    // A short read normally means the socket is drained, but data and the
-                    // peer's close can arrive in one edge; then the read must go on to the end.
-                    let hangup = event.is_read_closed() || event.is_error();
-                    if let Some(Some(connection)) = self.connections.get_mut(slot) {
-                        connection.hangup |= hangup;
-                    }
-                    self.turn(slot, poll);
-                }
-            }
-        }
-    }
-
-    /// Retried accepts, idle kicks, memory given back, the budget's relief.
-    fn keep_house(&mut self, listeners: &Listeners, poll: &Poll) {
-        if std::mem::take(&mut self.accept_again) {
-            self.accept(&listeners.main, poll);
-            if let Some(direct) = &listeners.direct {
-                self.accept(direct, poll);
-            }
-        }
-        self.kick_idle(poll);
-        self.core.budget.trim();
-        self.core.state.conn_buffer_bytes = self.core.budget.held() as u64;
-        let relieved = self.core.budget.relieved();
-        self.again.extend(relieved);
-    }
-
-    /// Work no event announces: left-over turns, UDP batches, `stats conns`, watchers, and
-    /// what is queued to send.
-    fn serve_leftovers(&mut self, again: &mut Vec<usize>, poll: &Poll) {
-        // At most AGAIN_PER_LOOP leftover turns between two polls, so new clients and events
-        // wait for a slice of the busy connections, not for all of them.
-        again.append(&mut self.again);
-        let slice = again.len().min(AGAIN_PER_LOOP);
-        for slot in again.drain(..slice) {
-            self.turn(slot, poll);
-        }
-        for socket in 0..2 {
-            if std::mem::take(&mut self.udp_again[socket]) {
-                self.receive_udp(socket);
-            }
-        }
-        if !self.core.conns_due.is_empty() {
-            self.answer_conns(poll);
-        }
-        for slot in std::mem::take(&mut self.watching) {
-            self.turn(slot, poll);
-        }
-        self.send_udp();
-        self.core.links.send_all();
-    }
 }
 
 /// Pins the calling thread (a worker) to `cpu`, so it never migrates and no two workers share
