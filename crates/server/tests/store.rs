@@ -32,7 +32,7 @@ impl Client {
 
     fn line(&mut self) -> String {
         let mut line = String::new();
-        let read = self.reader.read_line(&mut line).unwrap();
+        let read = self.reader.read_line(&mut line).unwrap_or_else(|e| panic!("reading a reply: {e:?} after {line:?}"));
         assert!(read > 0, "the server closed the connection");
         line
     }

@@ -125,63 +125,11 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpLi
 
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
     let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
-    let workers = settings.threads;
-    let config = PartitionConfig {
-        memory_bytes: settings.memory_bytes / workers,
-        max_memory_bytes: Some(settings.memory_max_bytes / workers),
-        index_buckets: None,
-        max_item_bytes: settings.max_item_bytes,
-        expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
-    };
-    let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
-    let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
-    poll.registry().register(&mut main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
-    if let Some(direct) = direct.as_mut() {
-        poll.registry().register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
-    }
-    for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
-        if let Some(socket) = socket.as_mut() {
-            poll.registry().register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
-        }
-    }
+    register_sockets(&poll, &mut main, direct.as_mut(), &mut udp)?;
     if let Some(cpu) = cpu {
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
-    let mut worker = Worker {
-        core: Core {
-            id,
-            workers,
-            partition,
-            state: State::new(settings, unix_now())
-                .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
-                .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
-            limits,
-            links,
-            pool: Vec::new(),
-            conns_due: Vec::new(),
-            memory_applied: settings.memory_bytes,
-            budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
-        },
-        connections: Vec::new(),
-        free: Vec::new(),
-        mark_pool: Vec::new(),
-        next_generation: 0,
-        shared,
-        chunk: vec![0u8; READ_CHUNK_BYTES],
-        input_limit: input_limit(&limits),
-        again: Vec::new(),
-        blocked: Vec::new(),
-        receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
-        udp,
-        senders: Default::default(),
-        udp_again: [false; 2],
-        watching: Vec::new(),
-        listeners: Vec::new(),
-        started: unix_now(),
-        spare: admission::spare_descriptor(),
-        accept_again: false,
-        idle_checked: 0,
-    };
+    let mut worker = Worker::new(id, settings, shared, links, udp)?;
     worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
@@ -276,6 +224,83 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
     }
     if settings.verbose > 0 {
         eprintln!("tierkv: worker {id} stopping on signal");
+    }
+    Ok(())
+}
+
+impl Worker {
+    /// A worker with its own partition, sized from the settings.
+    fn new(
+        id: usize,
+        settings: &Settings,
+        shared: Arc<Shared>,
+        links: Links,
+        udp: [Option<mio::net::UdpSocket>; 2],
+    ) -> Result<Worker, String> {
+        let workers = settings.threads;
+        let config = PartitionConfig {
+            memory_bytes: settings.memory_bytes / workers,
+            max_memory_bytes: Some(settings.memory_max_bytes / workers),
+            index_buckets: None,
+            max_item_bytes: settings.max_item_bytes,
+            expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
+        };
+        let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+        let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
+        Ok(Worker {
+            core: Core {
+                id,
+                workers,
+                partition,
+                state: State::new(settings, unix_now())
+                    .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
+                    .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
+                limits,
+                links,
+                pool: Vec::new(),
+                conns_due: Vec::new(),
+                memory_applied: settings.memory_bytes,
+                budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
+            },
+            connections: Vec::new(),
+            free: Vec::new(),
+            mark_pool: Vec::new(),
+            next_generation: 0,
+            shared,
+            chunk: vec![0u8; READ_CHUNK_BYTES],
+            input_limit: input_limit(&limits),
+            again: Vec::new(),
+            blocked: Vec::new(),
+            receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
+            udp,
+            senders: Default::default(),
+            udp_again: [false; 2],
+            watching: Vec::new(),
+            listeners: Vec::new(),
+            started: unix_now(),
+            spare: admission::spare_descriptor(),
+            accept_again: false,
+            idle_checked: 0,
+        })
+    }
+}
+
+/// Registers a worker's listening and UDP sockets for readable events.
+fn register_sockets(
+    poll: &Poll,
+    main: &mut TcpListener,
+    direct: Option<&mut TcpListener>,
+    udp: &mut [Option<mio::net::UdpSocket>; 2],
+) -> Result<(), String> {
+    let registry = poll.registry();
+    registry.register(main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    if let Some(direct) = direct {
+        registry.register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    }
+    for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
+        if let Some(socket) = socket.as_mut() {
+            registry.register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }

@@ -175,15 +175,10 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
         }
         // Decode a run of complete requests, load the buckets and items of the keys this
         // worker owns into cache together, then execute them in order (MICA's batched
-        // pipeline, one turn's worth).
-        // Each request is decoded in place into its slot (a request is 120 bytes: moving it
-        // again would cost a memcpy call per request).
+        // pipeline). Each request is decoded in place into its slot (120 bytes: no memcpy).
         let mut batch: [Option<Decoded<'_>>; BATCH] = [None; BATCH];
         let mut routes = [(Route::Local, None); BATCH];
-        let mut batch_len = 0;
-        let mut decoded_end = at;
-        let mut next = None;
-        let mut long_step = None;
+        let (mut batch_len, mut decoded_end, mut next, mut long_step) = (0, at, None, None);
         while batch_len < BATCH && decoded_end < input.len() {
             // A long get line is taken in pieces, at the head of a batch of its own, without
             // decoding (and checking) the whole of it again for every piece.
@@ -212,15 +207,7 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
             }
         }
         if batch_len > 1 {
-            let mut hashes = [KeyHash(0); BATCH];
-            let mut count = 0;
-            for (route, hash) in &routes[..batch_len] {
-                if let (Route::Local, Some(hash)) = (route, hash) {
-                    hashes[count] = *hash;
-                    count += 1;
-                }
-            }
-            core.partition.prefetch_hashes(&hashes[..count]);
+            prefetch_batch(core, &routes[..batch_len]);
         }
         for (decoded, (route, hash)) in batch[..batch_len].iter().zip(&routes) {
             let Some(Decoded::Request { request, consumed }) = decoded else { continue };
@@ -241,23 +228,14 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
                     connection.closing = true;
                     break;
                 }
-                Step::Done(After::Dump(kind)) => {
+                Step::Done(after @ (After::Dump(_) | After::Watch(_))) => {
                     at += consumed;
-                    if kind == crate::dump::DumpKind::Metadump && !connection.parts.is_empty() {
-                        // Replies still due from other workers: memcached's refusal (the admin
-                        // command saw only this worker's unwritten replies).
-                        connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
-                        continue;
-                    }
-                    connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
-                    // No event announces the dump's steps: the connection goes again.
-                    stopped_early = true;
-                    break;
-                }
-                Step::Done(After::Watch(streams)) => {
-                    at += consumed;
-                    if start_watch(connection, core, streams) {
-                        break;
+                    match begin_stream(connection, core, after) {
+                        Some(early) => {
+                            stopped_early = early;
+                            break;
+                        }
+                        None => continue,
                     }
                 }
                 Step::Blocked => {
@@ -274,19 +252,10 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
         if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
             break;
         }
-        let flow = match (long_step, next) {
-            (Some(step), _) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
-            (None, next) => {
-                // What stopped the batch, without its borrow of the input.
-                if let Some(Decoded::Incomplete { needed }) = next {
-                    connection.wanted = needed;
-                }
-                let next = next.map(|decoded| match decoded {
-                    Decoded::Error(error) => Some(error),
-                    _ => None,
-                });
-                after_batch(connection, slot, core, next, &mut input, &mut at, &mut stopped_early)
-            }
+        let next = stopped_by(connection, next);
+        let flow = match long_step {
+            Some(step) => finish_long_get(connection, step, &mut input, &mut at, &mut stopped_early),
+            None => after_batch(connection, slot, core, next, &mut input, &mut at, &mut stopped_early),
         };
         if let Flow::Stop = flow {
             break;
@@ -295,6 +264,57 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// What stopped a batch, without its borrow of the input: an invalid request's error, or
+/// None for an incomplete one (whose size, when the decoder knows it, is noted as wanted).
+fn stopped_by(
+    connection: &mut Connection,
+    next: Option<Decoded<'_>>,
+) -> Option<Option<tierkv_protocol::ProtocolError>> {
+    if let Some(Decoded::Incomplete { needed }) = next {
+        connection.wanted = needed;
+    }
+    next.map(|decoded| match decoded {
+        Decoded::Error(error) => Some(error),
+        _ => None,
+    })
+}
+
+/// Starts loading the index buckets of a batch's local keys together.
+#[inline]
+fn prefetch_batch(core: &Core, routes: &[(Route, Option<KeyHash>)]) {
+    let mut hashes = [KeyHash(0); BATCH];
+    let mut count = 0;
+    for (route, hash) in routes {
+        if let (Route::Local, Some(hash)) = (route, hash) {
+            hashes[count] = *hash;
+            count += 1;
+        }
+    }
+    core.partition.prefetch_hashes(&hashes[..count]);
+}
+
+/// A request turned the connection into a stream (`After::Dump`, `After::Watch`): starts it.
+/// None: go on with the next request; Some(early): stop taking requests (early: serve the
+/// connection again without an event).
+#[cold]
+fn begin_stream(connection: &mut Connection, core: &mut Core, after: After) -> Option<bool> {
+    match after {
+        After::Dump(kind) => {
+            if kind == crate::dump::DumpKind::Metadump && !connection.parts.is_empty() {
+                // Replies still due from other workers: memcached's refusal (the admin
+                // command saw only this worker's unwritten replies).
+                connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
+                return None;
+            }
+            connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
+            // No event announces the dump's steps: the connection goes again.
+            Some(true)
+        }
+        After::Watch(streams) => start_watch(connection, core, streams).then_some(false),
+        After::Continue | After::Pause | After::Close => None,
+    }
 }
 
 /// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
