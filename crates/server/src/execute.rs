@@ -328,6 +328,56 @@ fn ttl_left(expiry: u32, now: u32) -> i64 {
     }
 }
 
+/// mg: the item's value and the flags asked for, or EN (memcached applies the flags in order).
+fn meta_get(
+    partition: &mut engine::AnyPartition,
+    key: &[u8],
+    flags: &MetaFlags<'_>,
+    out: &mut Vec<u8>,
+    state: &mut State,
+    now: u32,
+) {
+    let quiet = flags.quiet();
+    let ask = engine::MetaGet {
+        touch: flags.ttl(),
+        vivify: flags.vivify_ttl(),
+        recache: flags.recache_ttl(),
+        last_access: flags.has(b'l'),
+    };
+    // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
+    let position = |letter: u8| flags.iter().position(|token| token.first() == Some(&letter));
+    let ttl_before_touch = match (position(b't'), position(b'T')) {
+        (Some(t), Some(touch)) if t < touch => partition.debug_item(key).ok().flatten().map(|item| item.ttl),
+        _ => None,
+    };
+    let found = partition.meta_get(key, &ask).ok().flatten();
+    state.counters.read(ask.touch.is_some(), found.is_some());
+    state.observe_get(key, found.as_ref().map(|found| found.item.value.len()), false);
+    match found {
+        Some(engine::MetaItem { item, won, last_access }) => {
+            let info = MetaReturn {
+                key: Some(key),
+                size: Some(item.value.len()),
+                ttl: Some(ttl_before_touch.unwrap_or(ttl_left(item.expiry, now))),
+                cas: Some(item.cas),
+                client_flags: Some(item.flags),
+                last_access: Some(last_access),
+                fetched: Some(item.fetched),
+                won,
+                stale: item.stale,
+                token_sent: item.token_sent,
+            };
+            let (code, value) = if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
+            reply::meta(out, code, flags, returned::GET_HIT, &info, value);
+        }
+        None if !quiet => {
+            let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+            reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
+        }
+        None => {}
+    }
+}
+
 /// The meta commands: mn, mg, ms, md, ma (memcached 1.6 replies; `q` drops the nominal reply).
 fn execute_meta(
     partition: &mut engine::AnyPartition,
@@ -344,45 +394,7 @@ fn execute_meta(
         Command::Get { keys, base64, .. } => {
             let raw = keys.iter().next().unwrap_or_default();
             let key = tierkv_protocol::Key { raw, base64 }.decode_into(&mut key_buffer).unwrap_or_default();
-            let ask = engine::MetaGet {
-                touch: flags.ttl(),
-                vivify: flags.vivify_ttl(),
-                recache: flags.recache_ttl(),
-                last_access: flags.has(b'l'),
-            };
-            // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
-            let position = |letter: u8| flags.iter().position(|token| token.first() == Some(&letter));
-            let ttl_before_touch = match (position(b't'), position(b'T')) {
-                (Some(t), Some(touch)) if t < touch => partition.debug_item(key).ok().flatten().map(|item| item.ttl),
-                _ => None,
-            };
-            let found = partition.meta_get(key, &ask).ok().flatten();
-            state.counters.read(ask.touch.is_some(), found.is_some());
-            state.observe_get(key, found.as_ref().map(|found| found.item.value.len()), false);
-            match found {
-                Some(engine::MetaItem { item, won, last_access }) => {
-                    let info = MetaReturn {
-                        key: Some(key),
-                        size: Some(item.value.len()),
-                        ttl: Some(ttl_before_touch.unwrap_or(ttl_left(item.expiry, now))),
-                        cas: Some(item.cas),
-                        client_flags: Some(item.flags),
-                        last_access: Some(last_access),
-                        fetched: Some(item.fetched),
-                        won,
-                        stale: item.stale,
-                        token_sent: item.token_sent,
-                    };
-                    let (code, value) =
-                        if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
-                    reply::meta(out, code, flags, returned::GET_HIT, &info, value);
-                }
-                None if !quiet => {
-                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
-                    reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
-                }
-                None => {}
-            }
+            meta_get(partition, key, flags, out, state, now);
         }
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
