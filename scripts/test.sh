@@ -41,7 +41,8 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+# Functions over 100 lines (clippy.toml) fail too.
+cargo clippy --workspace --all-targets -- -D warnings -W clippy::too_many_lines
 # Structure guard rails: no module cycles, no source file over 800 lines.
 python3 scripts/check_structure.py
 

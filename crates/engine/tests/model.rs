@@ -173,6 +173,8 @@ impl Exhaustion {
     }
 }
 
+// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
+#[allow(clippy::too_many_lines)]
 fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
     let may_run_out = config != &ROOMY;
     let mut out = Exhaustion::default();

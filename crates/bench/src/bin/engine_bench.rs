@@ -313,6 +313,8 @@ impl Figures {
     }
 }
 
+// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
+#[allow(clippy::too_many_lines)]
 fn main() {
     let args = Args::parse();
     if let Err(message) = validate(&args) {

@@ -274,6 +274,8 @@ fn drive(
 }
 
 /// The event loop: `next` gives (key number, is_get) for each request until it returns None.
+// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
+#[allow(clippy::too_many_lines)]
 fn drive_until(
     config: &RunConfig,
     values: &Values,

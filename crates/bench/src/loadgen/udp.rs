@@ -25,6 +25,8 @@ pub(super) struct UdpSlot {
 /// as one datagram (memcached's 8-byte frame header, then the request); replies reassembled by
 /// request id and sequence number. A request not answered within `UDP_REPLY_TIMEOUT` is
 /// counted as lost and the socket moves on.
+// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
+#[allow(clippy::too_many_lines)]
 pub(super) fn drive_udp(
     config: &RunConfig,
     values: &Values,
