@@ -78,6 +78,14 @@ const BATCH: usize = 32;
 /// Connections served again (left-over work, no event) per loop iteration, at most.
 const AGAIN_PER_LOOP: usize = 64;
 
+// How the limits relate, checked when compiling: a batch's keys are prefetched in one engine
+// chunk (the engine ignores hashes past its chunk); the pressed marks are below the normal
+// ones; a pooled reply buffer is small next to the output mark.
+const _: () = assert!(BATCH <= tierkv_engine::BATCH_CHUNK);
+const _: () = assert!(PRESSED_OUTPUT_BYTES < MAX_PENDING_OUTPUT_BYTES && PRESSED_KEEP_BYTES < KEEP_BUFFER_BYTES);
+const _: () = assert!(PRESSED_INPUT_BYTES < READ_CHUNK_BYTES && POOL_BUFFER_BYTES <= MAX_PENDING_OUTPUT_BYTES);
+const _: () = assert!(MAX_PENDING_OUTPUT_BYTES <= MAX_UDP_REPLY_BYTES);
+
 /// One reply in a connection's reply order: written here, or still due from other workers.
 struct Part {
     bytes: Vec<u8>,
