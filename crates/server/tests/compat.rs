@@ -361,7 +361,8 @@ print("ok")
             .find_map(|line| line.strip_prefix("STAT curr_items "))
             .and_then(|n| n.trim().parse().ok())
             .unwrap();
-        assert!(items > 500, "ketama spreads the keys: {items} on port {}", server.1);
+        // Ketama's shares depend on the backends' (random) ports: 16-45% each was seen.
+        assert!(items > 150, "ketama spreads the keys: {items} on port {}", server.1);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
