@@ -37,6 +37,10 @@ struct Args {
     /// Engine memory budget in MiB (default: enough to hold every item).
     #[arg(long)]
     memory_mib: Option<usize>,
+    /// Run each measured phase for exactly this many batch calls instead of `--seconds` (for
+    /// instruction counts under callgrind, which repeat exactly).
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Seed for keys, values and the operation sequence.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -167,11 +171,21 @@ fn fold(checksum: u64, value: &[u8]) -> u64 {
 }
 
 /// Runs `step` (which does one batch and returns the operations it did) until `seconds` pass.
+/// `--rounds`, if given: every phase runs exactly this many rounds (0: timed by `--seconds`).
+static FIXED_ROUNDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn timed(seconds: f64, mut step: impl FnMut(usize) -> usize) -> (u64, Duration) {
     let limit = Duration::from_secs_f64(seconds);
     let start = Instant::now();
     let mut ops = 0u64;
     let mut round = 0usize;
+    let fixed = FIXED_ROUNDS.load(std::sync::atomic::Ordering::Relaxed);
+    if fixed > 0 {
+        for round in 0..fixed {
+            ops += step(round) as u64;
+        }
+        return (ops, start.elapsed());
+    }
     loop {
         for _ in 0..256 {
             ops += step(round) as u64;
@@ -232,6 +246,7 @@ fn preload_all(engine: &mut impl Bench, data: &Dataset, args: &Args) -> (Duratio
 }
 
 /// The timed GET phase along the request sequence: (operations, time, hits, checksum).
+#[inline(never)]
 fn get_phase(engine: &mut impl Bench, data: &Dataset, args: &Args) -> (u64, Duration, u64, u64) {
     let (mut hits, mut checksum) = (0u64, 0u64);
     let mut keys: Vec<&[u8]> = Vec::with_capacity(args.batch);
@@ -250,6 +265,7 @@ fn get_phase(engine: &mut impl Bench, data: &Dataset, args: &Args) -> (u64, Dura
 
 /// The timed SET phase (overwrites with the same values along the sequence from `offset`):
 /// (operations, time, failures).
+#[inline(never)]
 fn set_phase(engine: &mut impl Bench, data: &Dataset, args: &Args, offset: usize) -> (u64, Duration, u64) {
     let mut errors = 0;
     let mut requests: Vec<SetRequest<'_>> = Vec::with_capacity(args.batch);
@@ -317,6 +333,7 @@ impl Figures {
 #[allow(clippy::too_many_lines)]
 fn main() {
     let args = Args::parse();
+    FIXED_ROUNDS.store(args.rounds.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
     if let Err(message) = validate(&args) {
         eprintln!("engine-bench: {message}");
         std::process::exit(2);
