@@ -4,7 +4,7 @@
 
 use crate::config::{ConfigError, PartitionConfig};
 use crate::hash::KeyHash;
-use crate::partition::Partition;
+use crate::cache::Partition;
 use crate::store::{StoreConfig, StorePartition, StoreStats};
 use crate::types::{
     ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,

@@ -5,7 +5,7 @@
 //! then requests execute in order with their lines already in cache.
 
 use crate::hash::KeyHash;
-use crate::partition::Partition;
+use crate::cache::Partition;
 use crate::types::{check_key, EngineError, Item};
 
 /// Keys hashed ahead at a time; bounds the stack space of a batch call.

@@ -1,7 +1,7 @@
 //! How a partition is sized (`PartitionConfig`), the limits every partition shares, and why a
 //! size is refused (`ConfigError`). Plain data: nothing here allocates.
 
-use crate::index::ENTRIES_PER_BUCKET;
+use crate::cache::index::ENTRIES_PER_BUCKET;
 use std::fmt;
 
 /// Longest key memcached accepts, in bytes.

@@ -7,36 +7,28 @@
 //! It must never do network I/O, parse protocol bytes, spawn threads, take locks, read the clock
 //! per operation, or allocate after a partition is created.
 
-mod alloc;
 mod any;
 mod batch;
-mod census;
-mod chain_index;
+mod cache;
 mod config;
 mod hash;
-mod index;
 mod item;
-mod log;
 mod numeric;
 mod ops;
-mod partition;
 mod region;
 mod store;
 mod time;
 mod types;
 
-#[cfg(test)]
-mod partition_tests;
-
-pub use alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
+pub use store::alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
 pub use any::{AnyPartition, Mode};
 pub use batch::{Batched, SetRequest, BATCH_CHUNK};
-pub use chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
+pub use store::chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
 pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
-pub use index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
+pub use cache::index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
 pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
 pub use numeric::{apply_delta, parse_counter, CounterValue};
-pub use partition::{
+pub use cache::{
     check_key, ArithInitial, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, EngineStats, Item,
     ItemDebug, MemoryOverhead, MetaGet, MetaItem, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest,
     DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,

@@ -11,10 +11,13 @@
 //!  plus 4 more with flags and 4 with an expiry, plus padding to 8 bytes
 //! ```
 
-use crate::alloc::{Allocator, BLOCK_HEADER_BYTES};
+pub(crate) mod alloc;
+pub(crate) mod chain_index;
+
+use crate::store::alloc::{Allocator, BLOCK_HEADER_BYTES};
 use crate::batch::sealed::Hashed;
 use crate::batch::BATCH_CHUNK;
-use crate::chain_index::{ChainIndex, CHAIN_ENTRIES};
+use crate::store::chain_index::{ChainIndex, CHAIN_ENTRIES};
 use crate::config::{ConfigError, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES};
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
@@ -77,7 +80,7 @@ pub struct StorePartition {
 /// An item found: its index slot, its location (payload offset), its key's hash and header.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Found {
-    slot: crate::chain_index::ChainSlot,
+    slot: crate::store::chain_index::ChainSlot,
     location: usize,
     hash: KeyHash,
     header: ItemHeader,

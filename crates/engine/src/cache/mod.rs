@@ -1,17 +1,23 @@
 //! A cache-mode partition (MICA): one circular log plus one lossy index, owned by one thread,
 //! sized once at creation and never grown.
 
-use crate::census::Census;
+pub(crate) mod census;
+pub(crate) mod index;
+pub(crate) mod log;
+#[cfg(test)]
+mod tests;
+
+use crate::cache::census::Census;
 use crate::config::SWEEP_PERIOD_BYTES;
 pub use crate::config::{
     ConfigError, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,
     MAX_KEY_BYTES, MIN_ITEM_BYTES,
 };
 use crate::hash::KeyHash;
-use crate::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
+use crate::cache::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::item;
 use crate::item::ItemHeader;
-use crate::log::Log;
+use crate::cache::log::Log;
 use crate::ops;
 use crate::region::Region;
 use crate::time::ClockMarks;
@@ -76,7 +82,7 @@ impl Partition {
         if !(MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
             return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));
         }
-        let index_bytes = buckets * std::mem::size_of::<crate::index::Bucket>();
+        let index_bytes = buckets * std::mem::size_of::<crate::cache::index::Bucket>();
         let fixed_bytes = index_bytes + config.max_item_bytes;
         let log_bytes = Partition::log_share(config.memory_bytes, fixed_bytes, config.max_item_bytes)?;
         let max_memory = config.max_memory();

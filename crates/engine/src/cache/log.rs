@@ -120,7 +120,7 @@ impl Log {
     /// long as the true age is below 2^48, which the index sweep guarantees.
     #[inline]
     pub(crate) fn age_of(&self, offset48: u64) -> u64 {
-        self.tail.wrapping_sub(offset48) & crate::index::OFFSET_MASK
+        self.tail.wrapping_sub(offset48) & crate::cache::index::OFFSET_MASK
     }
 
     /// The ring index of a live position.
