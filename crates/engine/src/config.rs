@@ -111,3 +111,21 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// How a partition keeps its items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// MICA's cache mode: a circular log and a lossy index; old items make room for new ones.
+    Cache,
+    /// MICA's store mode: nothing is evicted; a write without room fails with `OutOfMemory`.
+    Store,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cache => "cache",
+            Mode::Store => "store",
+        }
+    }
+}

@@ -50,6 +50,7 @@ const HAS_EXPIRY: u8 = 1 << 3;
 const HAS_CAS: u8 = 1 << 4;
 
 /// Largest header: control, key length, 4-byte value length, flags, expiry, CAS.
+#[cfg(test)]
 pub const MAX_HEADER_BYTES: usize = 2 + 4 + 4 + 4 + 8;
 /// Smallest header: control, key length, 1-byte value length.
 pub const MIN_HEADER_BYTES: usize = 3;

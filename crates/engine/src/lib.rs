@@ -8,6 +8,7 @@
 //! per operation, or allocate after a partition is created.
 
 mod any;
+mod api;
 mod batch;
 mod cache;
 mod config;
@@ -16,22 +17,29 @@ mod item;
 mod numeric;
 mod ops;
 mod region;
+mod storage;
 mod store;
 mod time;
 mod types;
 
-pub use store::alloc::{Allocator, AllocatorStats, BLOCK_HEADER_BYTES};
-pub use any::{AnyPartition, Mode};
-pub use batch::{Batched, SetRequest, BATCH_CHUNK};
-pub use store::chain_index::{ChainIndex, ChainSlot, CHAIN_ENTRIES};
-pub use hash::{partition_of, KeyHash, MAX_PARTITIONS};
-pub use cache::index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
-pub use item::{item_log_bytes, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
-pub use numeric::{apply_delta, parse_counter, CounterValue};
-pub use cache::{
-    check_key, ArithInitial, ArithOutcome, ArithRequest, ConfigError, DeleteOutcome, EngineError, EngineStats, Item,
-    ItemDebug, MemoryOverhead, MetaGet, MetaItem, Partition, PartitionConfig, StoreMode, StoreOutcome, StoreRequest,
-    DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES,
+pub use any::AnyPartition;
+pub use api::Engine;
+pub use batch::{SetRequest, BATCH_CHUNK};
+pub use cache::Partition;
+pub use config::{
+    ConfigError, Mode, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,
+    MAX_KEY_BYTES, MIN_ITEM_BYTES,
 };
-pub use store::{StoreConfig, StorePartition, StoreStats, STORE_FIXED_HEADER_BYTES};
-pub use time::{expiry_from_exptime, unix_now, RELATIVE_EXPTIME_MAX};
+pub use hash::{partition_of, KeyHash};
+pub use item::item_log_bytes;
+pub use numeric::{apply_delta, parse_counter, CounterValue};
+pub use storage::Access;
+pub use store::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
+pub use time::unix_now;
+pub use types::{
+    ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MemoryOverhead,
+    MetaGet, MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats,
+};
+
+#[cfg(test)]
+use cache::index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};

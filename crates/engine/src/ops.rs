@@ -1,152 +1,17 @@
 //! memcached's data operations, written once over the primitives a partition kind provides
-//! (`Storage`): the cache-mode partition (circular log, lossy index) and the store-mode one
-//! (allocator, lossless index) differ in how items are found, written and removed, never in
-//! what the operations mean.
+//! (`storage::Storage`): the cache-mode partition (circular log, lossy index) and the
+//! store-mode one (allocator, lossless index) differ in how items are found, written and
+//! removed, never in what the operations mean. `api.rs` puts them behind the `Engine` trait.
 
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
 use crate::numeric::{apply_delta, parse_counter, CounterValue};
+use crate::storage::{NewValue, Prior, Storage};
 use crate::time::expiry_from_exptime;
 use crate::types::{
-    ArithOutcome, ArithRequest, DeleteOutcome, EngineError, Item, ItemDebug, MetaGet, MetaItem, StoreMode,
-    StoreOutcome, StoreRequest,
+    ArithOutcome, ArithRequest, DeleteOutcome, EngineError, ItemDebug, MetaGet, MetaItem, StoreMode, StoreOutcome,
+    StoreRequest,
 };
-
-/// The value of an item being written.
-pub(crate) enum NewValue<'a, F> {
-    /// These bytes, concatenated.
-    Parts([&'a [u8]; 2]),
-    /// `data` after (or, with `old_first` false, before) the value of `old`, an item of the
-    /// same partition.
-    Combined { old: F, data: &'a [u8], old_first: bool },
-    /// A counter's digits.
-    Counter(CounterValue),
-}
-
-/// What the caller of `Storage::write` already knows of the key's current item, so that a
-/// kind which must replace it (store mode) need not look it up again.
-#[derive(Clone, Copy)]
-pub(crate) enum Prior<F> {
-    /// Not looked up.
-    Unknown,
-    /// Looked up just now: no live item.
-    Absent,
-    /// Looked up just now: this item.
-    Present(F),
-}
-
-impl<F> From<Option<F>> for Prior<F> {
-    fn from(found: Option<F>) -> Prior<F> {
-        found.map_or(Prior::Absent, Prior::Present)
-    }
-}
-
-/// What a partition kind provides to the operations.
-pub(crate) trait Storage {
-    /// A found item: where it is and its header.
-    type Found: Copy;
-
-    fn now(&self) -> u32;
-    fn header(found: &Self::Found) -> &ItemHeader;
-    fn cas(found: &Self::Found) -> u64;
-    /// Bytes the item takes (memcached's `me` size).
-    fn size(found: &Self::Found) -> usize;
-    /// The item for `key`, expired ones removed and reported absent.
-    fn lookup(&mut self, key: &[u8], hash: KeyHash) -> Option<Self::Found>;
-    /// A read: `lookup`, then whatever a read does to the item (marked fetched; the cache
-    /// copies an item close to eviction forward). The header returned has the state before.
-    fn read(&mut self, key: &[u8], hash: KeyHash) -> Option<Self::Found>;
-    fn item(&self, found: &Self::Found) -> Item<'_>;
-    fn value(&self, found: &Self::Found) -> &[u8];
-    fn set_state(&mut self, found: &Self::Found, bits: u8);
-    /// Writes an item with `header` (a `cas` of None gets a new CAS) in place of any other
-    /// item of its key (`prior`, when the caller looked it up); returns its CAS. Nothing
-    /// changes on an error.
-    fn write(
-        &mut self,
-        hash: KeyHash,
-        header: &ItemHeader,
-        key: &[u8],
-        value: NewValue<'_, Self::Found>,
-        prior: Prior<Self::Found>,
-    ) -> Result<u64, EngineError>;
-    fn remove(&mut self, found: &Self::Found);
-    /// The same key and value with a new header (a `cas` of None gets a new CAS).
-    fn rewrite(&mut self, found: &Self::Found, header: &ItemHeader) -> Result<Self::Found, EngineError>;
-    /// A new expiry, keeping the CAS.
-    fn set_expiry(&mut self, found: Self::Found, expiry: u32) -> Result<Self::Found, EngineError>;
-    /// When the item was written or last copied (Unix seconds), for meta `l` and `me`.
-    fn written_at(&self, found: &Self::Found) -> u32;
-    fn max_item_bytes(&self) -> usize;
-}
-
-/// The public memcached operations of a partition kind, each checking its key and running the
-/// shared operation above: expanded inside `impl Partition` and `impl StorePartition`.
-macro_rules! memcached_operations {
-    () => {
-        /// set: stores unconditionally; returns the new CAS.
-        pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, exptime: i64) -> Result<u64, EngineError> {
-            check_key(key)?;
-            $crate::ops::set(self, key, KeyHash::of(key), value, flags, exptime, $crate::ops::Prior::Unknown)
-        }
-
-        /// set, add, replace, append, prepend and cas with memcached's semantics.
-        pub fn store(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
-            check_key(request.key)?;
-            $crate::ops::store(self, request)
-        }
-
-        /// delete, optionally only if the item has CAS `cas` (0 = any).
-        pub fn delete(&mut self, key: &[u8], cas: u64) -> Result<DeleteOutcome, EngineError> {
-            check_key(key)?;
-            Ok($crate::ops::delete(self, key, cas))
-        }
-
-        /// incr / decr with memcached's semantics.
-        pub fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
-            check_key(key)?;
-            $crate::ops::arith(self, key, request)
-        }
-
-        /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
-        pub fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {
-            check_key(key)?;
-            Ok($crate::ops::touch(self, key, exptime)?.is_some())
-        }
-
-        /// gat / gats: touch, then return the item.
-        pub fn get_and_touch(&mut self, key: &[u8], exptime: i64) -> Result<Option<Item<'_>>, EngineError> {
-            check_key(key)?;
-            let found = $crate::ops::touch(self, key, exptime)?;
-            Ok(found.map(|found| $crate::ops::Storage::item(self, &found)))
-        }
-
-        /// mg: a get with memcached's meta semantics (see `ops::meta_get`).
-        pub fn meta_get(&mut self, key: &[u8], request: &MetaGet) -> Result<Option<MetaItem<'_>>, EngineError> {
-            check_key(key)?;
-            $crate::ops::meta_get(self, key, request)
-        }
-
-        /// md with `I`: marks the item stale with a new CAS instead of deleting it.
-        pub fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError> {
-            check_key(key)?;
-            $crate::ops::invalidate(self, key, cas, exptime)
-        }
-
-        /// ms with `I` and a CAS: a late writer's value is stored stale (see `ops`).
-        pub fn store_invalidating(&mut self, request: &StoreRequest<'_>) -> Result<StoreOutcome, EngineError> {
-            check_key(request.key)?;
-            $crate::ops::store_invalidating(self, request)
-        }
-
-        /// me: what memcached's meta debug reports, without counting as a read.
-        pub fn debug_item(&mut self, key: &[u8]) -> Result<Option<ItemDebug>, EngineError> {
-            check_key(key)?;
-            Ok($crate::ops::debug_item(self, key))
-        }
-    };
-}
-pub(crate) use memcached_operations;
 
 /// memcached's delayed `flush_all`, the same for both partition kinds: a flush is due a second
 /// before its deadline (memcached flushes items not newer than the deadline minus one), so a

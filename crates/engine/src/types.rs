@@ -235,3 +235,20 @@ pub fn check_key(key: &[u8]) -> Result<(), EngineError> {
         len => Err(EngineError::KeyTooLong { len }),
     }
 }
+
+/// Where a store partition's memory is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub live_items: u64,
+    /// Items stored since creation (memcached's `total_items`).
+    pub items_stored: u64,
+    /// Bytes of live items counted as fixed header + key + value (+ flags, expiry fields).
+    pub item_bytes: u64,
+    /// Key + value bytes of live items.
+    pub payload_bytes: u64,
+    /// Bytes the allocator manages, and how many of them are free.
+    pub managed_bytes: u64,
+    pub free_bytes: u64,
+    pub spare_buckets: u64,
+    pub spare_buckets_free: u64,
+}

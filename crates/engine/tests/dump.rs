@@ -2,6 +2,7 @@
 //! whatever the step size; deleted and expired items never.
 
 use std::collections::BTreeMap;
+use tierkv_engine::Engine;
 use tierkv_engine::{AnyPartition, Mode, PartitionConfig};
 
 fn dump_all(partition: &mut AnyPartition, step: usize) -> BTreeMap<Vec<u8>, (usize, bool)> {

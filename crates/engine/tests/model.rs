@@ -10,6 +10,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
+use tierkv_engine::Engine;
 use tierkv_engine::*;
 
 const START: u32 = 1_700_000_000;

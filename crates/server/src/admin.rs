@@ -11,6 +11,7 @@ use crate::dump::{DumpKind, CLASS};
 use crate::stats::State;
 use std::sync::atomic::Ordering;
 use tierkv_engine::AnyPartition;
+use tierkv_engine::Engine;
 use tierkv_protocol::reply::{self, Status};
 use tierkv_protocol::{strtol32, strtoul32, ErrorReply};
 

@@ -203,15 +203,7 @@ pub fn allowed_cpus() -> usize {
 
 /// The CPUs this process may run on, in order.
 pub fn cpu_list() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data that sched_getaffinity fills for the calling thread;
-    // CPU_ISSET indexes within the set (cpu < CPU_SETSIZE).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &allowed)).collect()
-    }
+    crate::sys::allowed_cpus()
 }
 
 /// memcached's -I forms: bytes, or a number with k or m.

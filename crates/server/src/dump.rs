@@ -4,6 +4,7 @@
 //! is below `DUMP_OUTPUT_BYTES`, so serving never stalls behind a dump and a slow reader holds
 //! at most a bounded backlog. Lines use memcached's formats; tierkv's one class is 1.
 
+use tierkv_engine::Engine;
 use tierkv_engine::{AnyPartition, ItemDebug};
 
 /// The one class tierkv reports: the whole log (or store arena).

@@ -3,18 +3,16 @@
 
 pub use crate::after::After;
 use crate::detail::Event;
+use crate::outcome::{self, Outcome};
 use crate::stats::{self, Counters, Group, State};
 use tierkv_engine as engine;
+use tierkv_engine::Engine;
 use tierkv_protocol::binary::{self, status};
 use tierkv_protocol::meta::MetaFlags;
 use tierkv_protocol::reply::{self, returned, MetaCode, MetaReturn, Status};
 use tierkv_protocol::{BinaryRequestInfo, Command, ErrorReply, ReplyStyle, Request, StoreMode};
 
-/// The version tierkv reports: the memcached release whose protocol it speaks, then its own.
-/// Clients (libmemcached among them) read the leading number to pick features, so it leads.
-/// memcached's reply (with `-M`) to a store that finds no memory.
-const OUT_OF_MEMORY: &str = "out of memory storing object";
-
+/// The engine's store mode for a decoded one.
 fn store_mode(mode: StoreMode) -> engine::StoreMode {
     match mode {
         StoreMode::Set => engine::StoreMode::Set,
@@ -83,7 +81,10 @@ fn observe_store(
         Ok(engine::StoreOutcome::Exists) => "exists",
         Ok(engine::StoreOutcome::NotFound) => "not_found",
         Err(engine::EngineError::OutOfMemory) => "no_memory",
-        Err(_) => "too_large",
+        Err(engine::EngineError::ItemTooLarge { .. }) => "too_large",
+        Err(
+            engine::EngineError::EmptyKey | engine::EngineError::KeyTooLong { .. } | engine::EngineError::NonNumeric,
+        ) => "not_stored",
     };
     let command = match request.mode {
         engine::StoreMode::Set => "set",
@@ -217,38 +218,19 @@ fn execute_text(
         Command::Store { mode, key, flags, exptime, value, cas } => {
             state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, false, state) {
-                Ok(engine::StoreOutcome::Stored { .. }) => reply::status(out, Status::Stored),
-                Ok(engine::StoreOutcome::NotStored) => reply::status(out, Status::NotStored),
-                Ok(engine::StoreOutcome::Exists) => reply::status(out, Status::Exists),
-                Ok(engine::StoreOutcome::NotFound) => reply::status(out, Status::NotFound),
-                Err(engine::EngineError::ItemTooLarge { .. }) => {
-                    // memcached unlinks the old item when a plain set is refused as too large.
-                    if mode == StoreMode::Set {
-                        let _ = partition.delete(key.raw, 0);
-                    }
-                    reply::error(out, &ErrorReply::Server("object too large for cache"))
-                }
-                Err(engine::EngineError::OutOfMemory) => reply::error(out, &ErrorReply::Server(OUT_OF_MEMORY)),
-                Err(_) => reply::error(out, &ErrorReply::Client("bad command line format")),
+            let result = counted_store(partition, &store, false, state);
+            // memcached unlinks the old item when a plain set is refused as too large.
+            if mode == StoreMode::Set && matches!(result, Err(engine::EngineError::ItemTooLarge { .. })) {
+                let _ = partition.delete(key.raw, 0);
             }
+            outcome::text(out, &Outcome::Store(store.mode, result));
         }
-        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, state, true) {
-            Ok(engine::DeleteOutcome::Deleted) => reply::status(out, Status::Deleted),
-            Ok(engine::DeleteOutcome::Exists) => reply::status(out, Status::Exists),
-            Ok(engine::DeleteOutcome::NotFound) | Err(_) => reply::status(out, Status::NotFound),
-        },
+        Command::Delete { key, cas } => {
+            outcome::text(out, &Outcome::Delete(counted_delete(partition, key.raw, cas, state, true)));
+        }
         Command::Arith { key, delta, decrement, cas, initial } => {
             let arith = arith_request(delta, decrement, cas, initial);
-            match counted_arith(partition, key.raw, &arith, &mut state.counters) {
-                Ok(engine::ArithOutcome::Value { value, .. }) => reply::number(out, value),
-                Ok(engine::ArithOutcome::NotFound) => reply::status(out, Status::NotFound),
-                Ok(engine::ArithOutcome::Exists) => reply::status(out, Status::Exists),
-                Err(engine::EngineError::NonNumeric) => {
-                    reply::error(out, &ErrorReply::Client("cannot increment or decrement non-numeric value"))
-                }
-                Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
-            }
+            outcome::text(out, &Outcome::Arith(counted_arith(partition, key.raw, &arith, &mut state.counters)));
         }
         Command::Touch { key, exptime } => match counted_touch(partition, key.raw, exptime, &mut state.counters) {
             true => reply::status(out, Status::Touched),
@@ -387,7 +369,6 @@ fn execute_meta(
     state: &mut State,
 ) {
     let mut key_buffer = [0u8; 256];
-    let quiet = flags.quiet();
     let now = partition.now();
     match *command {
         Command::Noop => reply::meta(out, MetaCode::Mn, flags, b"", &MetaReturn::default(), None),
@@ -399,18 +380,8 @@ fn execute_meta(
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let (code, new_cas) = match counted_store(partition, &store, flags.has(b'I'), state) {
-                Ok(engine::StoreOutcome::Stored { cas }) => (MetaCode::Hd, Some(cas)),
-                Ok(engine::StoreOutcome::NotStored) => (MetaCode::Ns, None),
-                Ok(engine::StoreOutcome::Exists) => (MetaCode::Ex, None),
-                Ok(engine::StoreOutcome::NotFound) => (MetaCode::Nf, None),
-                Err(engine::EngineError::OutOfMemory) => return reply::error(out, &ErrorReply::Server(OUT_OF_MEMORY)),
-                Err(_) => return reply::error(out, &ErrorReply::Server("object too large for cache")),
-            };
-            if !(quiet && code == MetaCode::Hd) {
-                let info = MetaReturn { key: Some(key), cas: new_cas, ..MetaReturn::default() };
-                reply::meta(out, code, flags, returned::SET, &info, None);
-            }
+            let result = counted_store(partition, &store, flags.has(b'I'), state);
+            outcome::meta(out, flags, key, &Outcome::Store(store.mode, result), None);
         }
         Command::Delete { key, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
@@ -420,50 +391,20 @@ fn execute_meta(
             } else {
                 counted_delete(partition, key, cas, state, false)
             };
-            let code = match outcome {
-                Ok(engine::DeleteOutcome::Deleted) => MetaCode::Hd,
-                Ok(engine::DeleteOutcome::Exists) => MetaCode::Ex,
-                Ok(engine::DeleteOutcome::NotFound) | Err(_) => MetaCode::Nf,
-            };
-            if !(quiet && code == MetaCode::Hd) {
-                let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
-                reply::meta(out, code, flags, returned::DELETE, &info, None);
-            }
+            outcome::meta(out, flags, key, &Outcome::Delete(outcome), None);
         }
         Command::Arith { key, delta, decrement, initial, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let arith = arith_request(delta, decrement, cas, initial);
-            match counted_arith(partition, key, &arith, &mut state.counters) {
-                Ok(engine::ArithOutcome::Value { value, cas, created }) => {
-                    // The TTL needs the item again; look it up only when `t` asks for it.
-                    let ttl = if flags.has(b't') {
-                        partition.debug_item(key).ok().flatten().map(|item| item.ttl)
-                    } else {
-                        None
-                    };
-                    let info = MetaReturn { key: Some(key), cas: Some(cas), ttl, ..MetaReturn::default() };
-                    // Quiet mode drops a success, except one that created the counter.
-                    if quiet && !created {
-                    } else if flags.has(b'v') {
-                        let digits = engine::CounterValue::new(value, 0);
-                        reply::meta(out, MetaCode::Va, flags, returned::ARITH, &info, Some(digits.digits()));
-                    } else {
-                        reply::meta(out, MetaCode::Hd, flags, returned::ARITH, &info, None);
-                    }
+            let result = counted_arith(partition, key, &arith, &mut state.counters);
+            // The TTL needs the item again; look it up only when `t` asks for it.
+            let ttl = match result {
+                Ok(engine::ArithOutcome::Value { .. }) if flags.has(b't') => {
+                    partition.debug_item(key).ok().flatten().map(|item| item.ttl)
                 }
-                Ok(engine::ArithOutcome::NotFound) => {
-                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
-                    reply::meta(out, MetaCode::Nf, flags, returned::ARITH, &info, None);
-                }
-                Ok(engine::ArithOutcome::Exists) => {
-                    let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
-                    reply::meta(out, MetaCode::Ex, flags, returned::ARITH, &info, None);
-                }
-                Err(engine::EngineError::NonNumeric) => {
-                    reply::error(out, &ErrorReply::Client("cannot increment or decrement non-numeric value"))
-                }
-                Err(_) => reply::error(out, &ErrorReply::Server("out of memory")),
-            }
+                _ => None,
+            };
+            outcome::meta(out, flags, key, &Outcome::Arith(result), ttl);
         }
         Command::MetaDebug { key } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
@@ -528,35 +469,15 @@ fn execute_binary(
         Command::Store { mode, key, flags, exptime, value, cas } => {
             state.detail(key.raw, Event::Set);
             let store = engine::StoreRequest { mode: store_mode(mode), key: key.raw, value, flags, exptime, cas };
-            match counted_store(partition, &store, false, state) {
-                Ok(engine::StoreOutcome::Stored { cas }) => success(out, cas, &[]),
-                Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Add) => {
-                    error(out, status::KEY_EEXISTS)
-                }
-                Ok(engine::StoreOutcome::NotStored) if matches!(mode, StoreMode::Replace) => {
-                    error(out, status::KEY_ENOENT)
-                }
-                Ok(engine::StoreOutcome::NotStored) => error(out, status::NOT_STORED),
-                Ok(engine::StoreOutcome::Exists) => error(out, status::KEY_EEXISTS),
-                Ok(engine::StoreOutcome::NotFound) => error(out, status::KEY_ENOENT),
-                Err(engine::EngineError::OutOfMemory) => error(out, status::ENOMEM),
-                Err(_) => error(out, status::E2BIG),
-            }
+            let result = counted_store(partition, &store, false, state);
+            outcome::binary(out, info, &Outcome::Store(store.mode, result));
         }
-        Command::Delete { key, cas } => match counted_delete(partition, key.raw, cas, state, true) {
-            Ok(engine::DeleteOutcome::Deleted) => success(out, 0, &[]),
-            Ok(engine::DeleteOutcome::Exists) => error(out, status::KEY_EEXISTS),
-            Ok(engine::DeleteOutcome::NotFound) | Err(_) => error(out, status::KEY_ENOENT),
-        },
+        Command::Delete { key, cas } => {
+            outcome::binary(out, info, &Outcome::Delete(counted_delete(partition, key.raw, cas, state, true)));
+        }
         Command::Arith { key, delta, decrement, initial, cas } => {
             let arith = arith_request(delta, decrement, cas, initial);
-            match counted_arith(partition, key.raw, &arith, &mut state.counters) {
-                Ok(engine::ArithOutcome::Value { value, cas, .. }) => success(out, cas, &value.to_be_bytes()),
-                Ok(engine::ArithOutcome::NotFound) => error(out, status::KEY_ENOENT),
-                Ok(engine::ArithOutcome::Exists) => error(out, status::KEY_EEXISTS),
-                Err(engine::EngineError::NonNumeric) => error(out, status::DELTA_BADVAL),
-                Err(_) => error(out, status::ENOMEM),
-            }
+            outcome::binary(out, info, &Outcome::Arith(counted_arith(partition, key.raw, &arith, &mut state.counters)));
         }
         Command::Touch { key, exptime } => match fetch(partition, key.raw, Some(exptime), state) {
             // memcached's touch reply carries the item's flags as extras.

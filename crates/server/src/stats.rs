@@ -5,6 +5,7 @@
 use crate::config::Settings;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use tierkv_engine::Engine;
 use tierkv_engine::{AnyPartition as Partition, EngineStats};
 
 /// Declares `Counters` with the given fields and its conversions to and from a flat array
@@ -340,14 +341,9 @@ pub fn subcommand(args: &[u8]) -> &[u8] {
 
 /// CPU seconds of this process, user and system, as "seconds.microseconds".
 fn rusage() -> (String, String) {
-    // SAFETY: getrusage fills the zero-initialised plain-data struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let format = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
-    (format(usage.ru_utime), format(usage.ru_stime))
+    let (user, system) = crate::sys::cpu_time();
+    let format = |(seconds, micros): (i64, i64)| format!("{seconds}.{micros:06}");
+    (format(user), format(system))
 }
 
 /// The hash clients use to compute a key's partition (see `tierkv_engine::KeyHash`).

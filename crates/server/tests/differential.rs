@@ -18,7 +18,22 @@ fn text_and_meta_replies_match_memcached_byte_for_byte() {
 fn text_and_meta_replies_match_memcached_byte_for_byte_in(mode: &str) {
     let (ours, theirs) = (tierkv_with(&["--mode", mode]), memcached());
     let long_key = [b"get ".to_vec(), vec![b'k'; 251], b"\r\n".to_vec()].concat();
-    let cases: Vec<&[u8]> = vec![
+    // A refused key, per command whose engine errors used to share a catch-all reply.
+    let k251 = "k".repeat(251);
+    let refusals: Vec<String> = [
+        "set {k} 0 0 1\r\nx\r\n",
+        "delete {k}\r\n",
+        "incr {k} 1\r\n",
+        "ms {k} 1\r\nx\r\n",
+        "md {k}\r\n",
+        "ma {k}\r\n",
+        "ms !!!! 1 b\r\nx\r\nmg !!!! b v\r\nmn\r\n",
+    ]
+    .iter()
+    .map(|case| case.replace("{k}", &k251))
+    .collect();
+    let mut cases: Vec<&[u8]> = refusals.iter().map(|case| case.as_bytes()).collect();
+    cases.extend::<Vec<&[u8]>>(vec![
         b"set a 0 0 1\r\nx\r\nget a b a\r\n",
         b"set a 7 0 2\r\nxy\r\nget a\r\n",
         b"set a 0 0 1\r\nxy\r\n",
@@ -62,7 +77,7 @@ fn text_and_meta_replies_match_memcached_byte_for_byte_in(mode: &str) {
         b"ms tt 1 T100\r\n1\r\nmg tt t T30\r\nmg tt T50 t\r\nmg tt s t v T70\r\nmg tt t\r\n",
         // Last: what a delay-1 flush hides depends on where each server's second boundary falls.
         b"set fl 0 0 1\r\nx\r\nflush_all 1\r\nget fl\r\n",
-    ];
+    ]);
     for case in cases {
         let (mine, reference) = (exchange(ours.1, case), exchange(theirs.1, case));
         assert_eq!(
@@ -159,6 +174,10 @@ fn binary_replies_match_memcached_byte_for_byte_in(mode: &str) {
         vec![bin(0x50, b"x", &[], &[]), bin(NOOP, b"", &[], &[])],
         vec![bin(SASL_LIST_MECHS, b"", &[], &[]), bin(NOOP, b"", &[], &[])],
         vec![bin(SETQ, b"a", &set_extras, b"hi"), bin(GETQ, b"a", &[], &[]), bin(NOOP, b"", &[], &[])],
+        // A refused key, per command whose engine errors used to share a catch-all status.
+        vec![bin(SET, &[b'k'; 251], &set_extras, b"x")],
+        vec![bin(DELETE, &[b'k'; 251], &[], &[])],
+        vec![bin(INCREMENT, &[b'k'; 251], &arith(1, 0, 0), &[])],
     ];
     for script in scripts {
         let request = script.concat();

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tierkv_bench::workload::{key_sequence, write_key, Distribution, Rng};
 
-use tierkv_engine::{item_log_bytes, Batched, Item, Partition, PartitionConfig, SetRequest, DEFAULT_MAX_ITEM_BYTES};
+use tierkv_engine::{item_log_bytes, Engine, Item, Partition, PartitionConfig, SetRequest, DEFAULT_MAX_ITEM_BYTES};
 
 #[derive(Parser, Debug)]
 #[command(name = "engine-bench", about = "Measure the tierkv engine in-process against std HashMap")]
@@ -210,7 +210,7 @@ trait Bench {
     fn set_all(&mut self, requests: &[SetRequest<'_>]) -> u64;
 }
 
-impl<P: Batched> Bench for P {
+impl<P: Engine> Bench for P {
     fn get_values(&mut self, keys: &[&[u8]], on_value: &mut dyn FnMut(&[u8])) {
         self.get_batch(keys, |_, result| {
             if let Ok(Some(Item { value, .. })) = result {
@@ -551,7 +551,7 @@ mod store_mode {
         errors += set_errors;
         let set_mops = mops(set_ops, set_time);
         eprintln!("store SET: {set_mops:.2} Mops");
-        let stats = engine.stats();
+        let stats = engine.memory_stats();
         let mut figures = Figures { fields: Vec::new() };
         figures.put_str("mode", "store");
         figures.put("get_mops", format!("{get_mops:.3}"));
@@ -637,7 +637,7 @@ mod store_mode {
                 break;
             }
         }
-        let stats = engine.stats();
+        let stats = engine.memory_stats();
         let utilization = stats.item_bytes as f64 / stats.managed_bytes as f64;
         let payload_ratio = stats.payload_bytes as f64 / budget as f64;
         eprintln!(

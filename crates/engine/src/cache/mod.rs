@@ -7,26 +7,22 @@ pub(crate) mod log;
 #[cfg(test)]
 mod tests;
 
+use crate::batch::BATCH_CHUNK;
 use crate::cache::census::Census;
-use crate::config::SWEEP_PERIOD_BYTES;
-pub use crate::config::{
-    ConfigError, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,
-    MAX_KEY_BYTES, MIN_ITEM_BYTES,
-};
-use crate::hash::KeyHash;
 use crate::cache::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
+use crate::cache::log::Log;
+use crate::config::SWEEP_PERIOD_BYTES;
+use crate::config::{ConfigError, Mode, PartitionConfig, MAX_ITEM_BYTES_CEILING, MIN_ITEM_BYTES};
+use crate::hash::KeyHash;
 use crate::item;
 use crate::item::ItemHeader;
-use crate::cache::log::Log;
 use crate::ops;
 use crate::region::Region;
+use crate::storage::{Access, NewValue, Prior, Storage};
 use crate::time::ClockMarks;
 use crate::time::{is_expired, unix_now};
 use crate::types::keys_equal;
-pub use crate::types::{
-    check_key, ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug,
-    MemoryOverhead, MetaGet, MetaItem, StoreMode, StoreOutcome, StoreRequest,
-};
+use crate::types::{EngineError, EngineStats, Item, MemoryOverhead, StoreStats};
 
 /// An item found in the index.
 #[derive(Clone, Copy, Debug)]
@@ -114,43 +110,6 @@ impl Partition {
         })
     }
 
-    /// Sets the partition's clock (Unix seconds); the owner calls this once per batch or loop
-    /// turn. A delayed flush_all takes effect here.
-    pub fn set_clock(&mut self, now: u32) {
-        self.now = now;
-        self.clock_marks.mark(self.log.tail(), now);
-        if self.flush.on_clock(now) {
-            self.flush_now();
-        }
-    }
-
-    /// The partition's current time.
-    pub fn now(&self) -> u32 {
-        self.now
-    }
-
-    /// The largest item (header + key + value) accepted.
-    pub fn max_item_bytes(&self) -> usize {
-        self.max_item_bytes
-    }
-
-    /// Counters of the engine's own work.
-    pub fn stats(&self) -> EngineStats {
-        EngineStats {
-            log_bytes_written: self.log.tail(),
-            live_items: self.census.live(),
-            items_stored: self.census.stored_total(),
-            evictions: self.census.evicted() + self.stats.index_evictions,
-            ..self.stats
-        }
-    }
-
-    /// The budget in use: index + log + scratch bytes (the log's share is what
-    /// `set_memory_bytes` last gave; it takes effect as the log wraps).
-    pub fn allocated_bytes(&self) -> usize {
-        self.fixed_bytes() + self.log.capacity() as usize
-    }
-
     /// The index and scratch space: the part of the budget the log cannot use.
     fn fixed_bytes(&self) -> usize {
         self.index.bytes() + self.scratch.len()
@@ -163,30 +122,6 @@ impl Partition {
             return Err(ConfigError::TooSmall { memory_bytes, needed_bytes });
         }
         Ok(memory_bytes - fixed_bytes)
-    }
-
-    /// Changes the budget (memcached's `cache_memlimit`), up to the maximum given at creation.
-    /// The log's next lap has the new length; a shrink evicts the oldest items as the tail
-    /// wraps and gives the ring bytes beyond the new length back to the kernel one lap later.
-    pub fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
-        let log_bytes = Partition::log_share(memory_bytes, self.fixed_bytes(), self.max_item_bytes)?;
-        let max_log_bytes = self.log.max_capacity() as usize;
-        if log_bytes > max_log_bytes {
-            let max_bytes = self.fixed_bytes() + max_log_bytes;
-            return Err(ConfigError::AboveMaximum { memory_bytes, max_bytes });
-        }
-        self.log.resize(log_bytes as u64);
-        Ok(())
-    }
-
-    /// Bytes of the index.
-    pub fn index_bytes(&self) -> usize {
-        self.index.bytes()
-    }
-
-    /// Bytes of the circular log.
-    pub fn log_bytes(&self) -> usize {
-        self.log.capacity() as usize
     }
 
     /// Index entries that point at intact, unflushed items (expired ones included until a
@@ -213,26 +148,6 @@ impl Partition {
             index_bytes_per_item: self.index_bytes() as f64 / items as f64,
             total_bytes_per_item: (self.allocated_bytes() - payload) as f64 / items as f64,
         }
-    }
-
-    /// Calls `f` with the key of every item index bucket `bucket` points at (for dumps; the
-    /// items may still be expired: `debug_item` tells).
-    pub(crate) fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
-        let max_age = self.log.max_age();
-        for &entry in self.index.bucket(bucket).iter() {
-            let age = self.log.age_of(entry_offset(entry));
-            if entry == 0 || age > max_age {
-                continue;
-            }
-            let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
-            let (header, header_len) = ItemHeader::decode(bytes);
-            f(&bytes[header_len..header_len + header.key_len]);
-        }
-    }
-
-    /// Index buckets `bucket_keys` walks.
-    pub(crate) fn dump_buckets(&self) -> usize {
-        self.index.buckets()
     }
 
     // ----- lookups -----
@@ -465,20 +380,6 @@ impl Partition {
 
     // ----- the memcached operations -----
 
-    /// get / gets: the item for `key`, if present. An item read while close to eviction is
-    /// copied to the tail first (MICA's LRU approximation); its CAS does not change.
-    #[inline(always)]
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
-        check_key(key)?;
-        Ok(self.get_hashed(key, KeyHash::of(key)))
-    }
-
-    #[inline]
-    pub(crate) fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
-        let found = self.read_hashed(key, hash)?;
-        Some(self.item_at(&found))
-    }
-
     /// The read behind every get: finds the item, copies it forward when it is close to
     /// eviction, marks it fetched (the returned header still has the state before).
     #[inline]
@@ -492,19 +393,6 @@ impl Partition {
         }
         self.set_state(&found, item::FETCHED);
         Some(found)
-    }
-
-    ops::memcached_operations!();
-
-    /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
-    /// stored before the delay (memcached exptime rules) runs out is gone then. Like memcached
-    /// (which flushes items not newer than the deadline minus one second), the flush happens a
-    /// second before the deadline, so a delay of 1 flushes now. A new flush_all replaces a
-    /// pending one.
-    pub fn flush_all(&mut self, delay: i64) {
-        if self.flush.request(delay, self.now) {
-            self.flush_now();
-        }
     }
 
     fn flush_now(&mut self) {
@@ -544,8 +432,126 @@ impl Partition {
     }
 }
 
-impl ops::Storage for Partition {
+impl Storage for Partition {
     type Found = Found;
+
+    fn mode(&self) -> Mode {
+        Mode::Cache
+    }
+
+    fn store_stats(&self) -> Option<StoreStats> {
+        None
+    }
+
+    #[inline]
+    fn read_item(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
+        let found = self.read_hashed(key, hash)?;
+        Some(self.item_at(&found))
+    }
+
+    /// Reads: each key's bucket, then the item it points at; writes: both lines of the
+    /// bucket pair a write may use.
+    #[inline]
+    fn prefetch(&self, hashes: &[KeyHash], access: Access) {
+        let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
+        match access {
+            Access::Read => {
+                for hash in hashes {
+                    self.prefetch_bucket(*hash, false);
+                }
+                for hash in hashes {
+                    self.prefetch_item(*hash);
+                }
+            }
+            Access::Write => {
+                for hash in hashes {
+                    self.prefetch_bucket(*hash, true);
+                }
+            }
+        }
+    }
+
+    /// Sets the partition's clock (Unix seconds); the owner calls this once per batch or loop
+    /// turn. A delayed flush_all takes effect here.
+    fn set_clock(&mut self, now: u32) {
+        self.now = now;
+        self.clock_marks.mark(self.log.tail(), now);
+        if self.flush.on_clock(now) {
+            self.flush_now();
+        }
+    }
+
+    /// The budget in use: index + log + scratch bytes (the log's share is what
+    /// `set_memory_bytes` last gave; it takes effect as the log wraps).
+    fn allocated_bytes(&self) -> usize {
+        self.fixed_bytes() + self.log.capacity() as usize
+    }
+
+    /// Changes the budget (memcached's `cache_memlimit`), up to the maximum given at creation.
+    /// The log's next lap has the new length; a shrink evicts the oldest items as the tail
+    /// wraps and gives the ring bytes beyond the new length back to the kernel one lap later.
+    fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
+        let log_bytes = Partition::log_share(memory_bytes, self.fixed_bytes(), self.max_item_bytes)?;
+        let max_log_bytes = self.log.max_capacity() as usize;
+        if log_bytes > max_log_bytes {
+            let max_bytes = self.fixed_bytes() + max_log_bytes;
+            return Err(ConfigError::AboveMaximum { memory_bytes, max_bytes });
+        }
+        self.log.resize(log_bytes as u64);
+        Ok(())
+    }
+
+    /// Bytes of the index.
+    fn index_bytes(&self) -> usize {
+        self.index.bytes()
+    }
+
+    /// Bytes of the circular log.
+    fn log_bytes(&self) -> usize {
+        self.log.capacity() as usize
+    }
+
+    /// Calls `f` with the key of every item index bucket `bucket` points at (for dumps; the
+    /// items may still be expired: `debug_item` tells).
+    fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
+        let max_age = self.log.max_age();
+        for &entry in self.index.bucket(bucket).iter() {
+            let age = self.log.age_of(entry_offset(entry));
+            if entry == 0 || age > max_age {
+                continue;
+            }
+            let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
+            let (header, header_len) = ItemHeader::decode(bytes);
+            f(&bytes[header_len..header_len + header.key_len]);
+        }
+    }
+
+    /// Index buckets `bucket_keys` walks.
+    fn dump_buckets(&self) -> usize {
+        self.index.buckets()
+    }
+
+    /// flush_all: with a delay of 0 or less every item is gone now; otherwise every item
+    /// stored before the delay (memcached exptime rules) runs out is gone then. Like memcached
+    /// (which flushes items not newer than the deadline minus one second), the flush happens a
+    /// second before the deadline, so a delay of 1 flushes now. A new flush_all replaces a
+    /// pending one.
+    fn flush_all(&mut self, delay: i64) {
+        if self.flush.request(delay, self.now) {
+            self.flush_now();
+        }
+    }
+
+    /// Counters of the engine's own work.
+    fn stats(&self) -> EngineStats {
+        EngineStats {
+            log_bytes_written: self.log.tail(),
+            live_items: self.census.live(),
+            items_stored: self.census.stored_total(),
+            evictions: self.census.evicted() + self.stats.index_evictions,
+            ..self.stats
+        }
+    }
 
     fn now(&self) -> u32 {
         self.now
@@ -588,16 +594,16 @@ impl ops::Storage for Partition {
         hash: KeyHash,
         header: &ItemHeader,
         key: &[u8],
-        value: ops::NewValue<'_, Found>,
+        value: NewValue<'_, Found>,
         // The log appends and installs by tag: the old item needs no finding.
-        _prior: ops::Prior<Found>,
+        _prior: Prior<Found>,
     ) -> Result<u64, EngineError> {
         Ok(match value {
-            ops::NewValue::Parts(parts) => self.write_item(hash, header, key, parts),
-            ops::NewValue::Combined { old, data, old_first } => {
+            NewValue::Parts(parts) => self.write_item(hash, header, key, parts),
+            NewValue::Combined { old, data, old_first } => {
                 self.write_combined(hash, header, key, &old, data, old_first)
             }
-            ops::NewValue::Counter(counter) => {
+            NewValue::Counter(counter) => {
                 let (position, value_start) = self.start_item(header, key);
                 counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
                 self.install(hash, position);

@@ -189,6 +189,7 @@ impl Allocator {
     }
 
     /// The payload of the block at `payload` (its whole usable length).
+    #[cfg(test)]
     pub fn payload(&self, payload: usize) -> &[u8] {
         let units = self.units_at(payload - BLOCK_HEADER_BYTES);
         &self.arena.bytes()[payload..payload - BLOCK_HEADER_BYTES + units * UNIT]

@@ -71,17 +71,10 @@ impl ChainIndex {
         self.spares_free
     }
 
-    pub fn spares(&self) -> usize {
-        self.spares
-    }
-
     /// Entries stored.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries == 0
     }
 
     /// Starts loading a key's first bucket.
@@ -195,6 +188,7 @@ impl ChainIndex {
     }
 
     /// Every stored location, for reports and tests (walks the whole index).
+    #[cfg(test)]
     pub fn locations(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.buckets).flat_map(move |home| {
             let mut chain = vec![home];

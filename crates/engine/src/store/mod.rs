@@ -14,19 +14,16 @@
 pub(crate) mod alloc;
 pub(crate) mod chain_index;
 
-use crate::store::alloc::{Allocator, BLOCK_HEADER_BYTES};
-use crate::batch::sealed::Hashed;
 use crate::batch::BATCH_CHUNK;
-use crate::store::chain_index::{ChainIndex, CHAIN_ENTRIES};
-use crate::config::{ConfigError, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES};
+use crate::config::{ConfigError, Mode, MAX_ITEM_BYTES_CEILING, MAX_KEY_BYTES, MIN_ITEM_BYTES};
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
-use crate::ops::{self, NewValue, Prior, Storage};
+use crate::ops;
+use crate::storage::{Access, NewValue, Prior, Storage};
+use crate::store::alloc::{Allocator, BLOCK_HEADER_BYTES};
+use crate::store::chain_index::{ChainIndex, CHAIN_ENTRIES};
 use crate::time::{is_expired, unix_now};
-use crate::types::{
-    check_key, keys_equal, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, Item, ItemDebug, MetaGet, MetaItem,
-    StoreOutcome, StoreRequest,
-};
+use crate::types::{keys_equal, EngineError, EngineStats, Item, StoreStats};
 
 /// Bytes every item costs besides its key, value, flags and expiry: block header, item header
 /// with an explicit CAS.
@@ -47,23 +44,6 @@ pub struct StoreConfig {
     /// Typical key + value size: sizes the index at about 60% load for a full arena of such
     /// items (smaller items fill the arena later than the spare buckets run out).
     pub expected_item_bytes: usize,
-}
-
-/// Where a store partition's memory is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreStats {
-    pub live_items: u64,
-    /// Items stored since creation (memcached's `total_items`).
-    pub items_stored: u64,
-    /// Bytes of live items counted as fixed header + key + value (+ flags, expiry fields).
-    pub item_bytes: u64,
-    /// Key + value bytes of live items.
-    pub payload_bytes: u64,
-    /// Bytes the allocator manages, and how many of them are free.
-    pub managed_bytes: u64,
-    pub free_bytes: u64,
-    pub spare_buckets: u64,
-    pub spare_buckets_free: u64,
 }
 
 /// A store-mode partition, owned by one thread.
@@ -124,36 +104,9 @@ impl StorePartition {
         })
     }
 
-    /// Sets the partition's clock (Unix seconds), once per batch; a delayed flush_all takes
-    /// effect here.
-    pub fn set_clock(&mut self, now: u32) {
-        self.now = now;
-        if self.flush.on_clock(now) {
-            self.flush_now();
-        }
-    }
-
-    /// The partition's current time.
-    pub fn now(&self) -> u32 {
-        self.now
-    }
-
-    /// The largest item (header + key + value) accepted.
-    pub fn max_item_bytes(&self) -> usize {
-        self.max_item_bytes
-    }
-
-    /// Bytes of the index (main and spare buckets).
-    pub fn index_bytes(&self) -> usize {
-        self.index.bytes()
-    }
-
-    /// Bytes allocated at creation (index and arena).
-    pub fn allocated_bytes(&self) -> usize {
-        self.index.bytes() + self.alloc.arena_bytes()
-    }
-
-    pub fn stats(&self) -> StoreStats {
+    #[inline]
+    /// The allocator's and index's figures.
+    pub fn memory_stats(&self) -> StoreStats {
         let alloc = self.alloc.stats();
         StoreStats {
             free_bytes: alloc.free_bytes as u64,
@@ -162,7 +115,6 @@ impl StorePartition {
         }
     }
 
-    #[inline]
     fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let alloc = &self.alloc;
         let mut decoded = None;
@@ -183,7 +135,7 @@ impl StorePartition {
     fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let found = self.find(key, hash)?;
         if is_expired(found.header.expiry, self.now) {
-            ops::Storage::remove(self, &found);
+            Storage::remove(self, &found);
             return None;
         }
         Some(found)
@@ -201,62 +153,11 @@ impl StorePartition {
         BLOCK_HEADER_BYTES + header.total_len()
     }
 
-    /// get: the item for `key`, if present (marked fetched).
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Item<'_>>, EngineError> {
-        check_key(key)?;
-        self.get_hashed(key, KeyHash::of(key))
-    }
-
-    fn get_hashed(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
-        let found = self.read(key, hash);
-        Ok(found.map(|found| self.item(&found)))
-    }
-
-    ops::memcached_operations!();
-
-    /// flush_all, with memcached's timing (as the cache-mode partition): every item is gone
-    /// now (delay <= 0), or a second before the delay runs out, and what is stored during the
-    /// deadline second goes too. Flushed memory is free again.
-    pub fn flush_all(&mut self, delay: i64) {
-        if self.flush.request(delay, self.now) {
-            self.flush_now();
-        }
-    }
-
     fn flush_now(&mut self) {
         self.index.clear();
         self.alloc.reset();
         let StoreStats { managed_bytes, spare_buckets, items_stored, .. } = self.stats;
         self.stats = StoreStats { managed_bytes, spare_buckets, items_stored, ..StoreStats::default() };
-    }
-
-    /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
-    /// those point at (as the cache-mode partition does).
-    /// Calls `f` with the key of every item in the chain of main bucket `bucket` (for dumps).
-    pub(crate) fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
-        let alloc = &self.alloc;
-        self.index.chain_locations(bucket, &mut |location| {
-            let bytes = alloc.bytes_from(location as usize);
-            let (header, header_len) = ItemHeader::decode(bytes);
-            f(&bytes[header_len..header_len + header.key_len]);
-        });
-    }
-
-    /// Main index buckets `bucket_keys` walks.
-    pub(crate) fn dump_buckets(&self) -> usize {
-        self.index.buckets()
-    }
-
-    pub fn prefetch_hashes(&self, hashes: &[KeyHash]) {
-        let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
-        for hash in hashes {
-            self.index.prefetch(*hash);
-        }
-        for hash in hashes {
-            if let Some(location) = self.index.first_with_tag(*hash) {
-                crate::region::prefetch(self.alloc.arena_ptr(location as usize));
-            }
-        }
     }
 
     /// Writes an item (header, key and value) into the block at `location`.
@@ -292,33 +193,93 @@ impl StorePartition {
     }
 }
 
-impl Hashed for StorePartition {
-    fn prefetch_for_get(&self, hashes: &[KeyHash]) {
-        self.prefetch_hashes(hashes);
-    }
-
-    fn prefetch_for_set(&self, hashes: &[KeyHash]) {
-        self.prefetch_hashes(hashes);
-    }
-
-    fn get_hashed_item(&mut self, key: &[u8], hash: KeyHash) -> Result<Option<Item<'_>>, EngineError> {
-        self.get_hashed(key, hash)
-    }
-
-    fn set_hashed_item(
-        &mut self,
-        key: &[u8],
-        hash: KeyHash,
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-    ) -> Result<u64, EngineError> {
-        crate::ops::set(self, key, hash, value, flags, exptime, crate::ops::Prior::Unknown)
-    }
-}
-
-impl ops::Storage for StorePartition {
+impl Storage for StorePartition {
     type Found = Found;
+
+    fn mode(&self) -> Mode {
+        Mode::Store
+    }
+
+    /// The engine counters `stats` reports: items and stores (nothing is evicted).
+    fn stats(&self) -> EngineStats {
+        let stats = self.memory_stats();
+        EngineStats {
+            live_items: stats.live_items,
+            items_stored: stats.items_stored,
+            log_bytes_written: stats.managed_bytes - stats.free_bytes,
+            ..EngineStats::default()
+        }
+    }
+
+    fn store_stats(&self) -> Option<StoreStats> {
+        Some(self.memory_stats())
+    }
+
+    fn log_bytes(&self) -> usize {
+        self.memory_stats().managed_bytes as usize
+    }
+
+    fn set_memory_bytes(&mut self, _memory_bytes: usize) -> Result<(), ConfigError> {
+        Err(ConfigError::NotResizable)
+    }
+
+    /// Reads and writes alike: each key's home bucket, then the item it points at.
+    fn prefetch(&self, hashes: &[KeyHash], _access: Access) {
+        let hashes = &hashes[..hashes.len().min(BATCH_CHUNK)];
+        for hash in hashes {
+            self.index.prefetch(*hash);
+        }
+        for hash in hashes {
+            if let Some(location) = self.index.first_with_tag(*hash) {
+                crate::region::prefetch(self.alloc.arena_ptr(location as usize));
+            }
+        }
+    }
+
+    /// Sets the partition's clock (Unix seconds), once per batch; a delayed flush_all takes
+    /// effect here.
+    fn set_clock(&mut self, now: u32) {
+        self.now = now;
+        if self.flush.on_clock(now) {
+            self.flush_now();
+        }
+    }
+
+    /// Bytes of the index (main and spare buckets).
+    fn index_bytes(&self) -> usize {
+        self.index.bytes()
+    }
+
+    /// Bytes allocated at creation (index and arena).
+    fn allocated_bytes(&self) -> usize {
+        self.index.bytes() + self.alloc.arena_bytes()
+    }
+
+    /// flush_all, with memcached's timing (as the cache-mode partition): every item is gone
+    /// now (delay <= 0), or a second before the delay runs out, and what is stored during the
+    /// deadline second goes too. Flushed memory is free again.
+    fn flush_all(&mut self, delay: i64) {
+        if self.flush.request(delay, self.now) {
+            self.flush_now();
+        }
+    }
+
+    /// Starts loading, for up to `BATCH_CHUNK` keys, their home buckets and then the items
+    /// those point at (as the cache-mode partition does).
+    /// Calls `f` with the key of every item in the chain of main bucket `bucket` (for dumps).
+    fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
+        let alloc = &self.alloc;
+        self.index.chain_locations(bucket, &mut |location| {
+            let bytes = alloc.bytes_from(location as usize);
+            let (header, header_len) = ItemHeader::decode(bytes);
+            f(&bytes[header_len..header_len + header.key_len]);
+        });
+    }
+
+    /// Main index buckets `bucket_keys` walks.
+    fn dump_buckets(&self) -> usize {
+        self.index.buckets()
+    }
 
     fn now(&self) -> u32 {
         self.now
@@ -466,7 +427,8 @@ impl ops::Storage for StorePartition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{Batched, SetRequest};
+    use crate::batch::SetRequest;
+    use crate::{DeleteOutcome, Engine};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
@@ -498,7 +460,7 @@ mod tests {
             assert_eq!(store.delete(key.as_bytes(), 0).unwrap(), DeleteOutcome::Deleted);
         }
         assert!(store.set(b"again", &[7; 500], 0, 0).is_ok());
-        let stats = store.stats();
+        let stats = store.memory_stats();
         assert_eq!(stats.live_items as usize, stored.len() - stored.len().div_ceil(2) + 1);
         assert!(stats.item_bytes <= stats.managed_bytes - stats.free_bytes);
     }
@@ -557,7 +519,7 @@ mod tests {
                         prop_assert_eq!(got.as_ref(), model.get(&key));
                     }
                 }
-                prop_assert_eq!(store.stats().live_items as usize, model.len());
+                prop_assert_eq!(store.memory_stats().live_items as usize, model.len());
             }
             for (key, value) in &model {
                 let got = store.get(key).unwrap().map(|item| item.value.to_vec());

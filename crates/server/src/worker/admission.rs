@@ -7,10 +7,12 @@
 
 use super::{Connection, Worker};
 use crate::config::Settings;
+use crate::sys;
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
+use tierkv_engine::Engine;
 
 /// Descriptors the server needs beyond one per connection: listeners, epoll and wake-up
 /// descriptors, UDP sockets and spare descriptors per worker, standard streams, pid file.
@@ -22,12 +24,8 @@ pub(crate) fn descriptors_needed(settings: &Settings) -> u64 {
 /// does) when the hard limit does not allow it.
 pub(crate) fn raise_open_files(settings: &Settings) -> Result<(), String> {
     let needed = descriptors_needed(settings);
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes one rlimit struct, which `limit` is.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(format!("cannot read the open files limit: {}", io::Error::last_os_error()));
-    }
-    if limit.rlim_cur >= needed {
+    let (soft, hard) = sys::open_files_limit().map_err(|e| format!("cannot read the open files limit: {e}"))?;
+    if soft >= needed {
         return Ok(());
     }
     let refused = |limit: u64| {
@@ -37,25 +35,16 @@ pub(crate) fn raise_open_files(settings: &Settings) -> Result<(), String> {
             settings.conn_limit
         )
     };
-    if limit.rlim_max < needed {
-        return Err(refused(limit.rlim_max));
+    if hard < needed {
+        return Err(refused(hard));
     }
-    let raised = libc::rlimit { rlim_cur: needed, rlim_max: limit.rlim_max };
-    // SAFETY: setrlimit reads one rlimit struct; the soft limit stays within the hard one.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return Err(refused(limit.rlim_cur));
-    }
-    Ok(())
+    sys::set_open_files_limit(needed, hard).map_err(|_| refused(soft))
 }
 
 /// A descriptor held in reserve: given up to accept (and refuse) one client when the process
 /// has no descriptor left.
 pub(super) fn spare_descriptor() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
-}
-
-fn out_of_descriptors(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// memcached's reply to a client beyond the connection limit (then the connection closes).
@@ -69,7 +58,7 @@ impl Worker {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if out_of_descriptors(&e) => {
+                Err(e) if sys::out_of_descriptors(&e) => {
                     if !self.refuse_one(listener) {
                         // No spare either: try again shortly (the loop polls with a short
                         // timeout while this is set), as memcached backs off its accepts.

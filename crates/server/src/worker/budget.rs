@@ -82,12 +82,7 @@ impl Budget {
             return;
         }
         self.freed = 0;
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only releases free memory of the allocator's own arenas; it is
-        // thread-safe and touches no memory in use.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::sys::trim_heap();
     }
 
     /// `slot` waits for the pressure to end before it can read again.

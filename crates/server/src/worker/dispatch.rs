@@ -5,6 +5,7 @@
 //! It must not read or write sockets.
 
 use super::*;
+use tierkv_engine::Engine;
 
 /// Forwards one request to `owner` as the next part of the connection's reply order (the
 /// owner's reply fills the part); false if the queue to `owner` has no room.

@@ -6,6 +6,7 @@
 //! `forwarded`, datagrams to `udp_session`.
 
 use super::*;
+use tierkv_engine::Engine;
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
 pub fn serve(settings: &Settings) -> Result<(), String> {
@@ -308,15 +309,7 @@ fn register_sockets(
 /// Pins the calling thread (a worker) to `cpu`, so it never migrates and no two workers share
 /// a CPU while there are enough.
 pub(super) fn pin_to_cpu(cpu: usize, verbose: bool, worker: usize) {
-    // SAFETY: cpu_set_t is plain data that sched_setaffinity reads for the calling thread
-    // (pid 0) within its size; CPU_SET indexes inside the set (cpu < CPU_SETSIZE, as it came
-    // from the affinity mask).
-    let pinned = unsafe {
-        let mut one: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut one);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0
-    };
-    if verbose && pinned {
+    if crate::sys::pin_to_cpu(cpu) && verbose {
         eprintln!("tierkv: worker {worker} pinned to CPU {cpu}");
     }
 }

@@ -3,6 +3,8 @@
 //! It must not write to sockets: replies go back in batches through `forward`.
 
 use super::*;
+use tierkv_engine::Access;
+use tierkv_engine::Engine;
 
 impl Core {
     /// Executes a batch another worker forwarded and sends the replies back. The keys of each
@@ -18,7 +20,7 @@ impl Core {
                 hashes[count] = KeyHash(entry.hash);
                 count += 1;
             }
-            self.partition.prefetch_hashes(&hashes[..count]);
+            self.partition.prefetch(&hashes[..count], Access::Read);
             for entry in chunk.iter_mut() {
                 let request = &requests[request_start..entry.request_end];
                 request_start = entry.request_end;

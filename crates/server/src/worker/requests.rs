@@ -3,6 +3,7 @@
 //! unlink of a set refused as too large), and what a refusal leaves to discard.
 
 use super::*;
+use tierkv_engine::Engine;
 
 /// A `get`/`gets` line longer than this is answered in pieces of about this size as it
 /// arrives (`text::long_get`), so a line of any length costs a bounded buffer.

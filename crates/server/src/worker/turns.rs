@@ -4,6 +4,8 @@
 //! It must not block and must not hold more than the limits and the budget allow.
 
 use super::*;
+use tierkv_engine::Access;
+use tierkv_engine::Engine;
 
 /// The most input a connection buffers: its largest possible request and one read more.
 /// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
@@ -292,7 +294,7 @@ fn prefetch_batch(core: &Core, routes: &[(Route, Option<KeyHash>)]) {
             count += 1;
         }
     }
-    core.partition.prefetch_hashes(&hashes[..count]);
+    core.partition.prefetch(&hashes[..count], Access::Read);
 }
 
 /// A request turned the connection into a stream (`After::Dump`, `After::Watch`): starts it.
