@@ -43,6 +43,21 @@ fn fetch<'p>(
     item
 }
 
+/// A text get's one key: its VALUE block if found (counted as `fetch` counts).
+#[inline]
+pub fn get_value(
+    partition: &mut engine::AnyPartition,
+    key: &[u8],
+    return_cas: bool,
+    touch: Option<i64>,
+    out: &mut Vec<u8>,
+    state: &mut State,
+) {
+    if let Some(item) = fetch(partition, key, touch, state) {
+        reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
+    }
+}
+
 /// A store through the engine, counted for `stats`. With `invalidate` (meta `I`) a late
 /// writer's value is kept, marked stale.
 fn counted_store(
@@ -204,9 +219,7 @@ fn execute_text(
         Command::Get { keys, return_cas, touch, .. } => {
             let count = keys.len();
             for (number, key) in keys.iter().enumerate().skip(*resume) {
-                if let Some(item) = fetch(partition, key, touch, state) {
-                    reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
-                }
+                get_value(partition, key, return_cas, touch, out, state);
                 if out.len() > state.output_limit && number + 1 < count {
                     *resume = number + 1;
                     return After::Pause;

@@ -5,7 +5,6 @@
 //! It must not read or write sockets.
 
 use super::*;
-use tierkv_engine::Engine;
 
 /// Forwards one request to `owner` as the next part of the connection's reply order (the
 /// owner's reply fills the part); false if the queue to `owner` has no room.
@@ -139,7 +138,6 @@ pub(super) fn split_get(
     let Command::Get { keys, return_cas, touch, .. } = request.command else {
         unreachable!("only text gets are split")
     };
-    let mut line = [0u8; GET_LINE_BYTES];
     for (number, key) in keys.iter().enumerate().skip(connection.resume) {
         if connection.parts.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
             connection.resume = number;
@@ -149,16 +147,7 @@ pub(super) fn split_get(
         let owner = hash.partition(core.workers as u32) as usize;
         if owner == core.id {
             let out = connection.local_out(&mut core.pool);
-            let item = match touch {
-                Some(exptime) => core.partition.get_and_touch(key, exptime),
-                None => core.partition.get(key),
-            };
-            let item = item.ok().flatten();
-            core.state.counters.read(touch.is_some(), item.is_some());
-            core.state.observe_get(key, item.as_ref().map(|item| item.value.len()), true);
-            if let Some(item) = item {
-                reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
-            }
+            get_value(&mut core.partition, key, return_cas, touch, out, &mut core.state);
             if connection.over_output_limit() && number + 1 < keys.len() {
                 connection.resume = number + 1;
                 return Step::Done(After::Pause);
@@ -168,8 +157,14 @@ pub(super) fn split_get(
             }
             continue;
         }
-        let line = single_get_line(&mut line, key, return_cas, touch);
-        if !forward_part(connection, slot, core, owner, Kind::GetKey, hash.0, line) {
+        // The owner answers the key's get line with its VALUE (or nothing), no END.
+        core.line.clear();
+        let command = Command::Get { keys: Keys::one(key), return_cas, touch, base64: false };
+        encode_request(&mut core.line, &Request { command, style: ReplyStyle::Text { noreply: false } });
+        let line = std::mem::take(&mut core.line);
+        let forwarded = forward_part(connection, slot, core, owner, Kind::GetKey, hash.0, &line);
+        core.line = line;
+        if !forwarded {
             connection.resume = number;
             return Step::Blocked;
         }
@@ -187,47 +182,5 @@ pub(super) fn split_get(
 }
 
 /// Room for the longest single-key get line: `gats`, an i64 exptime, a 250-byte key, spaces
-/// and CRLF.
-pub(super) const GET_LINE_BYTES: usize = 5 + 20 + 1 + tierkv_engine::MAX_KEY_BYTES + 2;
-
-/// The text get (`get`, `gets`, `gat`, `gats`) of one key, written into `buffer`.
-pub(super) fn single_get_line<'b>(
-    buffer: &'b mut [u8; GET_LINE_BYTES],
-    key: &[u8],
-    return_cas: bool,
-    touch: Option<i64>,
-) -> &'b [u8] {
-    use std::io::Write;
-    let mut out = &mut buffer[..];
-    let verb: &[u8] = match (touch.is_some(), return_cas) {
-        (false, false) => b"get ",
-        (false, true) => b"gets ",
-        (true, false) => b"gat ",
-        (true, true) => b"gats ",
-    };
-    // The buffer holds the longest line, so these writes cannot run out of room.
-    let _ = out.write_all(verb);
-    if let Some(exptime) = touch {
-        let _ = write!(out, "{exptime} ");
-    }
-    let _ = out.write_all(key);
-    let _ = out.write_all(b"\r\n");
-    let written = GET_LINE_BYTES - out.len();
-    &buffer[..written]
-}
-
-#[cfg(test)]
-mod get_line_tests {
-    use super::*;
-
-    #[test]
-    pub(super) fn single_get_lines_hold_the_longest_key_and_exptime() {
-        let mut buffer = [0u8; GET_LINE_BYTES];
-        assert_eq!(single_get_line(&mut buffer, b"k", false, None), b"get k\r\n");
-        assert_eq!(single_get_line(&mut buffer, b"k", true, None), b"gets k\r\n");
-        assert_eq!(single_get_line(&mut buffer, b"k", false, Some(-5)), b"gat -5 k\r\n");
-        let key = [b'x'; tierkv_engine::MAX_KEY_BYTES];
-        let line = single_get_line(&mut buffer, &key, true, Some(i64::MIN)).to_vec();
-        assert_eq!(line, [b"gats -9223372036854775808 ".as_slice(), &key, b"\r\n"].concat());
-    }
-}
+/// and CRLF (the encoding buffer never grows past it).
+pub(super) const SINGLE_GET_LINE_BYTES: usize = 5 + 20 + 1 + tierkv_engine::MAX_KEY_BYTES + 2;

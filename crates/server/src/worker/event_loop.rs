@@ -262,6 +262,7 @@ impl Worker {
                 conns_due: Vec::new(),
                 memory_applied: settings.memory_bytes,
                 budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
+                line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
             },
             connections: Vec::new(),
             free: Vec::new(),

@@ -26,11 +26,19 @@ impl Core {
                 request_start = entry.request_end;
                 match entry.kind {
                     Kind::Request | Kind::Read | Kind::GetKey => {
-                        if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
-                            let mut resume = 0;
-                            execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
-                            if entry.kind == Kind::GetKey && replies.ends_with(b"END\r\n") {
-                                replies.truncate(replies.len() - 5);
+                        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else {
+                            continue;
+                        };
+                        match request.command {
+                            // A split get's key: its VALUE only; the connection's worker ends the line.
+                            Command::Get { keys, return_cas, touch, .. } if entry.kind == Kind::GetKey => {
+                                for key in keys.iter() {
+                                    get_value(&mut self.partition, key, return_cas, touch, replies, &mut self.state);
+                                }
+                            }
+                            _ => {
+                                let mut resume = 0;
+                                execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
                             }
                         }
                     }

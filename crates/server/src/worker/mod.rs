@@ -14,7 +14,7 @@
 
 use crate::after::After;
 use crate::config::Settings;
-use crate::execute::{execute, stats_reply};
+use crate::execute::{execute, get_value, stats_reply};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::MAX_PENDING_OUTPUT_BYTES;
 use crate::signals::{install_signal_handlers, STOP};
@@ -28,9 +28,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tierkv_engine::{unix_now, AnyPartition as Partition, KeyHash, PartitionConfig};
+use tierkv_protocol::client::encode_request;
 use tierkv_protocol::udp::FrameHeader;
 use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
-use tierkv_protocol::{Key, ReplyStyle, Request};
+use tierkv_protocol::{Key, Keys, ReplyStyle, Request};
 
 mod admission;
 mod budget;
@@ -337,6 +338,8 @@ struct Core {
     memory_applied: usize,
     /// This worker's share of the connection memory budget.
     budget: Budget,
+    /// Where a split get's single-key lines are encoded (reused; one line at a time).
+    line: Vec<u8>,
 }
 
 struct Worker {
