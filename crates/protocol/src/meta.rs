@@ -38,6 +38,37 @@ impl<'a> MetaFlags<'a> {
         self.has(b'b')
     }
 
+    /// `v`: return the value.
+    pub fn return_value(&self) -> bool {
+        self.has(b'v')
+    }
+
+    /// `t`: return the TTL left.
+    pub fn return_ttl(&self) -> bool {
+        self.has(b't')
+    }
+
+    /// `l`: return the seconds since the last access.
+    pub fn return_last_access(&self) -> bool {
+        self.has(b'l')
+    }
+
+    /// `I`: invalidate (md: mark stale instead of deleting; ms: a late writer's value is kept
+    /// stale).
+    pub fn invalidate(&self) -> bool {
+        self.has(b'I')
+    }
+
+    /// memcached applies mg's flags in order: a `t` sent before `T` returns the TTL the item
+    /// had before the touch.
+    pub fn ttl_before_touch(&self) -> bool {
+        if !(self.has(b't') && self.has(b'T')) {
+            return false;
+        }
+        let position = |letter: u8| self.iter().position(|token| token[0] == letter);
+        position(b't') < position(b'T')
+    }
+
     /// The flag tokens in request order.
     pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.tokens.split(|&b| b == b' ').filter(|token| !token.is_empty())
@@ -152,6 +183,17 @@ fn parse_or<T>(value: Option<T>, error: &mut Option<&'static str>, message: &'st
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn ttl_before_touch_follows_the_order_sent() {
+        let before = |tokens: &'static str| parse_flags(tokens.as_bytes()).unwrap().ttl_before_touch();
+        assert!(before("t T30") && before("v t s T30"));
+        assert!(!before("T30 t") && !before("t") && !before("T30") && !before(""));
+        let flags = parse_flags(b"v t l I").unwrap();
+        assert!(flags.return_value() && flags.return_ttl() && flags.return_last_access() && flags.invalidate());
+        assert!(!parse_flags(b"k").unwrap().return_value());
+    }
+
     use super::*;
 
     #[test]

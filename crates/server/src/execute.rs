@@ -337,14 +337,10 @@ fn meta_get(
         touch: flags.ttl(),
         vivify: flags.vivify_ttl(),
         recache: flags.recache_ttl(),
-        last_access: flags.has(b'l'),
+        last_access: flags.return_last_access(),
     };
-    // memcached applies flags in order: a `t` before `T` reports the TTL before the touch.
-    let position = |letter: u8| flags.iter().position(|token| token.first() == Some(&letter));
-    let ttl_before_touch = match (position(b't'), position(b'T')) {
-        (Some(t), Some(touch)) if t < touch => partition.debug_item(key).ok().flatten().map(|item| item.ttl),
-        _ => None,
-    };
+    let ttl_before_touch =
+        if flags.ttl_before_touch() { partition.debug_item(key).ok().flatten().map(|item| item.ttl) } else { None };
     let found = partition.meta_get(key, &ask).ok().flatten();
     state.counters.read(ask.touch.is_some(), found.is_some());
     state.observe_get(key, found.as_ref().map(|found| found.item.value.len()), false);
@@ -362,7 +358,8 @@ fn meta_get(
                 stale: item.stale,
                 token_sent: item.token_sent,
             };
-            let (code, value) = if flags.has(b'v') { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
+            let (code, value) =
+                if flags.return_value() { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
             reply::meta(out, code, flags, returned::GET_HIT, &info, value);
         }
         None if !quiet => {
@@ -393,13 +390,13 @@ fn execute_meta(
         Command::Store { mode, key, flags: client_flags, exptime, value, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             let store = engine::StoreRequest { mode: store_mode(mode), key, value, flags: client_flags, exptime, cas };
-            let result = counted_store(partition, &store, flags.has(b'I'), state);
+            let result = counted_store(partition, &store, flags.invalidate(), state);
             outcome::meta(out, flags, key, &Outcome::Store(store.mode, result), None);
         }
         Command::Delete { key, cas } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();
             // With I the item is marked stale instead of removed.
-            let outcome = if flags.has(b'I') {
+            let outcome = if flags.invalidate() {
                 partition.invalidate(key, cas, flags.ttl())
             } else {
                 counted_delete(partition, key, cas, state, false)
@@ -412,7 +409,7 @@ fn execute_meta(
             let result = counted_arith(partition, key, &arith, &mut state.counters);
             // The TTL needs the item again; look it up only when `t` asks for it.
             let ttl = match result {
-                Ok(engine::ArithOutcome::Value { .. }) if flags.has(b't') => {
+                Ok(engine::ArithOutcome::Value { .. }) if flags.return_ttl() => {
                     partition.debug_item(key).ok().flatten().map(|item| item.ttl)
                 }
                 _ => None,

@@ -101,7 +101,7 @@ pub fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome: &Outc
                 return;
             }
             (info.cas, info.ttl) = (Some(cas), ttl);
-            if flags.has(b'v') {
+            if flags.return_value() {
                 digits = tierkv_engine::CounterValue::new(number, 0);
                 value = Some(digits.digits());
                 (MetaCode::Va, returned::ARITH)
