@@ -134,7 +134,7 @@ impl Worker {
                 && connection.watching.is_none()
                 && connection.dump.is_none()
                 && connection.output.is_empty()
-                && connection.parts.is_empty();
+                && connection.order.is_empty();
             if waiting && now.saturating_sub(connection.last_command) > timeout {
                 self.core.state.counters.idle_kicks += 1;
                 self.close(slot, poll);

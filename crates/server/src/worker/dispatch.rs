@@ -17,12 +17,12 @@ pub(super) fn forward_part(
     hash: u64,
     request: &[u8],
 ) -> bool {
-    let seq = connection.next_seq();
+    let seq = connection.order.next_seq();
     let entry = Entry { slot, generation: connection.generation, seq, kind, hash, request_end: 0, reply_end: 0 };
     if !core.links.forward(owner, entry, &[request]) {
         return false;
     }
-    connection.parts.push_back(Part { bytes: core.pool.pop().unwrap_or_default(), waiting: 1, mark: false });
+    connection.order.push_waiting(core.pool.pop().unwrap_or_default(), 1);
     true
 }
 
@@ -38,7 +38,7 @@ pub(super) fn dispatch(
 ) -> Step {
     let read = matches!(request.command, Command::Get { .. });
     if route != Route::Local
-        && (connection.parts.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
+        && (connection.order.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
     {
         return Step::Blocked;
     }
@@ -52,7 +52,7 @@ pub(super) fn dispatch(
         reply_end: 0,
     };
     match route {
-        Route::AfterForwarded if !connection.parts.is_empty() => Step::Blocked,
+        Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local | Route::AfterForwarded => {
             let mut resume = connection.resume;
             let out = connection.local_out(&mut core.pool);
@@ -71,20 +71,16 @@ pub(super) fn dispatch(
         }
         Route::Split => split_get(connection, slot, core, request, true),
         Route::Conns => {
-            if !core.links.can_forward_to_all() || connection.parts.len() >= MAX_PARTS {
+            if !core.links.can_forward_to_all() || connection.order.len() >= MAX_PARTS {
                 return Step::Blocked;
             }
-            let seq = connection.next_seq();
+            let seq = connection.order.next_seq();
             for owner in (0..core.workers).filter(|&owner| owner != core.id) {
                 let forwarded = core.links.forward(owner, entry(seq, Kind::Conns), &[]);
                 debug_assert!(forwarded, "room was checked for every worker");
             }
             // This worker's own lines are written after the turn (`Worker::answer_conns`).
-            connection.parts.push_back(Part {
-                bytes: core.pool.pop().unwrap_or_default(),
-                waiting: core.workers,
-                mark: false,
-            });
+            connection.order.push_waiting(core.pool.pop().unwrap_or_default(), core.workers);
             core.conns_due.push((slot, seq));
             Step::Done(After::Continue)
         }
@@ -92,7 +88,7 @@ pub(super) fn dispatch(
             if !core.links.can_forward_to_all() || (connection.gather.is_some() && matches!(route, Route::Gather(_))) {
                 return Step::Blocked;
             }
-            let seq = connection.next_seq();
+            let seq = connection.order.next_seq();
             let kind = match route {
                 Route::Flush(delay) => Kind::Flush { delay },
                 Route::Reset => Kind::Reset,
@@ -102,7 +98,7 @@ pub(super) fn dispatch(
                 let forwarded = core.links.forward(owner, entry(seq, kind), &[]);
                 debug_assert!(forwarded, "room was checked for every worker");
             }
-            let mut part = Part { bytes: core.pool.pop().unwrap_or_default(), waiting: core.workers - 1, mark: false };
+            let mut part = Part::waiting_for(core.pool.pop().unwrap_or_default(), core.workers - 1);
             match route {
                 // Executed here as usual (counted once); the other workers only flush or reset.
                 Route::Flush(_) | Route::Reset => {
@@ -119,7 +115,7 @@ pub(super) fn dispatch(
                 }
                 _ => unreachable!("broadcast routes only"),
             }
-            connection.parts.push_back(part);
+            connection.order.push_part(part);
             Step::Done(After::Continue)
         }
     }
@@ -139,7 +135,7 @@ pub(super) fn split_get(
         unreachable!("only text gets are split")
     };
     for (number, key) in keys.iter().enumerate().skip(connection.resume) {
-        if connection.parts.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
+        if connection.order.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
             connection.resume = number;
             return Step::Blocked;
         }

@@ -63,11 +63,10 @@ impl Worker {
         let mut touched: Vec<usize> = Vec::new();
         for (entry, _, replies) in batch.ranges() {
             let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { continue };
-            if connection.generation != entry.generation || entry.seq < connection.first_seq {
+            if connection.generation != entry.generation {
                 continue;
             }
-            let index = (entry.seq - connection.first_seq) as usize;
-            let Some(part) = connection.parts.get_mut(index) else { continue };
+            let Some(part) = connection.order.part_mut(entry.seq) else { continue };
             let bytes = &batch.replies[replies];
             part.waiting = part.waiting.saturating_sub(1);
             match entry.kind {
@@ -105,7 +104,7 @@ impl Worker {
                         if done {
                             let gather = connection.gather.take().expect("checked above");
                             let core = &self.core;
-                            let part = &mut connection.parts[index];
+                            let part = connection.order.part_mut(entry.seq).expect("found above");
                             stats_reply(
                                 gather.group,
                                 gather.binary.as_ref(),

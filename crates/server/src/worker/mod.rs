@@ -21,7 +21,6 @@ use crate::signals::{install_signal_handlers, STOP};
 use crate::stats::{Group, Snapshot, State};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,6 +38,7 @@ mod dispatch;
 mod event_loop;
 mod forwarded;
 mod lifecycle;
+mod order;
 mod requests;
 mod streams;
 mod turns;
@@ -49,6 +49,7 @@ use dispatch::*;
 pub use event_loop::serve;
 use forwarded::*;
 use lifecycle::*;
+use order::{Part, ReplyOrder, POOL_BUFFERS, POOL_BUFFER_BYTES};
 use requests::*;
 use streams::*;
 use turns::*;
@@ -71,9 +72,6 @@ const MAX_PARTS: usize = 256;
 /// bounds the replies that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`. Other
 /// forwarded requests (small replies) are bounded by `MAX_PARTS`.
 pub const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
-/// Reply buffers kept for reuse per worker (each at most `POOL_BUFFER_BYTES`).
-const POOL_BUFFERS: usize = 256;
-const POOL_BUFFER_BYTES: usize = 4 << 10;
 /// Requests decoded and prefetched together in one step of a turn.
 const BATCH: usize = 32;
 /// Connections served again (left-over work, no event) per loop iteration, at most.
@@ -86,15 +84,6 @@ const _: () = assert!(BATCH <= tierkv_engine::BATCH_CHUNK);
 const _: () = assert!(PRESSED_OUTPUT_BYTES < MAX_PENDING_OUTPUT_BYTES && PRESSED_KEEP_BYTES < KEEP_BUFFER_BYTES);
 const _: () = assert!(PRESSED_INPUT_BYTES < READ_CHUNK_BYTES && POOL_BUFFER_BYTES <= MAX_PENDING_OUTPUT_BYTES);
 const _: () = assert!(MAX_PENDING_OUTPUT_BYTES <= MAX_UDP_REPLY_BYTES);
-
-/// One reply in a connection's reply order: written here, or still due from other workers.
-struct Part {
-    bytes: Vec<u8>,
-    /// Replies (or acknowledgements) still due from other workers.
-    waiting: usize,
-    /// The end of one UDP message (no bytes): where the output stands is recorded in `marks`.
-    mark: bool,
-}
 
 /// A `stats` request waiting for the other workers' figures.
 struct Gather {
@@ -114,10 +103,8 @@ struct Connection {
     generation: u64,
     input: Vec<u8>,
     output: Vec<u8>,
-    /// Replies that wait for an earlier one from another worker, oldest first.
-    parts: VecDeque<Part>,
-    /// Sequence number of `parts[0]`.
-    first_seq: u64,
+    /// Replies that wait for an earlier one from another worker.
+    order: ReplyOrder,
     /// Forwarded reads (`Kind::Read`, `Kind::GetKey`) not answered yet.
     remote_reads: usize,
     gather: Option<Box<Gather>>,
@@ -182,8 +169,7 @@ impl Connection {
             generation,
             input: Vec::new(),
             output: Vec::new(),
-            parts: VecDeque::new(),
-            first_seq: 0,
+            order: ReplyOrder::default(),
             remote_reads: 0,
             gather: None,
             blocked: false,
@@ -207,65 +193,39 @@ impl Connection {
 
     /// Bytes its buffers hold (their capacities), for the budget.
     fn buffer_bytes(&self) -> usize {
-        let parts: usize = self.parts.iter().map(|part| part.bytes.capacity()).sum();
+        let parts = self.order.buffer_bytes();
         self.input.capacity().max(self.granted) + self.output.capacity() + self.marks.capacity() * 8 + parts
     }
 
-    /// Sequence number the next part gets.
-    fn next_seq(&self) -> u64 {
-        self.first_seq + self.parts.len() as u64
-    }
-
-    /// Where a reply produced now goes: straight to the output when nothing is waiting ahead
-    /// of it, otherwise into the last part (if complete) or a new one.
+    /// Where a reply produced now goes (see `ReplyOrder::local_out`).
+    #[inline]
     fn local_out(&mut self, pool: &mut Vec<Vec<u8>>) -> &mut Vec<u8> {
-        if self.parts.is_empty() {
-            return &mut self.output;
-        }
-        if self.parts.back().is_some_and(|part| part.waiting > 0 || part.mark) {
-            self.parts.push_back(Part { bytes: pool.pop().unwrap_or_default(), waiting: 0, mark: false });
-        }
-        &mut self.parts.back_mut().expect("a part was just ensured").bytes
+        self.order.local_out(&mut self.output, pool)
     }
 
     /// Moves completed replies at the front of the order to the output.
     fn drain_parts(&mut self, pool: &mut Vec<Vec<u8>>) {
-        while self.parts.front().is_some_and(|part| part.waiting == 0) {
-            let mut part = self.parts.pop_front().expect("front exists");
-            self.first_seq += 1;
-            if part.mark {
-                self.marks.push(self.output.len());
-            }
-            self.output.extend_from_slice(&part.bytes);
-            if pool.len() < POOL_BUFFERS && part.bytes.capacity() <= POOL_BUFFER_BYTES {
-                part.bytes.clear();
-                pool.push(part.bytes);
-            }
-        }
+        self.order.drain(&mut self.output, &mut self.marks, pool);
     }
 
     /// Ends one UDP message here (after every reply given so far).
     fn mark(&mut self) {
-        if self.parts.is_empty() {
-            self.marks.push(self.output.len());
-        } else {
-            self.parts.push_back(Part { bytes: Vec::new(), waiting: 0, mark: true });
-        }
+        self.order.mark(self.output.len(), &mut self.marks);
     }
 
     /// Reply bytes waiting to be written: the output and the parts behind a forwarded reply.
     fn pending_bytes(&self) -> usize {
-        self.output.len() + self.parts.iter().map(|part| part.bytes.len()).sum::<usize>()
+        self.output.len() + self.order.pending_bytes()
     }
 
     /// Whether replies waiting to be written have reached the limit.
     fn over_output_limit(&self) -> bool {
-        self.output.len() > self.output_limit || (!self.parts.is_empty() && self.pending_bytes() > self.output_limit)
+        self.output.len() > self.output_limit || (!self.order.is_empty() && self.pending_bytes() > self.output_limit)
     }
 
     /// Whether everything it was asked has been answered into `output`.
     fn settled(&self) -> bool {
-        self.parts.is_empty()
+        self.order.is_empty()
     }
 }
 

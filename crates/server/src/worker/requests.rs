@@ -45,7 +45,7 @@ pub(super) fn after_batch(
 /// Stops for the output limit: behind a forwarded reply the wait ends when it arrives
 /// (blocked); otherwise when the socket takes the output (true: stopped early).
 pub(super) fn stop_for_output(connection: &mut Connection) -> bool {
-    if connection.parts.is_empty() {
+    if connection.order.is_empty() {
         true
     } else {
         connection.blocked = true;
@@ -197,7 +197,7 @@ pub(super) fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, 
         let _ = core.partition.delete(key, 0);
         return true;
     }
-    if connection.parts.len() >= MAX_PARTS {
+    if connection.order.len() >= MAX_PARTS {
         return false;
     }
     forward_part(connection, slot, core, owner, Kind::Unlink, hash.0, key)

@@ -6,7 +6,7 @@ use super::*;
 
 /// Makes the connection a watcher of `streams` with memcached's replies; false if refused.
 pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams: u8) -> bool {
-    if !connection.parts.is_empty() {
+    if !connection.order.is_empty() {
         // Replies still due from other workers would end up behind the log lines.
         connection
             .local_out(&mut core.pool)
@@ -83,7 +83,7 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
             }
             continue;
         }
-        if connection.parts.len() >= MAX_PARTS {
+        if connection.order.len() >= MAX_PARTS {
             connection.blocked = true;
             return Some(Turn::Wait);
         }
@@ -154,10 +154,7 @@ impl Worker {
         for (slot, seq) in std::mem::take(&mut self.core.conns_due) {
             let lines = self.conns_lines(Some(slot));
             let Some(connection) = self.connections[slot].as_mut() else { continue };
-            let Some(part) = seq.checked_sub(connection.first_seq).and_then(|i| connection.parts.get_mut(i as usize))
-            else {
-                continue;
-            };
+            let Some(part) = connection.order.part_mut(seq) else { continue };
             part.bytes.extend_from_slice(&lines);
             part.waiting -= 1;
             if part.waiting == 0 {

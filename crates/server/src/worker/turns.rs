@@ -304,7 +304,7 @@ fn prefetch_batch(core: &Core, routes: &[(Route, Option<KeyHash>)]) {
 fn begin_stream(connection: &mut Connection, core: &mut Core, after: After) -> Option<bool> {
     match after {
         After::Dump(kind) => {
-            if kind == crate::dump::DumpKind::Metadump && !connection.parts.is_empty() {
+            if kind == crate::dump::DumpKind::Metadump && !connection.order.is_empty() {
                 // Replies still due from other workers: memcached's refusal (the admin
                 // command saw only this worker's unwritten replies).
                 connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
