@@ -33,54 +33,88 @@ pub struct Topology {
     pub forwarded_requests: u64,
 }
 
+/// Why a server's topology could not be learned.
+#[derive(Debug)]
+pub enum TopologyError {
+    /// Connecting, writing or reading failed.
+    Io { server: SocketAddr, error: std::io::Error },
+    /// No complete reply within the timeout (or a reply too long to be one).
+    NoAnswer { server: SocketAddr },
+    /// The server closed the connection before replying.
+    Closed { server: SocketAddr },
+    /// The reply has no `partitions`: not a tierkv server.
+    NotTierkv { server: SocketAddr },
+    /// The server partitions keys with another hash than `PARTITION_HASH`.
+    OtherHash { server: SocketAddr, hash: String },
+    /// A stat is missing, not a number or out of range.
+    BadStat { server: SocketAddr, name: &'static str, value: String },
+}
+
+impl std::fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TopologyError::Io { server, error } => write!(f, "{server}: {error}"),
+            TopologyError::NoAnswer { server } => write!(f, "{server} did not answer stats tierkv"),
+            TopologyError::Closed { server } => write!(f, "{server} closed the connection"),
+            TopologyError::NotTierkv { server } => write!(f, "{server} is not a tierkv server (no stats tierkv)"),
+            TopologyError::OtherHash { server, hash } => {
+                write!(f, "{server} partitions keys with {hash:?}, not {PARTITION_HASH}")
+            }
+            TopologyError::BadStat { server, name, value } => write!(f, "{server}: bad stat {name} {value:?}"),
+        }
+    }
+}
+
+impl std::error::Error for TopologyError {}
+
 impl Topology {
     /// Asks `server` with `stats tierkv`.
-    pub fn fetch(server: SocketAddr, timeout: Duration) -> Result<Topology, String> {
-        let mut stream =
-            TcpStream::connect_timeout(&server, timeout).map_err(|e| format!("cannot connect to {server}: {e}"))?;
-        stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        stream.write_all(b"stats tierkv\r\n").map_err(|e| format!("{server}: {e}"))?;
+    pub fn fetch(server: SocketAddr, timeout: Duration) -> Result<Topology, TopologyError> {
+        let io = |error| TopologyError::Io { server, error };
+        let mut stream = TcpStream::connect_timeout(&server, timeout).map_err(io)?;
+        stream.set_read_timeout(Some(timeout)).map_err(io)?;
+        stream.write_all(b"stats tierkv\r\n").map_err(io)?;
         let deadline = Instant::now() + timeout;
         let mut reply = Vec::new();
         let mut chunk = [0u8; 4096];
         while !(reply.ends_with(b"END\r\n") || reply.ends_with(b"ERROR\r\n")) {
             if Instant::now() > deadline || reply.len() > 64 << 10 {
-                return Err(format!("{server} did not answer stats tierkv"));
+                return Err(TopologyError::NoAnswer { server });
             }
             match stream.read(&mut chunk) {
-                Ok(0) => return Err(format!("{server} closed the connection")),
+                Ok(0) => return Err(TopologyError::Closed { server }),
                 Ok(n) => reply.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(format!("{server}: {e}")),
+                Err(error) => return Err(io(error)),
             }
         }
         Topology::parse(server, &String::from_utf8_lossy(&reply))
     }
 
     /// Reads the reply to `stats tierkv`.
-    pub fn parse(server: SocketAddr, reply: &str) -> Result<Topology, String> {
+    pub fn parse(server: SocketAddr, reply: &str) -> Result<Topology, TopologyError> {
         let stat = |name: &str| {
             reply.lines().find_map(|line| line.strip_prefix("STAT ")?.strip_prefix(name)?.strip_prefix(' '))
         };
-        let Some(partitions) = stat("partitions") else {
-            return Err(format!("{server} is not a tierkv server (no stats tierkv)"));
-        };
+        let Some(partitions) = stat("partitions") else { return Err(TopologyError::NotTierkv { server }) };
         let hash = stat("hash").unwrap_or_default();
         if hash != PARTITION_HASH {
-            return Err(format!("{server} partitions keys with {hash:?}, not {PARTITION_HASH}"));
+            return Err(TopologyError::OtherHash { server, hash: hash.to_string() });
         }
-        let number = |name: &str, text: Option<&str>| {
-            text.and_then(|t| t.parse::<u64>().ok()).ok_or_else(|| format!("{server}: bad stat {name}"))
+        let bad = |name: &'static str, value: &str| TopologyError::BadStat { server, name, value: value.to_string() };
+        let number = |name: &'static str, text: Option<&str>| {
+            let text = text.unwrap_or_default();
+            text.parse::<u64>().map_err(|_| bad(name, text))
         };
         let partitions = number("partitions", Some(partitions))? as usize;
         if !(1..=1 << 16).contains(&partitions) {
-            return Err(format!("{server}: {partitions} partitions"));
+            return Err(bad("partitions", &partitions.to_string()));
         }
         let base = number("direct_port_base", stat("direct_port_base"))?;
         let forwarded_requests = number("forwarded_requests", stat("forwarded_requests"))?;
         let direct_port_base = match base {
             0 => None,
             base if base + partitions as u64 - 1 <= u64::from(u16::MAX) => Some(base as u16),
-            _ => return Err(format!("{server}: direct ports from {base} do not fit")),
+            _ => return Err(bad("direct_port_base", &base.to_string())),
         };
         Ok(Topology { server, partitions, direct_port_base, forwarded_requests })
     }
@@ -126,7 +160,11 @@ mod tests {
         assert_eq!(topology.address_of(1), "127.0.0.1:7001".parse().unwrap());
         let off = Topology::parse(server, &reply.replace("7000", "0")).unwrap();
         assert_eq!(off.address_of(1), server);
-        assert!(Topology::parse(server, &reply.replace("mica", "other")).unwrap_err().contains("other"));
-        assert!(Topology::parse(server, "ERROR\r\n").unwrap_err().contains("not a tierkv server"));
+        let other = Topology::parse(server, &reply.replace("mica", "other")).unwrap_err();
+        assert!(matches!(&other, TopologyError::OtherHash { hash, .. } if hash.ends_with("other")), "{other}");
+        let none = Topology::parse(server, "ERROR\r\n").unwrap_err();
+        assert!(matches!(none, TopologyError::NotTierkv { .. }) && none.to_string().contains("not a tierkv server"));
+        let ports = Topology::parse(server, &reply.replace("7000", "65535")).unwrap_err();
+        assert!(matches!(ports, TopologyError::BadStat { name: "direct_port_base", .. }), "{ports}");
     }
 }

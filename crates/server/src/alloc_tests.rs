@@ -6,7 +6,6 @@ use crate::after::After;
 use crate::config::Config;
 use crate::execute::execute;
 use crate::stats::State;
-use clap::Parser;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use tierkv_engine::{AnyPartition as Partition, Mode, PartitionConfig};
@@ -74,7 +73,7 @@ fn get_and_set_paths_do_not_allocate() {
 }
 
 fn serving_does_not_allocate(mode: Mode) {
-    let settings = Config::parse_from(["tierkv", "-m", "64"]).settings().unwrap();
+    let settings = crate::config::load(["tierkv", "-m", "64"]).and_then(Config::settings).unwrap();
     let mut partition = Partition::new(mode, &PartitionConfig::new(64 << 20)).unwrap();
     let mut state = State::new(&settings, 0);
     let mut input = Vec::new();

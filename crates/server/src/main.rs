@@ -16,6 +16,7 @@ mod config;
 mod conns;
 mod detail;
 mod dump;
+mod error;
 mod execute;
 mod forward;
 mod limits;
@@ -27,17 +28,16 @@ mod udp;
 mod watch;
 mod worker;
 
-use clap::Parser;
-
 /// What `version` and `stats` report: memcached's version, then tierkv's.
 pub const VERSION: &str = concat!("1.6.18-tierkv-", env!("CARGO_PKG_VERSION"));
 
 fn main() {
-    let config = config::Config::parse();
-    let settings = match config.settings() {
+    let settings = match config::load(std::env::args_os()).and_then(config::Config::settings) {
         Ok(settings) => settings,
-        Err(message) => {
-            eprintln!("tierkv: {message}");
+        // clap prints usage errors, help and the version itself, with its own exit code.
+        Err(config::ConfigError::Usage(error)) => error.exit(),
+        Err(error) => {
+            eprintln!("tierkv: {error}");
             std::process::exit(64);
         }
     };

@@ -11,7 +11,7 @@ extern "C" fn request_stop(_signal: libc::c_int) {
 }
 
 /// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write.
-pub fn install_signal_handlers() -> Result<(), String> {
+pub fn install_signal_handlers() -> std::io::Result<()> {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
         // sigaction struct is zero-initialised plain data with the handler and an empty mask.
@@ -22,7 +22,7 @@ pub fn install_signal_handlers() -> Result<(), String> {
             libc::sigaction(signal, &action, std::ptr::null_mut()) == 0
         };
         if !installed {
-            return Err(format!("cannot install the handler for signal {signal}"));
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())

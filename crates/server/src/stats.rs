@@ -507,6 +507,14 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("evictions", &total.evictions);
 }
 
+fn yes_no(on: bool) -> &'static str {
+    if on {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
 fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
     let s = &state.settings;
     put("maxbytes", &state.memory_limit.load(Ordering::Relaxed));
@@ -517,6 +525,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("verbosity", &state.verbosity.load(Ordering::Relaxed));
     put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
     put("domain_socket", &"NULL");
+    put("shutdown_command", &yes_no(s.admin.shutdown));
     put("num_threads", &s.threads);
     put("detail_enabled", &if state.detail.enabled() { "yes" } else { "no" });
     put("cas_enabled", &"yes");
@@ -526,7 +535,8 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("auth_enabled_ascii", &"no");
     put("item_size_max", &partition.max_item_bytes());
     put("maxconns_fast", &"yes");
-    put("flush_enabled", &"yes");
+    put("flush_enabled", &yes_no(s.admin.flush));
+    put("dump_enabled", &yes_no(s.admin.dump));
     put("hash_algorithm", &"xxh3");
     put("idle_timeout", &state.settings.idle_timeout);
     put("ssl_enabled", &"no");

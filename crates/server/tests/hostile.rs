@@ -33,7 +33,8 @@ fn clients_that_never_read_stay_within_the_budget_and_get_every_reply_later() {
     let port = server.1;
     let value = vec![b'v'; 1000];
     let set = [b"set k 0 0 1000\r\n".as_slice(), &value, b"\r\n"].concat();
-    assert!(exchange_to_sentinel(port, &set).starts_with(b"STORED\r\n"));
+    let stored = exchange_to_sentinel(port, &set);
+    assert!(stored.starts_with(b"STORED\r\n"), "{:?}", String::from_utf8_lossy(&stored));
     let idle = resident_bytes(server.0.id());
     // 100 connections each ask for 2000 copies of a 1000-byte value (2 MB of replies each,
     // more than the sockets hold) and do not read.

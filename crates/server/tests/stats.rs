@@ -113,6 +113,13 @@ fn settings_follow_flags_and_verbosity() {
     assert_eq!(settings["tcpport"], server.1.to_string());
     assert_eq!(settings["verbosity"], "2");
     assert_eq!(settings["item_size_max"], (1u64 << 20).to_string());
+    let switches = ["shutdown_command", "flush_enabled", "dump_enabled"].map(|name| settings[name].clone());
+    assert_eq!(switches, ["no", "yes", "yes"]);
+    // memcached's -A, -F and -X show in its settings; so do tierkv's.
+    let server = tierkv_with(&["-A", "-F", "-X"]);
+    let settings = parse(&exchange(server.1, b"stats settings\r\n"));
+    let switches = ["shutdown_command", "flush_enabled", "dump_enabled"].map(|name| settings[name].clone());
+    assert_eq!(switches, ["yes", "no", "no"]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 use super::{Connection, Worker};
 use crate::config::Settings;
+use crate::error::ServeError;
 use crate::sys;
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
@@ -22,19 +23,13 @@ pub(crate) fn descriptors_needed(settings: &Settings) -> u64 {
 
 /// Raises the soft open-files limit to what `-c` needs, or refuses to start (as memcached
 /// does) when the hard limit does not allow it.
-pub(crate) fn raise_open_files(settings: &Settings) -> Result<(), String> {
+pub(crate) fn raise_open_files(settings: &Settings) -> Result<(), ServeError> {
     let needed = descriptors_needed(settings);
-    let (soft, hard) = sys::open_files_limit().map_err(|e| format!("cannot read the open files limit: {e}"))?;
+    let (soft, hard) = sys::open_files_limit().map_err(ServeError::OpenFilesUnknown)?;
     if soft >= needed {
         return Ok(());
     }
-    let refused = |limit: u64| {
-        format!(
-            "-c/--conn-limit {}: needs {needed} open files but the limit is {limit} (ulimit -n); \
-             raise it or ask for fewer connections",
-            settings.conn_limit
-        )
-    };
+    let refused = |limit: u64| ServeError::OpenFiles { conn_limit: settings.conn_limit, needed, limit };
     if hard < needed {
         return Err(refused(hard));
     }

@@ -9,8 +9,8 @@ use super::*;
 use tierkv_engine::Engine;
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
-pub fn serve(settings: &Settings) -> Result<(), String> {
-    install_signal_handlers()?;
+pub fn serve(settings: &Settings) -> Result<(), ServeError> {
+    install_signal_handlers().map_err(ServeError::system("install the SIGINT/SIGTERM handlers"))?;
     admission::raise_open_files(settings)?;
     let workers = settings.threads;
     let address = settings.address;
@@ -18,8 +18,8 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
     let mut polls = Vec::with_capacity(workers);
     let mut peers = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let poll = Poll::new().map_err(|e| e.to_string())?;
-        let waker = Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?;
+        let poll = Poll::new().map_err(ServeError::system("create a poll instance"))?;
+        let waker = Waker::new(poll.registry(), WAKER).map_err(ServeError::system("create a waker"))?;
         peers.push(Peer { sleeping: AtomicBool::new(false), waker });
         polls.push(poll);
     }
@@ -39,21 +39,17 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
             Some(base) => {
                 let port = base + id as u16;
                 let at = SocketAddr::new(address.ip(), port);
-                let listener =
-                    TcpListener::bind(at).map_err(|e| format!("--direct-ports: cannot listen on {at}: {e}"))?;
-                Some(listener)
+                Some(TcpListener::bind(at).map_err(ServeError::socket("--direct-ports", at))?)
             }
             None => None,
         };
         let mut udp = [None, None];
         if let Some(port) = settings.udp_port {
             let at = SocketAddr::new(address.ip(), port);
-            udp[0] = Some(crate::udp::bind(at, true).map_err(|e| format!("-U/--udp-port: cannot bind {at}: {e}"))?);
+            udp[0] = Some(crate::udp::bind(at, true).map_err(ServeError::socket("-U/--udp-port", at))?);
             if let Some(base) = settings.direct_ports {
                 let at = SocketAddr::new(address.ip(), base + id as u16);
-                udp[1] = Some(
-                    crate::udp::bind(at, false).map_err(|e| format!("--direct-ports: cannot bind UDP {at}: {e}"))?,
-                );
+                udp[1] = Some(crate::udp::bind(at, false).map_err(ServeError::socket("--direct-ports (UDP)", at))?);
             }
         }
         let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
@@ -79,7 +75,7 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
                     STOP.store(true, Ordering::Relaxed);
                     result
                 })
-                .map_err(|e| format!("cannot start a worker thread: {e}"))
+                .map_err(ServeError::system("start a worker thread"))
         })
         .collect::<Result<_, _>>()?;
     let mut result = Ok(());
@@ -87,7 +83,7 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
         match thread.join() {
             Ok(Ok(())) => {}
             Ok(Err(message)) => result = Err(message),
-            Err(_) => result = Err("a worker thread panicked".to_string()),
+            Err(_) => result = Err(ServeError::WorkerPanicked),
         }
     }
     if settings.verbose > 0 {
@@ -99,8 +95,8 @@ pub fn serve(settings: &Settings) -> Result<(), String> {
 /// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
 /// connections over the workers. A first plain bind checks that nobody else serves the port
 /// (SO_REUSEPORT would otherwise let a second server share it silently).
-pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, String> {
-    let fail = |e: io::Error| format!("cannot listen on {address}: {e}");
+pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, ServeError> {
+    let fail = ServeError::socket("-p/--port", address);
     // The probe binds without listening: a client that connected to a listening probe would
     // think the server up, then be refused in the moment before the real sockets listen.
     let probe =
@@ -124,7 +120,7 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpLi
         .collect()
 }
 
-pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), String> {
+pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
     let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
     register_sockets(&poll, &mut main, direct.as_mut(), &mut udp)?;
     if let Some(cpu) = cpu {
@@ -148,7 +144,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         match polled {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(ServeError::System { what: "poll for events", error: e }),
         }
         worker.core.partition.set_clock(unix_now());
         // After every receive: a request forwarded after `stats detail on` sees it on.
@@ -237,7 +233,7 @@ impl Worker {
         shared: Arc<Shared>,
         links: Links,
         udp: [Option<mio::net::UdpSocket>; 2],
-    ) -> Result<Worker, String> {
+    ) -> Result<Worker, ServeError> {
         let workers = settings.threads;
         let config = PartitionConfig {
             memory_bytes: settings.memory_bytes / workers,
@@ -246,7 +242,7 @@ impl Worker {
             max_item_bytes: settings.max_item_bytes,
             expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
         };
-        let partition = Partition::new(settings.mode, &config).map_err(|e| format!("-m/--memory-limit: {e}"))?;
+        let partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         Ok(Worker {
             core: Core {
@@ -293,15 +289,16 @@ fn register_sockets(
     main: &mut TcpListener,
     direct: Option<&mut TcpListener>,
     udp: &mut [Option<mio::net::UdpSocket>; 2],
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let registry = poll.registry();
-    registry.register(main, MAIN_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+    let fail = ServeError::system("register a socket for events");
+    registry.register(main, MAIN_LISTENER, Interest::READABLE).map_err(fail)?;
     if let Some(direct) = direct {
-        registry.register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+        registry.register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(fail)?;
     }
     for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
         if let Some(socket) = socket.as_mut() {
-            registry.register(socket, token, Interest::READABLE).map_err(|e| e.to_string())?;
+            registry.register(socket, token, Interest::READABLE).map_err(fail)?;
         }
     }
     Ok(())

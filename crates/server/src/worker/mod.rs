@@ -14,6 +14,7 @@
 
 use crate::after::After;
 use crate::config::Settings;
+use crate::error::ServeError;
 use crate::execute::{execute, get_value, stats_reply};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::MAX_PENDING_OUTPUT_BYTES;

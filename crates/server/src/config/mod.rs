@@ -1,0 +1,375 @@
+//! Start-up settings, defined once: the `Config` struct below is the command line (memcached
+//! 1.6's flags, short and long, plus tierkv's own), and through `file.rs` the TOML file too
+//! (its keys are the long flag names; a flag under a help heading may also be written in that
+//! heading's section, e.g. `[udp] port` for `--udp-port`). The command line overrides the
+//! file, the file overrides the defaults, and `settings` checks every value into `Settings`
+//! (from which `stats settings` reports). Every bad value stops start-up with an error that
+//! names its flag.
+
+mod file;
+#[cfg(test)]
+mod tests;
+
+use clap::Parser;
+use std::fmt;
+use std::path::PathBuf;
+
+pub use file::load;
+
+/// tierkv: a memcached-compatible cache server.
+#[derive(Parser, Debug, Default)]
+#[command(name = "tierkv", version, about = "A memcached-compatible cache server (MICA-style engine)")]
+pub struct Config {
+    /// TCP port to listen on [default: 11211].
+    #[arg(short = 'p', long = "port")]
+    pub port: Option<u16>,
+    /// Interface to listen on [default: 127.0.0.1].
+    #[arg(short = 'l', long = "listen")]
+    pub listen: Option<String>,
+    /// Worker threads, each pinned to a CPU and owning one partition of the keys [default: one
+    /// per CPU the process may run on].
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Worker i also listens on BASE + i, so a partition-aware client can send each key straight
+    /// to its owner (MICA's request direction) [default: off].
+    #[arg(long = "direct-ports", value_name = "BASE")]
+    pub direct_ports: Option<u16>,
+    /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
+    /// evict; refuse writes when memory is full) [default: cache].
+    #[arg(long = "mode", value_name = "cache|store", help_heading = "Memory")]
+    pub mode: Option<String>,
+    /// memcached's -M: return an error when memory is exhausted instead of evicting (the same
+    /// as --mode store).
+    #[arg(short = 'M', long = "disable-evictions", help_heading = "Memory")]
+    pub disable_evictions: bool,
+    /// Item memory in megabytes [default: 1024].
+    #[arg(short = 'm', long = "memory-limit", help_heading = "Memory")]
+    pub memory_limit: Option<usize>,
+    /// The most item memory `cache_memlimit` may grow to, in megabytes: the index is sized and
+    /// address space reserved for it (memory is used only as the log grows) [default: -m].
+    #[arg(long = "memory-max", value_name = "MB", help_heading = "Memory")]
+    pub memory_max: Option<usize>,
+    /// Most simultaneous connections [default: 1024].
+    #[arg(short = 'c', long = "conn-limit", help_heading = "Connections")]
+    pub conn_limit: Option<usize>,
+    /// Memory for all connections' buffers (requests read, replies not yet sent), in
+    /// megabytes; past it, connections with replies waiting stop being read [default: 4 + -m/64].
+    #[arg(long = "conn-memory", value_name = "MB", help_heading = "Connections")]
+    pub conn_memory: Option<usize>,
+    /// Close connections idle this many seconds; 0 = never [default: 0].
+    #[arg(long = "idle-timeout", value_name = "SECONDS", help_heading = "Connections")]
+    pub idle_timeout: Option<u32>,
+    /// memcached's extended options, comma separated: `idle_timeout=SECONDS` is
+    /// --idle-timeout; tierkv knows no other.
+    #[arg(short = 'o', long = "extended", value_name = "OPTIONS")]
+    pub extended: Vec<String>,
+    /// Largest item: bytes, or a number with k or m (memcached's -I) [default: 1m].
+    #[arg(short = 'I', long = "max-item-size", help_heading = "Memory")]
+    pub max_item_size: Option<String>,
+    /// Verbose logging to stderr (repeat for more).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// UDP port (memcached's UDP protocol); 0 turns UDP off [default: 0].
+    #[arg(short = 'U', long = "udp-port", help_heading = "UDP")]
+    pub udp_port: Option<u16>,
+    /// Write the process id to this file (removed again on a clean stop).
+    #[arg(short = 'P', long = "pidfile")]
+    pub pidfile: Option<PathBuf>,
+    /// Accepted for memcached.conf compatibility; tierkv does not change its user.
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// Accepted for memcached.conf compatibility; tierkv stays in the foreground.
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// memcached's -A: allow the `shutdown` command.
+    #[arg(short = 'A', long = "enable-shutdown", help_heading = "Admin commands")]
+    pub enable_shutdown: bool,
+    /// memcached's -X: refuse `stats cachedump` and `lru_crawler metadump`.
+    #[arg(short = 'X', long = "disable-dumping", help_heading = "Admin commands")]
+    pub disable_dumping: bool,
+    /// memcached's -W: refuse `watch`.
+    #[arg(short = 'W', long = "disable-watch", help_heading = "Admin commands")]
+    pub disable_watch: bool,
+    /// memcached's -F: refuse `flush_all`.
+    #[arg(short = 'F', long = "disable-flush-all", help_heading = "Admin commands")]
+    pub disable_flush_all: bool,
+    /// memcached's -D: the character that ends a key's prefix for `stats detail` [default: :].
+    #[arg(short = 'D', long = "prefix-delimiter", help_heading = "Admin commands")]
+    pub prefix_delimiter: Option<String>,
+    /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
+    /// under a heading, its name in that heading's section: `[udp] port`).
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+}
+
+/// memcached's `-o` options tierkv knows: `idle_timeout=N` (the flag it stands for).
+fn extended_options(options: &[String]) -> Result<Option<u32>, ConfigError> {
+    let mut idle_timeout = None;
+    for option in options.iter().flat_map(|options| options.split(',')).filter(|option| !option.is_empty()) {
+        match option.split_once('=') {
+            Some(("idle_timeout", seconds)) => {
+                let seconds = seconds.parse().map_err(|_| {
+                    ConfigError::flag("-o idle_timeout", format!("{seconds:?} must be a number of seconds"))
+                })?;
+                idle_timeout = Some(seconds);
+            }
+            _ => {
+                let message = "unknown option (tierkv knows idle_timeout=SECONDS)".to_string();
+                return Err(ConfigError::flag(format!("-o {option:?}"), message));
+            }
+        }
+    }
+    Ok(idle_timeout)
+}
+
+/// Why start-up stopped: a flag (or file key) with a bad value, the file itself, or the
+/// command line's syntax (clap's own message and exit code, help and version included).
+#[derive(Debug)]
+pub enum ConfigError {
+    /// `flag` (as the user would write it) has a bad value.
+    Flag {
+        flag: String,
+        message: String,
+    },
+    /// The `--config` file cannot be read or holds a key no flag has.
+    File {
+        path: PathBuf,
+        message: String,
+    },
+    Usage(clap::Error),
+}
+
+impl ConfigError {
+    fn flag(flag: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Flag { flag: flag.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Flag { flag, message } => write!(f, "{flag} {message}"),
+            ConfigError::File { path, message } => write!(f, "--config {}: {message}", path.display()),
+            ConfigError::Usage(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub address: std::net::SocketAddr,
+    /// Worker threads = partitions.
+    pub threads: usize,
+    /// Worker i also listens on this port + i (TCP, and UDP when UDP is on).
+    pub direct_ports: Option<u16>,
+    /// memcached's UDP protocol on this port (None: off).
+    pub udp_port: Option<u16>,
+    /// Cache (evicting) or store (refusing writes when full).
+    pub mode: tierkv_engine::Mode,
+    /// The whole item memory (`-m`) at start; each partition gets an equal share.
+    /// `cache_memlimit` changes it later (`State::memory_limit`).
+    pub memory_bytes: usize,
+    /// The most `cache_memlimit` may set (`--memory-max`).
+    pub memory_max_bytes: usize,
+    pub conn_limit: usize,
+    /// Bytes all connections' buffers may hold before connections with replies waiting stop
+    /// being read (`--conn-memory`).
+    pub conn_memory_bytes: usize,
+    /// Close connections idle this many seconds (0: never; memcached's `-o idle_timeout`).
+    pub idle_timeout: u32,
+    pub max_item_bytes: usize,
+    pub verbose: u8,
+    pub pidfile: Option<PathBuf>,
+    /// Flags accepted but without effect, with why; logged at start-up.
+    pub notes: Vec<String>,
+    /// Which administrative commands are allowed (memcached's -A, -X, -W, -F, -D).
+    pub admin: AdminSettings,
+}
+
+/// memcached's switches for its administrative commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminSettings {
+    /// `shutdown` is allowed (-A).
+    pub shutdown: bool,
+    /// `stats cachedump` and `lru_crawler metadump` are allowed (not -X).
+    pub dump: bool,
+    /// `watch` is allowed (not -W).
+    pub watch: bool,
+    /// `flush_all` is allowed (not -F).
+    pub flush: bool,
+    /// What ends a key's prefix for `stats detail` (-D).
+    pub prefix_delimiter: u8,
+}
+
+impl Default for AdminSettings {
+    fn default() -> AdminSettings {
+        AdminSettings { shutdown: false, dump: true, watch: true, flush: true, prefix_delimiter: b':' }
+    }
+}
+
+/// The most workers (and partitions) a server runs.
+pub const MAX_THREADS: usize = 256;
+
+/// CPUs this process may run on (its affinity mask), at least 1.
+pub fn allowed_cpus() -> usize {
+    cpu_list().len().max(1)
+}
+
+/// The CPUs this process may run on, in order.
+pub fn cpu_list() -> Vec<usize> {
+    crate::sys::allowed_cpus()
+}
+
+/// memcached's -I forms: bytes, or a number with k or m.
+pub fn parse_size(text: &str) -> Option<usize> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, multiplier) = match lower.strip_suffix('k') {
+        Some(d) => (d, 1024),
+        None => match lower.strip_suffix('m') {
+            Some(d) => (d, 1024 * 1024),
+            None => (lower.as_str(), 1),
+        },
+    };
+    digits.parse::<usize>().ok()?.checked_mul(multiplier)
+}
+
+impl Config {
+    /// Checks every flag (the file's values already in, see `load`); the error names the bad
+    /// one.
+    pub fn settings(self) -> Result<Settings, ConfigError> {
+        let threads = self.threads.unwrap_or_else(allowed_cpus);
+        if threads == 0 || threads > MAX_THREADS {
+            return Err(ConfigError::flag("-t/--threads", format!("{threads} must be 1 to {MAX_THREADS}")));
+        }
+        let address = self.address()?;
+        let (memory_bytes, memory_max_bytes, max_item_bytes) = self.memory(threads)?;
+        let conn_limit = self.conn_limit.unwrap_or(1024);
+        if conn_limit == 0 || conn_limit > 1 << 20 {
+            return Err(ConfigError::flag("-c/--conn-limit", format!("{conn_limit} must be 1 to 1048576")));
+        }
+        let conn_memory_mib = self.conn_memory.unwrap_or(4 + (memory_bytes >> 20) / 64);
+        if conn_memory_mib == 0 || conn_memory_mib > 1 << 20 {
+            return Err(ConfigError::flag(
+                "--conn-memory",
+                format!("{conn_memory_mib} must be 1 to 1048576 megabytes"),
+            ));
+        }
+        // memcached's -o idle_timeout stands for --idle-timeout (and wins over the file's).
+        let idle_timeout = extended_options(&self.extended)?.or(self.idle_timeout).unwrap_or(0);
+        self.check_direct_ports(threads, address.port())?;
+        Ok(Settings {
+            address,
+            threads,
+            direct_ports: self.direct_ports,
+            udp_port: self.udp_port.filter(|&port| port != 0),
+            mode: self.mode()?,
+            memory_bytes,
+            memory_max_bytes,
+            conn_limit,
+            conn_memory_bytes: conn_memory_mib << 20,
+            idle_timeout,
+            max_item_bytes,
+            verbose: self.verbose,
+            notes: self.notes(),
+            admin: self.admin()?,
+            pidfile: self.pidfile,
+        })
+    }
+
+    fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        let listen = self.listen.as_deref().unwrap_or("127.0.0.1");
+        let ip: std::net::IpAddr =
+            listen.parse().map_err(|_| ConfigError::flag("-l/--listen", format!("{listen:?} is not an IP address")))?;
+        Ok(std::net::SocketAddr::new(ip, self.port.unwrap_or(11211)))
+    }
+
+    /// Item memory, its maximum and the largest item, in bytes.
+    fn memory(&self, threads: usize) -> Result<(usize, usize, usize), ConfigError> {
+        let max_item_text = self.max_item_size.as_deref().unwrap_or("1m");
+        let max_item_bytes = parse_size(max_item_text)
+            .filter(|&n| (tierkv_engine::MIN_ITEM_BYTES..=tierkv_engine::MAX_ITEM_BYTES_CEILING).contains(&n))
+            .ok_or_else(|| {
+                ConfigError::flag("-I/--max-item-size", format!("{max_item_text:?} must be 512 bytes to 1024m"))
+            })?;
+        let memory_mib = self.memory_limit.unwrap_or(1024);
+        if memory_mib == 0 || memory_mib > 1 << 20 {
+            return Err(ConfigError::flag("-m/--memory-limit", format!("{memory_mib} must be 1 to 1048576 megabytes")));
+        }
+        let memory_max_mib = self.memory_max.unwrap_or(memory_mib);
+        if memory_max_mib < memory_mib || memory_max_mib > 1 << 20 {
+            let message = format!(
+                "{memory_max_mib} must be at least -m/--memory-limit ({memory_mib}) and at most 1048576 megabytes"
+            );
+            return Err(ConfigError::flag("--memory-max", message));
+        }
+        if max_item_bytes > memory_mib * (1 << 20) / threads / 2 {
+            let message = format!(
+                "cannot be more than half of -m/--memory-limit per worker ({} MiB each for -t {threads})",
+                memory_mib / threads
+            );
+            return Err(ConfigError::flag("-I/--max-item-size", message));
+        }
+        Ok((memory_mib << 20, memory_max_mib << 20, max_item_bytes))
+    }
+
+    /// Worker i's port (base + i) must exist and take no other port of the server.
+    fn check_direct_ports(&self, threads: usize, port: u16) -> Result<(), ConfigError> {
+        let Some(base) = self.direct_ports else { return Ok(()) };
+        let last = usize::from(base) + threads - 1;
+        let range = usize::from(base)..=last;
+        let refuse = |problem: String| {
+            Err(ConfigError::flag("--direct-ports", format!("{base}: ports {base}..={last} {problem}")))
+        };
+        if base == 0 || last > usize::from(u16::MAX) {
+            return refuse("must lie within 1..=65535".to_string());
+        }
+        if range.contains(&usize::from(port)) {
+            return refuse(format!("include -p/--port {port}"));
+        }
+        if let Some(udp) = self.udp_port.filter(|&udp| range.contains(&usize::from(udp))) {
+            return refuse(format!("include -U/--udp-port {udp}"));
+        }
+        Ok(())
+    }
+
+    fn mode(&self) -> Result<tierkv_engine::Mode, ConfigError> {
+        match (self.mode.as_deref(), self.disable_evictions) {
+            (None | Some("cache"), false) => Ok(tierkv_engine::Mode::Cache),
+            (None | Some("store"), _) => Ok(tierkv_engine::Mode::Store),
+            (Some("cache"), true) => {
+                Err(ConfigError::flag("--mode", "cache contradicts -M/--disable-evictions (which selects store mode)"))
+            }
+            (Some(other), _) => Err(ConfigError::flag("--mode", format!("{other:?} must be cache or store"))),
+        }
+    }
+
+    fn admin(&self) -> Result<AdminSettings, ConfigError> {
+        let prefix_delimiter = match self.prefix_delimiter.as_deref().map(str::as_bytes) {
+            None => b':',
+            Some(&[byte]) if byte.is_ascii_graphic() => byte,
+            Some(_) => return Err(ConfigError::flag("-D/--prefix-delimiter", "must be one printable character")),
+        };
+        Ok(AdminSettings {
+            shutdown: self.enable_shutdown,
+            dump: !self.disable_dumping,
+            watch: !self.disable_watch,
+            flush: !self.disable_flush_all,
+            prefix_delimiter,
+        })
+    }
+
+    /// Flags accepted without effect, with why.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(user) = &self.user {
+            notes.push(format!("-u/--user {user}: ignored; tierkv runs as the user that starts it"));
+        }
+        if self.daemon {
+            notes.push("-d/--daemon: ignored; tierkv stays in the foreground (use a service manager)".to_string());
+        }
+        notes
+    }
+}

@@ -1,0 +1,156 @@
+//! The command line, the TOML file (flat and in sections) and the checks, as a user meets
+//! them.
+
+use super::*;
+fn parse(args: &[&str]) -> Result<Config, ConfigError> {
+    load(std::iter::once("tierkv").chain(args.iter().copied()))
+}
+
+/// The settings, or the error as the user sees it.
+fn settings_of(args: &[&str]) -> Result<Settings, String> {
+    parse(args).and_then(Config::settings).map_err(|error| error.to_string())
+}
+
+#[test]
+fn sizes_in_memcached_forms() {
+    assert_eq!(parse_size("1m"), Some(1 << 20));
+    assert_eq!(parse_size("512k"), Some(512 << 10));
+    assert_eq!(parse_size("2048"), Some(2048));
+    assert_eq!(parse_size("1M"), Some(1 << 20));
+    assert_eq!(parse_size("x"), None);
+}
+
+#[test]
+fn defaults_are_embedded() {
+    let settings = parse(&[]).unwrap().settings().unwrap();
+    assert_eq!(settings.address, "127.0.0.1:11211".parse().unwrap());
+    assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (1 << 30, 1024, 1 << 20));
+}
+
+#[test]
+fn long_names_work_like_short_ones() {
+    let settings = parse(&["--port", "1234", "--memory-limit", "64", "--conn-limit", "10", "--max-item-size", "512k"])
+        .unwrap()
+        .settings()
+        .unwrap();
+    assert_eq!(settings.address.port(), 1234);
+    assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 10, 512 << 10));
+}
+
+#[test]
+fn bad_flags_are_named() {
+    assert!(parse(&["-p", "x"]).is_err());
+    assert!(parse(&["--bogus"]).is_err());
+    let named = |args: &[&str], flag: &str| {
+        let error = settings_of(args).unwrap_err();
+        assert!(error.contains(flag), "{error}");
+    };
+    named(&["-I", "5g"], "-I/--max-item-size");
+    named(&["-l", "nowhere"], "-l/--listen");
+    named(&["-m", "0"], "-m/--memory-limit");
+    named(&["-m", "64", "--memory-max", "32"], "--memory-max");
+    named(&["--conn-memory", "0"], "--conn-memory");
+    named(&["-o", "idle_timeout=x"], "-o idle_timeout");
+    named(&["-o", "hashpower=20"], "-o \"hashpower=20\"");
+    named(&["-c", "0"], "-c/--conn-limit");
+    named(&["-t", "0"], "-t/--threads");
+    named(&["-t", "100000"], "-t/--threads");
+    named(&["-t", "2", "--direct-ports", "65535"], "--direct-ports");
+    named(&["-t", "2", "-p", "7001", "--direct-ports", "7000"], "--direct-ports");
+    named(&["-t", "4", "-m", "2", "-I", "1m"], "-I/--max-item-size");
+    named(&["--config", "/nonexistent/tierkv.toml"], "--config");
+    named(&["--mode", "lru"], "--mode");
+    named(&["--mode", "cache", "-M"], "-M/--disable-evictions");
+    named(&["-D", "ab"], "-D/--prefix-delimiter");
+    let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
+    assert_eq!(
+        admin,
+        AdminSettings { shutdown: true, dump: false, watch: false, flush: false, prefix_delimiter: b'/' }
+    );
+    assert_eq!(parse(&[]).unwrap().settings().unwrap().admin, AdminSettings::default());
+    assert!(parse(&["-m", "64", "-I", "2m", "-U", "0"]).unwrap().settings().unwrap().udp_port.is_none());
+    assert_eq!(parse(&["-U", "11311"]).unwrap().settings().unwrap().udp_port, Some(11311));
+    let mode = |args: &[&str]| parse(args).unwrap().settings().unwrap().mode;
+    assert_eq!(mode(&[]), tierkv_engine::Mode::Cache);
+    assert_eq!(mode(&["--mode", "store"]), tierkv_engine::Mode::Store);
+    assert_eq!(mode(&["-M"]), tierkv_engine::Mode::Store);
+}
+
+#[test]
+fn memcached_conf_flags_are_accepted_and_explained() {
+    let settings = parse(&["-d", "-u", "memcache", "-P", "/tmp/x.pid", "-m", "64"]).unwrap().settings().unwrap();
+    assert_eq!(settings.notes.len(), 2);
+    assert!(settings.notes[0].contains("-u/--user") && settings.notes[1].contains("-d/--daemon"));
+    assert_eq!(settings.pidfile.as_deref(), Some(std::path::Path::new("/tmp/x.pid")));
+}
+
+#[test]
+fn the_file_fills_what_the_command_line_leaves_out() {
+    let dir = std::env::temp_dir().join(format!("tierkv-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tierkv.toml");
+    std::fs::write(&file, "port = 2000\nmemory-limit = 64\nmax-item-size = \"512k\"\nconn-limit = 7\n").unwrap();
+    let path = file.to_str().unwrap();
+    let settings = parse(&["--config", path, "-p", "3000"]).unwrap().settings().unwrap();
+    assert_eq!(settings.address.port(), 3000, "the command line wins");
+    assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 7, 512 << 10));
+    std::fs::write(&file, "max-item-size = 2048\n").unwrap();
+    assert_eq!(parse(&["--config", path]).unwrap().settings().unwrap().max_item_bytes, 2048);
+    std::fs::write(&file, "prot = 1\n").unwrap();
+    let error = settings_of(&["--config", path]).unwrap_err();
+    assert!(error.contains("--config") && error.contains("prot"), "{error}");
+    std::fs::write(&file, "memory-limit = 0\n").unwrap();
+    assert!(settings_of(&["--config", path]).unwrap_err().contains("-m/--memory-limit"));
+    std::fs::write(&file, "idle-timeout = 30\nconn-memory = 9\nmemory-max = 2048\n").unwrap();
+    let settings = parse(&["--config", path]).unwrap().settings().unwrap();
+    assert_eq!((settings.idle_timeout, settings.conn_memory_bytes, settings.memory_max_bytes), (30, 9 << 20, 2 << 30));
+    let settings = parse(&["--config", path, "-o", "idle_timeout=5"]).unwrap().settings().unwrap();
+    assert_eq!(settings.idle_timeout, 5, "the command line wins");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn budgets_and_extended_options_have_defaults() {
+    let settings = parse(&["-m", "640"]).unwrap().settings().unwrap();
+    assert_eq!(
+        (settings.conn_memory_bytes, settings.idle_timeout, settings.memory_max_bytes),
+        (14 << 20, 0, 640 << 20)
+    );
+    let settings = parse(&["-o", "idle_timeout=7,", "--conn-memory", "3"]).unwrap().settings().unwrap();
+    assert_eq!((settings.idle_timeout, settings.conn_memory_bytes), (7, 3 << 20));
+}
+
+#[test]
+fn the_file_may_group_flags_in_the_sections_of_their_headings() {
+    let dir = std::env::temp_dir().join(format!("tierkv-sections-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tierkv.toml");
+    let path = file.to_str().unwrap();
+    let sections = "port = 2000\n[udp]\nport = 11311\n[memory]\nlimit = 64\nmax-item-size = \"512k\"\nmode = \"store\"\n\
+                    [connections]\nlimit = 7\nidle-timeout = 9\n[admin]\nenable-shutdown = true\nprefix-delimiter = \"/\"\n";
+    std::fs::write(&file, sections).unwrap();
+    let settings = settings_of(&["--config", path]).unwrap();
+    assert_eq!((settings.address.port(), settings.udp_port), (2000, Some(11311)));
+    assert_eq!((settings.memory_bytes, settings.max_item_bytes), (64 << 20, 512 << 10));
+    assert_eq!((settings.conn_limit, settings.idle_timeout, settings.mode), (7, 9, tierkv_engine::Mode::Store));
+    assert!(settings.admin.shutdown && settings.admin.prefix_delimiter == b'/');
+    // The command line still wins over a section, flags still reject bad values, and a key
+    // names one flag once.
+    assert_eq!(
+        settings_of(&["--config", path, "-U", "0", "-c", "9"]).map(|s| (s.udp_port, s.conn_limit)),
+        Ok((None, 9))
+    );
+    for (text, complaint) in [
+        ("[udp]\nport = \"x\"\n", "--udp-port"),
+        ("[udp]\nprot = 1\n", "udp.prot"),
+        ("[memory]\nport = 1\n", "memory.port"),
+        ("udp-port = 1\n[udp]\nport = 2\n", "a second time"),
+        ("[admin]\nenable-shutdown = [1]\n", "admin.enable-shutdown"),
+        ("config = \"other.toml\"\n", "another"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        let error = settings_of(&["--config", path]).unwrap_err();
+        assert!(error.contains(complaint), "{text:?}: {error}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

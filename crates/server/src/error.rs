@@ -1,0 +1,51 @@
+//! Why the server could not start, or stopped: typed, each naming what the user can change
+//! (the flag, the address, the limit). `main` prints it and exits 1.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+#[derive(Debug)]
+pub enum ServeError {
+    /// A socket the settings ask for cannot be opened (`flag` asked for it).
+    Socket { flag: &'static str, address: SocketAddr, error: io::Error },
+    /// The open-files limit cannot be read.
+    OpenFilesUnknown(io::Error),
+    /// `-c` needs more descriptors than the hard limit (or the raise) allows.
+    OpenFiles { conn_limit: usize, needed: u64, limit: u64 },
+    /// A partition cannot be created with the memory asked for.
+    Partition(tierkv_engine::ConfigError),
+    /// The operating system refused something the server needs (`what`).
+    System { what: &'static str, error: io::Error },
+    /// A worker thread panicked (the others stopped).
+    WorkerPanicked,
+}
+
+impl ServeError {
+    pub fn system(what: &'static str) -> impl Fn(io::Error) -> ServeError + Copy {
+        move |error| ServeError::System { what, error }
+    }
+
+    pub fn socket(flag: &'static str, address: SocketAddr) -> impl Fn(io::Error) -> ServeError + Copy {
+        move |error| ServeError::Socket { flag, address, error }
+    }
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Socket { flag, address, error } => write!(f, "{flag}: cannot listen on {address}: {error}"),
+            ServeError::OpenFilesUnknown(error) => write!(f, "cannot read the open files limit: {error}"),
+            ServeError::OpenFiles { conn_limit, needed, limit } => write!(
+                f,
+                "-c/--conn-limit {conn_limit}: needs {needed} open files but the limit is {limit} (ulimit -n); \
+                 raise it or ask for fewer connections"
+            ),
+            ServeError::Partition(error) => write!(f, "-m/--memory-limit: {error}"),
+            ServeError::System { what, error } => write!(f, "cannot {what}: {error}"),
+            ServeError::WorkerPanicked => write!(f, "a worker thread panicked"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
