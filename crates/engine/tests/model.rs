@@ -174,175 +174,27 @@ impl Exhaustion {
     }
 }
 
-// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
-#[allow(clippy::too_many_lines)]
+/// What every step of an exact run shares.
+struct Exact<'a> {
+    mode: Mode,
+    config: &'a PartitionConfig,
+    /// Whether writes may be refused for memory (anything but the roomy configuration).
+    may_run_out: bool,
+}
+
 fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
-    let may_run_out = config != &ROOMY;
+    let exact = Exact { mode, config, may_run_out: config != &ROOMY };
     let mut out = Exhaustion::default();
     let mut p = AnyPartition::new(mode, config).unwrap();
     p.set_clock(START);
     let mut m = Model { items: HashMap::new(), now: START, flush_at: None, last_cas: 0 };
     for op in ops {
-        match op {
-            Op::Get(k) => {
-                let key = key_of(*k);
-                let expected = m.live(&key).cloned();
-                assert_eq!(view(p.get(&key).unwrap()), expected, "get {key:?}");
-            }
-            Op::Store(mode, k, value, flags, exptime) => {
-                let key = key_of(*k);
-                let request = StoreRequest { mode: *mode, key: &key, value, flags: *flags, exptime: *exptime, cas: 0 };
-                let result = p.store(&request);
-                if out.refused(&result, may_run_out) {
-                    continue;
-                }
-                let outcome = result.unwrap();
-                let present = m.live(&key).cloned();
-                match (mode, present) {
-                    (StoreMode::Add, Some(_)) | (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                        assert_eq!(outcome, StoreOutcome::NotStored)
-                    }
-                    (StoreMode::Append | StoreMode::Prepend, Some(old)) => {
-                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
-                        let value = if *mode == StoreMode::Append {
-                            [old.value.as_slice(), value].concat()
-                        } else {
-                            [value.as_slice(), old.value.as_slice()].concat()
-                        };
-                        m.record(&key, value, old.flags, old.expiry, cas);
-                    }
-                    _ => {
-                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
-                        let expiry = m.expiry(*exptime);
-                        m.record(&key, value.clone(), *flags, expiry, cas);
-                    }
-                }
-            }
-            Op::Cas(k, value, correct) => {
-                let key = key_of(*k);
-                let present = m.live(&key).cloned();
-                let cas = match (&present, correct) {
-                    (Some(item), true) => item.cas,
-                    (Some(item), false) => item.cas + 1,
-                    (None, _) => 1,
-                };
-                let request = StoreRequest { mode: StoreMode::Cas, key: &key, value, flags: 5, exptime: 0, cas };
-                let result = p.store(&request);
-                if out.refused(&result, may_run_out) {
-                    continue;
-                }
-                let outcome = result.unwrap();
-                match (present, correct) {
-                    (None, _) => assert_eq!(outcome, StoreOutcome::NotFound),
-                    (Some(_), false) => assert_eq!(outcome, StoreOutcome::Exists),
-                    (Some(_), true) => {
-                        let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
-                        m.record(&key, value.clone(), 5, 0, cas);
-                    }
-                }
-            }
-            Op::Resize(bytes) => {
-                // The exact runs keep their budget: the same size is accepted (store mode
-                // refuses any change), a larger one is above the maximum reserved.
-                let same = p.set_memory_bytes(config.memory_bytes);
-                assert_eq!(same.is_ok(), mode == Mode::Cache, "{same:?}");
-                let larger = p.set_memory_bytes(config.memory_bytes + usize::from(*bytes));
-                assert!(larger.is_err());
-            }
-            Op::Delete(k, with_cas) => {
-                let key = key_of(*k);
-                let cas = if *with_cas { m.live(&key).map_or(7, |item| item.cas) } else { 0 };
-                let expected = if m.live(&key).is_some() { DeleteOutcome::Deleted } else { DeleteOutcome::NotFound };
-                assert_eq!(p.delete(&key, cas).unwrap(), expected);
-                m.items.remove(&key);
-            }
-            Op::Arith(k, delta, decrement) => {
-                let key = key_of(*k);
-                let request = ArithRequest { delta: *delta, decrement: *decrement, cas: 0, initial: None };
-                let result = p.arith(&key, &request);
-                if out.refused(&result, may_run_out) {
-                    continue;
-                }
-                match m.live(&key).cloned() {
-                    None => assert_eq!(result, Ok(ArithOutcome::NotFound)),
-                    Some(old) => match parse_counter(&old.value) {
-                        None => assert_eq!(result, Err(EngineError::NonNumeric)),
-                        Some(current) => {
-                            let value = apply_delta(current, *delta, *decrement);
-                            let Ok(ArithOutcome::Value { value: got, cas, .. }) = result else { panic!("{result:?}") };
-                            assert_eq!(got, value);
-                            let counter = CounterValue::new(value, old.value.len());
-                            let mut bytes = vec![0; counter.value_len];
-                            counter.write(&mut bytes);
-                            m.record(&key, bytes, old.flags, old.expiry, cas);
-                        }
-                    },
-                }
-            }
-            Op::SetNumber(k, n) => {
-                let key = key_of(*k);
-                let value = n.to_string().into_bytes();
-                let result = p.set(&key, &value, 0, 0);
-                if out.refused(&result, may_run_out) {
-                    continue;
-                }
-                m.record(&key, value, 0, 0, result.unwrap());
-            }
-            Op::Touch(k, exptime) | Op::GetAndTouch(k, exptime) => {
-                let key = key_of(*k);
-                let expiry = m.expiry(*exptime);
-                let expected = m.live(&key).cloned().map(|item| ModelItem { expiry, ..item });
-                if matches!(op, Op::Touch(..)) {
-                    let result = p.touch(&key, *exptime);
-                    if out.refused(&result, may_run_out) {
-                        continue;
-                    }
-                    assert_eq!(result.unwrap(), expected.is_some());
-                } else {
-                    let result = p.get_and_touch(&key, *exptime).map(view);
-                    if out.refused(&result, may_run_out) {
-                        continue;
-                    }
-                    assert_eq!(result.unwrap(), expected);
-                }
-                if let Some(item) = expected {
-                    m.items.insert(key, item);
-                }
-            }
-            Op::Advance(seconds) => {
-                m.now += seconds;
-                p.set_clock(m.now);
-                // memcached's delayed flush: due a second before the deadline, and what is
-                // stored during that second goes too.
-                if let Some(at) = m.flush_at {
-                    if m.now >= at {
-                        m.items.clear();
-                    }
-                    if m.now > at {
-                        m.flush_at = None;
-                    }
-                }
-            }
-            Op::Flush(delay) => {
-                p.flush_all(*delay);
-                if *delay == 0 {
-                    m.items.clear();
-                    m.flush_at = None;
-                } else {
-                    let at = m.now + *delay as u32 - 1;
-                    if at <= m.now {
-                        m.items.clear();
-                    }
-                    m.flush_at = Some(at);
-                }
-            }
-            Op::GetBatch(ks) => {
-                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
-                let mut got = Vec::new();
-                p.get_batch(&keys, |i, result| got.push((i, view(result.unwrap()))));
-                let expected: Vec<_> = keys.iter().enumerate().map(|(i, key)| (i, m.live(key).cloned())).collect();
-                assert_eq!(got, expected);
-            }
+        if matches!(op, Op::Touch(..) | Op::GetAndTouch(..)) {
+            apply_touch(&mut p, &mut m, &mut out, op, exact.may_run_out);
+        } else if matches!(op, Op::Store(..) | Op::Cas(..) | Op::Arith(..) | Op::SetNumber(..)) {
+            apply_write(&mut p, &mut m, &mut out, op, &exact);
+        } else {
+            apply_other(&mut p, &mut m, op, &exact);
         }
         // During a delayed flush's deadline second nothing stored stays (memcached).
         if m.flush_at == Some(m.now) {
@@ -357,6 +209,189 @@ fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
         assert_eq!(view(p.get(&key).unwrap()), expected, "final sweep {key:?}");
     }
     out
+}
+
+/// touch or gat on the partition and the model (a refusal for memory is counted).
+fn apply_touch(p: &mut AnyPartition, m: &mut Model, out: &mut Exhaustion, op: &Op, may_run_out: bool) {
+    match op {
+        Op::Touch(k, exptime) | Op::GetAndTouch(k, exptime) => {
+            let key = key_of(*k);
+            let expiry = m.expiry(*exptime);
+            let expected = m.live(&key).cloned().map(|item| ModelItem { expiry, ..item });
+            if matches!(op, Op::Touch(..)) {
+                let result = p.touch(&key, *exptime);
+                if out.refused(&result, may_run_out) {
+                    return;
+                }
+                assert_eq!(result.unwrap(), expected.is_some());
+            } else {
+                let result = p.get_and_touch(&key, *exptime).map(view);
+                if out.refused(&result, may_run_out) {
+                    return;
+                }
+                assert_eq!(result.unwrap(), expected);
+            }
+            if let Some(item) = expected {
+                m.items.insert(key, item);
+            }
+        }
+        _ => unreachable!("touches only"),
+    }
+}
+
+/// A write (store, cas, arithmetic, set) on the partition and the model; a write the
+/// partition refuses for memory is counted and leaves the model as it was.
+fn apply_write(p: &mut AnyPartition, m: &mut Model, out: &mut Exhaustion, op: &Op, exact: &Exact<'_>) {
+    let may_run_out = exact.may_run_out;
+    match op {
+        Op::Store(mode, k, value, flags, exptime) => {
+            let key = key_of(*k);
+            let request = StoreRequest { mode: *mode, key: &key, value, flags: *flags, exptime: *exptime, cas: 0 };
+            let result = p.store(&request);
+            if out.refused(&result, may_run_out) {
+                return;
+            }
+            let outcome = result.unwrap();
+            let present = m.live(&key).cloned();
+            match (mode, present) {
+                (StoreMode::Add, Some(_)) | (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                    assert_eq!(outcome, StoreOutcome::NotStored)
+                }
+                (StoreMode::Append | StoreMode::Prepend, Some(old)) => {
+                    let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                    let value = if *mode == StoreMode::Append {
+                        [old.value.as_slice(), value].concat()
+                    } else {
+                        [value.as_slice(), old.value.as_slice()].concat()
+                    };
+                    m.record(&key, value, old.flags, old.expiry, cas);
+                }
+                _ => {
+                    let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                    let expiry = m.expiry(*exptime);
+                    m.record(&key, value.clone(), *flags, expiry, cas);
+                }
+            }
+        }
+        Op::Cas(k, value, correct) => {
+            let key = key_of(*k);
+            let present = m.live(&key).cloned();
+            let cas = match (&present, correct) {
+                (Some(item), true) => item.cas,
+                (Some(item), false) => item.cas + 1,
+                (None, _) => 1,
+            };
+            let request = StoreRequest { mode: StoreMode::Cas, key: &key, value, flags: 5, exptime: 0, cas };
+            let result = p.store(&request);
+            if out.refused(&result, may_run_out) {
+                return;
+            }
+            let outcome = result.unwrap();
+            match (present, correct) {
+                (None, _) => assert_eq!(outcome, StoreOutcome::NotFound),
+                (Some(_), false) => assert_eq!(outcome, StoreOutcome::Exists),
+                (Some(_), true) => {
+                    let StoreOutcome::Stored { cas } = outcome else { panic!("{outcome:?}") };
+                    m.record(&key, value.clone(), 5, 0, cas);
+                }
+            }
+        }
+        Op::Arith(k, delta, decrement) => {
+            let key = key_of(*k);
+            let request = ArithRequest { delta: *delta, decrement: *decrement, cas: 0, initial: None };
+            let result = p.arith(&key, &request);
+            if out.refused(&result, may_run_out) {
+                return;
+            }
+            match m.live(&key).cloned() {
+                None => assert_eq!(result, Ok(ArithOutcome::NotFound)),
+                Some(old) => match parse_counter(&old.value) {
+                    None => assert_eq!(result, Err(EngineError::NonNumeric)),
+                    Some(current) => {
+                        let value = apply_delta(current, *delta, *decrement);
+                        let Ok(ArithOutcome::Value { value: got, cas, .. }) = result else { panic!("{result:?}") };
+                        assert_eq!(got, value);
+                        let counter = CounterValue::new(value, old.value.len());
+                        let mut bytes = vec![0; counter.value_len];
+                        counter.write(&mut bytes);
+                        m.record(&key, bytes, old.flags, old.expiry, cas);
+                    }
+                },
+            }
+        }
+        Op::SetNumber(k, n) => {
+            let key = key_of(*k);
+            let value = n.to_string().into_bytes();
+            let result = p.set(&key, &value, 0, 0);
+            if out.refused(&result, may_run_out) {
+                return;
+            }
+            m.record(&key, value, 0, 0, result.unwrap());
+        }
+        _ => unreachable!("writes only"),
+    }
+}
+
+/// Reads, deletes, resizes, the clock and flushes, on the partition and the model.
+fn apply_other(p: &mut AnyPartition, m: &mut Model, op: &Op, exact: &Exact<'_>) {
+    let (mode, config) = (exact.mode, exact.config);
+    match op {
+        Op::Get(k) => {
+            let key = key_of(*k);
+            let expected = m.live(&key).cloned();
+            assert_eq!(view(p.get(&key).unwrap()), expected, "get {key:?}");
+        }
+        Op::Resize(bytes) => {
+            // The exact runs keep their budget: the same size is accepted (store mode
+            // refuses any change), a larger one is above the maximum reserved.
+            let same = p.set_memory_bytes(config.memory_bytes);
+            assert_eq!(same.is_ok(), mode == Mode::Cache, "{same:?}");
+            let larger = p.set_memory_bytes(config.memory_bytes + usize::from(*bytes));
+            assert!(larger.is_err());
+        }
+        Op::Delete(k, with_cas) => {
+            let key = key_of(*k);
+            let cas = if *with_cas { m.live(&key).map_or(7, |item| item.cas) } else { 0 };
+            let expected = if m.live(&key).is_some() { DeleteOutcome::Deleted } else { DeleteOutcome::NotFound };
+            assert_eq!(p.delete(&key, cas).unwrap(), expected);
+            m.items.remove(&key);
+        }
+        Op::Advance(seconds) => {
+            m.now += seconds;
+            p.set_clock(m.now);
+            // memcached's delayed flush: due a second before the deadline, and what is
+            // stored during that second goes too.
+            if let Some(at) = m.flush_at {
+                if m.now >= at {
+                    m.items.clear();
+                }
+                if m.now > at {
+                    m.flush_at = None;
+                }
+            }
+        }
+        Op::Flush(delay) => {
+            p.flush_all(*delay);
+            if *delay == 0 {
+                m.items.clear();
+                m.flush_at = None;
+            } else {
+                let at = m.now + *delay as u32 - 1;
+                if at <= m.now {
+                    m.items.clear();
+                }
+                m.flush_at = Some(at);
+            }
+        }
+        Op::GetBatch(ks) => {
+            let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
+            let mut got = Vec::new();
+            p.get_batch(&keys, |i, result| got.push((i, view(result.unwrap()))));
+            let expected: Vec<_> = keys.iter().enumerate().map(|(i, key)| (i, m.live(key).cloned())).collect();
+            assert_eq!(got, expected);
+        }
+        _ => unreachable!("not a write"),
+    }
 }
 
 /// What the tiny partition may answer for a key.

@@ -4,13 +4,10 @@
 //! memcached keeps it: it is touched only while detail is on, and each worker sees "on" through
 //! its own flag, refreshed once a turn, so the request path pays one branch when it is off.
 
+use crate::limits::MAX_PREFIXES;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-
-/// Most prefixes counted; keys with a new prefix beyond this are not counted (memcached has
-/// no bound; this keeps a client that sends random prefixes from growing the table forever).
-pub const MAX_PREFIXES: usize = 10_000;
 
 /// What happened to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! is below `DUMP_OUTPUT_BYTES`, so serving never stalls behind a dump and a slow reader holds
 //! at most a bounded backlog. Lines use memcached's formats; tierkv's one class is 1.
 
+use crate::limits::{CACHEDUMP_MAX_BYTES, DUMP_STEP_BUCKETS};
 use tierkv_engine::Engine;
 use tierkv_engine::{AnyPartition, ItemDebug};
 
@@ -32,13 +33,6 @@ pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
         }
     }
 }
-
-/// Index buckets one step walks (a cache-mode bucket holds at most 8 items).
-pub const DUMP_STEP_BUCKETS: usize = 256;
-/// A dump takes its next step only while less than this waits to be written.
-pub const DUMP_OUTPUT_BYTES: usize = 256 << 10;
-/// memcached's cap on one `stats cachedump` reply.
-const CACHEDUMP_MAX_BYTES: usize = 2 << 20;
 
 /// A connection's dump in progress.
 #[derive(Clone, Copy, Debug)]

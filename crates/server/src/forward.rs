@@ -9,22 +9,12 @@
 //! replies return, so the channels never fill and nothing is dropped or reordered. Batches are
 //! recycled, so a warm worker forwards without allocating.
 
+use crate::limits::{BATCH_BYTES, BATCH_ENTRIES, KEEP_BATCH_BYTES, MAX_BATCHES_IN_FLIGHT, POOL_BATCHES};
 use mio::Waker;
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-
-/// Request batches a worker may have out to one other worker at a time.
-pub const MAX_BATCHES_IN_FLIGHT: usize = 8;
-/// A batch is sent as soon as its requests reach this many bytes...
-const BATCH_BYTES: usize = 64 << 10;
-/// ... or this many entries (otherwise at the end of the loop turn).
-const BATCH_ENTRIES: usize = 256;
-/// Batches kept for reuse.
-const POOL_BATCHES: usize = 64;
-/// A batch's buffers above this capacity are not kept for reuse.
-const KEEP_BATCH_BYTES: usize = 1 << 20;
 
 /// What the owner does with one entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,20 +2,11 @@
 //! call and `sendmmsg` sends up to `SEND_BATCH` (mTCP's lesson: amortise the system call).
 //! The unsafe code is confined here; each block says why it is sound.
 
+use crate::limits::{MAX_QUEUED_BYTES, MAX_REQUEST_DATAGRAM, RECV_BATCH, SEND_BATCH};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-
-/// Datagrams taken per `recvmmsg`.
-pub const RECV_BATCH: usize = 32;
-/// Datagrams sent per `sendmmsg`.
-const SEND_BATCH: usize = 64;
-/// The largest datagram read whole (memcached reads 64 KiB too); longer ones are dropped.
-pub const MAX_REQUEST_DATAGRAM: usize = 65_536;
-/// Reply bytes waiting to be sent at most; replies beyond it are dropped, as a full socket
-/// buffer drops them.
-const MAX_QUEUED_BYTES: usize = 8 << 20;
 
 /// A UDP socket on `address` with SO_REUSEPORT (every worker binds the same port when `shared`).
 pub fn bind(address: SocketAddr, shared: bool) -> io::Result<mio::net::UdpSocket> {

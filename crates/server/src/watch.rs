@@ -9,6 +9,7 @@
 //! Workers read which streams are watched once a turn (`active`), so the request path pays one
 //! branch while nobody watches.
 
+use crate::limits::{MAX_WATCHERS, WATCHER_BUFFER_BYTES};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
@@ -18,11 +19,6 @@ pub const DETAIL: u8 = 1;
 pub const FETCHERS: u8 = 2;
 /// `watch mutations`: a line per store.
 pub const MUTATIONS: u8 = 4;
-
-/// memcached's limit on watchers.
-pub const MAX_WATCHERS: usize = 20;
-/// memcached's per-watcher buffer.
-pub const WATCHER_BUFFER_BYTES: usize = 256 << 10;
 
 struct Watcher {
     id: u64,

@@ -25,8 +25,6 @@ pub(super) struct UdpSlot {
 /// as one datagram (memcached's 8-byte frame header, then the request); replies reassembled by
 /// request id and sequence number. A request not answered within `UDP_REPLY_TIMEOUT` is
 /// counted as lost and the socket moves on.
-// Longer than the 100-line guard: to be split (listed in the closing note of issue 14).
-#[allow(clippy::too_many_lines)]
 pub(super) fn drive_udp(
     config: &RunConfig,
     values: &Values,
@@ -40,26 +38,7 @@ pub(super) fn drive_udp(
     }
     let limits = Limits { max_value_bytes: config.value_bytes.1.max(1 << 20), ..Limits::default() };
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
-    let bind: SocketAddr = if config.target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { "[::]:0".parse().unwrap() };
-    let mut slots = Vec::with_capacity(config.connections);
-    for i in 0..config.connections {
-        let socket = std::net::UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-        socket.connect(config.target).map_err(|e| format!("cannot reach {} over UDP: {e}", config.target))?;
-        socket.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let mut socket = mio::net::UdpSocket::from_std(socket);
-        poll.registry().register(&mut socket, Token(i), Interest::READABLE).map_err(|e| e.to_string())?;
-        let now = Instant::now();
-        slots.push(UdpSlot {
-            socket,
-            request_id: (i as u16).wrapping_mul(7919),
-            kind: Kind::Get,
-            intended: now,
-            sent: now,
-            parts: Vec::new(),
-            datagram: Vec::with_capacity(64 + config.value_bytes.1),
-            busy: false,
-        });
-    }
+    let mut slots = open_slots(config, &poll)?;
     let mut latency_ns = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
     let (mut operations, mut gets, mut get_hits, mut refused_sets, mut lost) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut rng = Rng::new(config.seed ^ 0xFACE);
@@ -106,34 +85,10 @@ pub(super) fn drive_udp(
                     // An ICMP error (nothing listens): the timeout counts the request as lost.
                     Err(_) => break,
                 };
-                let Ok((header, payload)) = tierkv_protocol::udp::FrameHeader::decode(&buffer[..n]) else { continue };
-                if !slot.busy || header.request_id != slot.request_id || header.sequence >= header.datagrams {
+                if !reassemble(slot, &buffer[..n], &mut reply) {
                     continue;
                 }
-                if slot.parts.len() != usize::from(header.datagrams) {
-                    slot.parts = vec![None; usize::from(header.datagrams)];
-                }
-                slot.parts[usize::from(header.sequence)] = Some(payload.to_vec());
-                if slot.parts.iter().any(Option::is_none) {
-                    continue;
-                }
-                reply.clear();
-                for part in slot.parts.iter().flatten() {
-                    reply.extend_from_slice(part);
-                }
-                // A text get's VALUE and END arrive in one message; match them in turn.
-                let mut at = 0;
-                let mut awaiting_end = false;
-                let matched = loop {
-                    match check_reply(config.protocol, slot.kind, awaiting_end, &reply[at..], &limits)? {
-                        Some((Matched::NeedEnd, used)) => {
-                            awaiting_end = true;
-                            at += used;
-                        }
-                        Some((matched, _)) => break matched,
-                        None => return Err(format!("{} sent an incomplete UDP reply", config.target)),
-                    }
-                };
+                let matched = match_reply(config, slot.kind, &reply, &limits)?;
                 operations += 1;
                 refused_sets += u64::from(matched == Matched::Refused);
                 if slot.kind == Kind::Get {
@@ -154,4 +109,66 @@ pub(super) fn drive_udp(
         }
     }
     Ok(RunResult { operations, gets, get_hits, refused_sets, lost, elapsed: start.elapsed(), latency_ns })
+}
+
+/// `config.connections` UDP sockets connected to the target, registered with `poll`.
+fn open_slots(config: &RunConfig, poll: &Poll) -> Result<Vec<UdpSlot>, String> {
+    let bind: SocketAddr = if config.target.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { "[::]:0".parse().unwrap() };
+    let mut slots = Vec::with_capacity(config.connections);
+    for i in 0..config.connections {
+        let socket = std::net::UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+        socket.connect(config.target).map_err(|e| format!("cannot reach {} over UDP: {e}", config.target))?;
+        socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let mut socket = mio::net::UdpSocket::from_std(socket);
+        poll.registry().register(&mut socket, Token(i), Interest::READABLE).map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        slots.push(UdpSlot {
+            socket,
+            request_id: (i as u16).wrapping_mul(7919),
+            kind: Kind::Get,
+            intended: now,
+            sent: now,
+            parts: Vec::new(),
+            datagram: Vec::with_capacity(64 + config.value_bytes.1),
+            busy: false,
+        });
+    }
+    Ok(slots)
+}
+
+/// Files a received datagram into `slot`'s reply; true once every part of the reply is in
+/// (then `reply` holds it whole). Datagrams of other requests are ignored.
+fn reassemble(slot: &mut UdpSlot, datagram: &[u8], reply: &mut Vec<u8>) -> bool {
+    let Ok((header, payload)) = tierkv_protocol::udp::FrameHeader::decode(datagram) else { return false };
+    if !slot.busy || header.request_id != slot.request_id || header.sequence >= header.datagrams {
+        return false;
+    }
+    if slot.parts.len() != usize::from(header.datagrams) {
+        slot.parts = vec![None; usize::from(header.datagrams)];
+    }
+    slot.parts[usize::from(header.sequence)] = Some(payload.to_vec());
+    if slot.parts.iter().any(Option::is_none) {
+        return false;
+    }
+    reply.clear();
+    for part in slot.parts.iter().flatten() {
+        reply.extend_from_slice(part);
+    }
+    true
+}
+
+/// What a whole UDP reply says (a text get's VALUE and END arrive in one message).
+fn match_reply(config: &RunConfig, kind: Kind, reply: &[u8], limits: &Limits) -> Result<Matched, String> {
+    let mut at = 0;
+    let mut awaiting_end = false;
+    loop {
+        match check_reply(config.protocol, kind, awaiting_end, &reply[at..], limits)? {
+            Some((Matched::NeedEnd, used)) => {
+                awaiting_end = true;
+                at += used;
+            }
+            Some((matched, _)) => return Ok(matched),
+            None => return Err(format!("{} sent an incomplete UDP reply", config.target)),
+        }
+    }
 }

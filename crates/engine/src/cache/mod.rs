@@ -443,7 +443,7 @@ impl Storage for Partition {
         None
     }
 
-    #[inline]
+    #[inline(always)]
     fn read_item(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
         let found = self.read_hashed(key, hash)?;
         Some(self.item_at(&found))

@@ -10,6 +10,7 @@ mod file;
 #[cfg(test)]
 mod tests;
 
+use crate::limits::MAX_THREADS;
 use clap::Parser;
 use std::fmt;
 use std::path::PathBuf;
@@ -209,9 +210,6 @@ impl Default for AdminSettings {
         AdminSettings { shutdown: false, dump: true, watch: true, flush: true, prefix_delimiter: b':' }
     }
 }
-
-/// The most workers (and partitions) a server runs.
-pub const MAX_THREADS: usize = 256;
 
 /// CPUs this process may run on (its affinity mask), at least 1.
 pub fn allowed_cpus() -> usize {

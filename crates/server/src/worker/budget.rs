@@ -18,14 +18,7 @@
 //! It must not allocate per request: accounting is a few additions per connection turn.
 
 use super::Connection;
-use crate::limits::MAX_PENDING_OUTPUT_BYTES;
-
-/// Input a connection may hold while the worker is under pressure.
-pub(super) const PRESSED_INPUT_BYTES: usize = 4 << 10;
-/// Replies a connection may have waiting while the worker is under pressure.
-pub(super) const PRESSED_OUTPUT_BYTES: usize = 4 << 10;
-/// Empty buffers larger than this are given back while under pressure (256 KiB otherwise).
-pub(super) const PRESSED_KEEP_BYTES: usize = 16 << 10;
+use crate::limits::{MAX_PENDING_OUTPUT_BYTES, TRIM_AFTER_BYTES};
 
 /// One worker's share of the connection memory budget.
 pub(super) struct Budget {
@@ -38,9 +31,6 @@ pub(super) struct Budget {
     /// Bytes of closed connections' buffers since the allocator last gave memory back.
     freed: usize,
 }
-
-/// Freed connection buffers past which the allocator is asked to give memory back.
-const TRIM_AFTER_BYTES: usize = 4 << 20;
 
 impl Budget {
     /// A worker's share of `total`: an equal part, but at least twice what one connection may

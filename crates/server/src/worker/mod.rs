@@ -17,7 +17,7 @@ use crate::config::Settings;
 use crate::error::ServeError;
 use crate::execute::{execute, get_value, stats_reply};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
-use crate::limits::MAX_PENDING_OUTPUT_BYTES;
+use crate::limits::*;
 use crate::signals::{install_signal_handlers, STOP};
 use crate::stats::{Group, Snapshot, State};
 use mio::net::{TcpListener, TcpStream};
@@ -50,7 +50,7 @@ use dispatch::*;
 pub use event_loop::serve;
 use forwarded::*;
 use lifecycle::*;
-use order::{Part, ReplyOrder, POOL_BUFFERS, POOL_BUFFER_BYTES};
+use order::{Part, ReplyOrder};
 use requests::*;
 use streams::*;
 use turns::*;
@@ -60,31 +60,6 @@ const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const UDP_MAIN: Token = Token(usize::MAX - 3);
 const UDP_DIRECT: Token = Token(usize::MAX - 4);
-/// A UDP reply may be this many times the size of its request (frame headers included) until
-/// the sender has proven it receives at its address (see `Proven`).
-pub const UDP_AMPLIFICATION: usize = 10;
-/// The largest UDP reply even to a proven sender.
-const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
-/// Bytes read per read call.
-const READ_CHUNK_BYTES: usize = 64 << 10;
-/// Replies a connection may have waiting behind one not yet back from another worker.
-const MAX_PARTS: usize = 256;
-/// Forwarded reads (gets, whose replies carry an item) a connection may have outstanding:
-/// bounds the replies that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`. Other
-/// forwarded requests (small replies) are bounded by `MAX_PARTS`.
-pub const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
-/// Requests decoded and prefetched together in one step of a turn.
-const BATCH: usize = 32;
-/// Connections served again (left-over work, no event) per loop iteration, at most.
-const AGAIN_PER_LOOP: usize = 64;
-
-// How the limits relate, checked when compiling: a batch's keys are prefetched in one engine
-// chunk (the engine ignores hashes past its chunk); the pressed marks are below the normal
-// ones; a pooled reply buffer is small next to the output mark.
-const _: () = assert!(BATCH <= tierkv_engine::BATCH_CHUNK);
-const _: () = assert!(PRESSED_OUTPUT_BYTES < MAX_PENDING_OUTPUT_BYTES && PRESSED_KEEP_BYTES < KEEP_BUFFER_BYTES);
-const _: () = assert!(PRESSED_INPUT_BYTES < READ_CHUNK_BYTES && POOL_BUFFER_BYTES <= MAX_PENDING_OUTPUT_BYTES);
-const _: () = assert!(MAX_PENDING_OUTPUT_BYTES <= MAX_UDP_REPLY_BYTES);
 
 /// A `stats` request waiting for the other workers' figures.
 struct Gather {

@@ -6,11 +6,8 @@
 //!
 //! Pure bookkeeping over buffers: no sockets, no partition, no other worker.
 
+use crate::limits::{POOL_BUFFERS, POOL_BUFFER_BYTES};
 use std::collections::VecDeque;
-
-/// Reply buffers kept for reuse per worker (each at most `POOL_BUFFER_BYTES`).
-pub(super) const POOL_BUFFERS: usize = 256;
-pub(super) const POOL_BUFFER_BYTES: usize = 4 << 10;
 
 /// One reply in the order: written here, or still due from other workers.
 pub(super) struct Part {

@@ -5,14 +5,6 @@
 use super::*;
 use tierkv_engine::Engine;
 
-/// A `get`/`gets` line longer than this is answered in pieces of about this size as it
-/// arrives (`text::long_get`), so a line of any length costs a bounded buffer.
-pub(super) const LONG_GET_CHUNK_BYTES: usize = 16 << 10;
-
-/// An unterminated get line of this much input from which no key can be taken (it is nearly
-/// all spaces) is refused: nothing else could bound its buffer.
-pub(super) const MAX_UNTAKEN_GET_BYTES: usize = 256 << 10;
-
 /// How processing goes on after one step.
 pub(super) enum Flow {
     /// Decode the next request.

@@ -31,7 +31,7 @@ pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams:
 /// A watcher's turn: its queued log lines go out (while less than a watcher buffer waits to be
 /// written), anything it sends is read and dropped, and its end of stream closes it.
 pub(super) fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, chunk: &mut [u8]) -> Turn {
-    if connection.output.len() < crate::watch::WATCHER_BUFFER_BYTES {
+    if connection.output.len() < WATCHER_BUFFER_BYTES {
         core.state.watchers.take(id, &mut connection.output);
     }
     if !flush(connection, &mut core.state) {
@@ -56,7 +56,7 @@ pub(super) fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, 
 /// Takes the steps of a connection's dump that its output has room for; Some(turn) while the
 /// dump goes on (the connection takes no requests until its END).
 pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option<Turn> {
-    use crate::dump::{encode_request, step, DUMP_OUTPUT_BYTES};
+    use crate::dump::{encode_request, step};
     while let Some(dump) = connection.dump.as_deref().copied() {
         if dump.waiting {
             return Some(Turn::Wait);

@@ -98,9 +98,6 @@ pub(super) fn serve_connection(
     }
 }
 
-/// Buffers above this size are given back once empty, so idle connections stay small.
-pub(super) const KEEP_BUFFER_BYTES: usize = 256 << 10;
-
 pub(super) fn release_idle_buffers(connection: &mut Connection, keep: usize) {
     if connection.output.is_empty() && connection.output.capacity() > keep {
         connection.output = Vec::new();

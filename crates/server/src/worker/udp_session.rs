@@ -18,7 +18,7 @@ impl Worker {
                         self.udp_datagram(socket, peer, datagram);
                     }
                 }
-                self.udp_again[socket] = count == crate::udp::RECV_BATCH;
+                self.udp_again[socket] = count == RECV_BATCH;
             }
             Err(_) => self.udp_again[socket] = false,
         }
