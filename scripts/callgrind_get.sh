@@ -2,7 +2,8 @@
 # Instructions per GET under callgrind: the server (release build, one worker) serves two fixed
 # streams of pipelined gets (scripts/callgrind_get.py), N1 and N2 requests; the difference in
 # instructions divided by N2 - N1 is the cost of one request, start-up and shutdown cancelled.
-# Usage: [OP=get|set] [BIN=path] bash scripts/callgrind_get.sh [N1 N2]  (BIN skips the build)
+# Usage: [OP=get|set] [DEPTH=16] [BIN=path] bash scripts/callgrind_get.sh [N1 N2]  (BIN skips the build;
+# DEPTH is the requests per round trip, 1 for no pipelining)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n1=${1:-20000}
@@ -22,7 +23,7 @@ total() {
         python3 -c "import socket; socket.create_connection(('127.0.0.1', $port)).close()" 2>/dev/null && break
         sleep 0.2
     done
-    python3 scripts/callgrind_get.py "$port" "$1" "$op"
+    python3 scripts/callgrind_get.py "$port" "$1" "$op" "${DEPTH:-16}"
     kill -TERM "$pid"; wait "$pid" || true
     awk '/^summary:/ { print $2 }' "$out"
     rm -f "$out"

@@ -78,7 +78,7 @@ fn shutdown(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
         [_] | [_, b"graceful"] => {
             // memcached raises SIGINT (or SIGUSR1 for graceful) and closes without a reply;
             // tierkv's workers finish their turn and stop the same way as on SIGTERM.
-            crate::signals::STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+            crate::sys::signals::STOP.store(true, std::sync::atomic::Ordering::Relaxed);
             After::Close
         }
         _ => {

@@ -1,12 +1,13 @@
 //! tierkv: the memcached-compatible server (configuration, worker event loop, dispatch of
 //! decoded requests to the engine partition, replies).
 //!
-//! It must not decode requests itself (that is `tierkv-protocol`; the server only reads the
-//! administrative lines the decoder hands over whole, and writes single-key get lines when it
-//! splits a multi-get) nor reach into the engine's storage layout (that is `tierkv-engine`).
-//! One worker thread per partition; requests and replies take no lock: workers share bounded
-//! forwarding queues, a few counters and flags read once a loop turn, and one mutex taken on
-//! accept and close (`Proven`, for UDP's amplification bound).
+//! It must not decode or encode requests itself (that is `tierkv-protocol`, which also encodes
+//! the single-key get lines of a split multi-get; the server only reads the administrative
+//! lines the decoder hands over whole) nor reach into the engine's storage layout (that is
+//! `tierkv-engine`, behind its `Engine` trait). One worker thread per partition; TCP requests
+//! and replies take no lock: workers share bounded forwarding queues, a few counters and flags
+//! read once a loop turn, and one mutex (`Proven`, for UDP's amplification bound) taken on
+//! accept and close, and for a UDP reply larger than the bound allows an unproven sender.
 
 mod admin;
 mod after;
@@ -21,10 +22,8 @@ mod execute;
 mod forward;
 mod limits;
 mod outcome;
-mod signals;
 mod stats;
 mod sys;
-mod udp;
 mod watch;
 mod worker;
 

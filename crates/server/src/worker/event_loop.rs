@@ -46,10 +46,11 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
         let mut udp = [None, None];
         if let Some(port) = settings.udp_port {
             let at = SocketAddr::new(address.ip(), port);
-            udp[0] = Some(crate::udp::bind(at, true).map_err(ServeError::socket("-U/--udp-port", at))?);
+            udp[0] = Some(crate::sys::udp::bind(at, true).map_err(ServeError::socket("-U/--udp-port", at))?);
             if let Some(base) = settings.direct_ports {
                 let at = SocketAddr::new(address.ip(), base + id as u16);
-                udp[1] = Some(crate::udp::bind(at, false).map_err(ServeError::socket("--direct-ports (UDP)", at))?);
+                udp[1] =
+                    Some(crate::sys::udp::bind(at, false).map_err(ServeError::socket("--direct-ports (UDP)", at))?);
             }
         }
         let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
@@ -269,7 +270,7 @@ impl Worker {
             input_limit: input_limit(&limits),
             again: Vec::new(),
             blocked: Vec::new(),
-            receiver: udp[0].is_some().then(|| Box::new(crate::udp::Receiver::new())),
+            receiver: udp[0].is_some().then(|| Box::new(crate::sys::udp::Receiver::new())),
             udp,
             senders: Default::default(),
             udp_again: [false; 2],

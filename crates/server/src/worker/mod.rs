@@ -18,8 +18,8 @@ use crate::error::ServeError;
 use crate::execute::{execute, get_value, stats_reply};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::*;
-use crate::signals::{install_signal_handlers, STOP};
 use crate::stats::{Group, Snapshot, State};
+use crate::sys::signals::{install_signal_handlers, STOP};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read, Write};
@@ -296,8 +296,8 @@ struct Worker {
     blocked: Vec<usize>,
     /// UDP sockets (shared port, direct port), their batched receive buffers and reply queues.
     udp: [Option<mio::net::UdpSocket>; 2],
-    receiver: Option<Box<crate::udp::Receiver>>,
-    senders: [crate::udp::Sender; 2],
+    receiver: Option<Box<crate::sys::udp::Receiver>>,
+    senders: [crate::sys::udp::Sender; 2],
     /// UDP sockets that may hold more datagrams than the last batch took.
     udp_again: [bool; 2],
     /// Slots of this worker's watching connections (served every loop turn).

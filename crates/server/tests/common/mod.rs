@@ -9,13 +9,19 @@ use std::time::{Duration, Instant};
 
 pub const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
 
-/// A running server process and its port; killed when dropped.
-pub struct Server(pub Child, pub u16);
+/// A running server process, its port, and the file its stderr goes to; killed when dropped.
+/// A server that exited on its own before that says so, with its stderr, in the test's output.
+pub struct Server(pub Child, pub u16, std::path::PathBuf);
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if let Ok(Some(status)) = self.0.try_wait() {
+            let stderr = std::fs::read_to_string(&self.2).unwrap_or_default();
+            eprintln!("the server on port {} exited early ({status}): {stderr}", self.1);
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.2);
     }
 }
 
@@ -24,8 +30,10 @@ pub fn free_port() -> u16 {
 }
 
 pub fn start(mut command: Command, port: u16) -> Server {
-    let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("server binary is installed");
-    let server = Server(child, port);
+    let log = std::env::temp_dir().join(format!("tierkv-test-{}-{port}.stderr", std::process::id()));
+    let stderr = std::fs::File::create(&log).expect("a temporary file for the server's stderr");
+    let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("server binary is installed");
+    let server = Server(child, port, log);
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "server did not listen on {port}");

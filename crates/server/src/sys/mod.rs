@@ -1,7 +1,11 @@
-//! The server's system calls that std does not wrap, each in one small safe function: CPU
-//! affinity, the open-files limit, giving free heap memory back, CPU time used. (The batched
-//! datagram calls live with their only user, `udp.rs`; signal handling in `signals.rs`.)
-//! Nothing else in the server calls `libc` through `unsafe`.
+//! Every system call std does not wrap, and so every `unsafe` block of the server, lives under
+//! here, each in a small safe function: CPU affinity, the open-files limit, giving free heap
+//! memory back and CPU time (this file); signal handlers (`signals.rs`); batched datagram I/O
+//! with `recvmmsg`/`sendmmsg` (`udp.rs`). Nothing else in the server calls `libc` through
+//! `unsafe`.
+
+pub mod signals;
+pub mod udp;
 
 use std::io;
 
