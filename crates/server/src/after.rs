@@ -9,7 +9,7 @@ pub enum After {
     Continue,
     Close,
     /// The request is only partly answered (a multi-get filled the output); execute it again
-    /// later with the same `resume` count.
+    /// later with the same `Progress`.
     Pause,
     /// The connection now streams a dump of the items (it takes no other request until the
     /// dump's END).

@@ -52,13 +52,13 @@ fn allocations_while_serving(partition: &mut Partition, state: &mut State, input
     ALLOCATIONS.with(|n| n.set(0));
     COUNTING.with(|c| c.set(true));
     let mut at = 0;
-    let mut resume = 0;
+    let mut progress = crate::execute::Progress::whole();
     while at < input.len() {
         let Decoded::Request { request, consumed } = decode_request(&input[at..], &limits) else {
             COUNTING.with(|c| c.set(false));
             panic!("request at byte {at} did not decode");
         };
-        assert_eq!(execute(partition, &request, out, state, &mut resume), After::Continue);
+        assert_eq!(execute(partition, &request, out, state, &mut progress), After::Continue);
         at += consumed;
     }
     COUNTING.with(|c| c.set(false));

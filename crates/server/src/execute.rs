@@ -182,13 +182,30 @@ fn arith_request(
     }
 }
 
+/// How far a multi-key get has come, and the output at which it pauses (the connection's
+/// limit: smaller under memory pressure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The first key not answered yet.
+    pub next_key: usize,
+    /// Reply bytes past which a get with keys left pauses (`After::Pause`).
+    pub output_limit: usize,
+}
+
+impl Progress {
+    /// For a request answered in one go (other workers' requests, broadcasts): gets never pause.
+    pub fn whole() -> Progress {
+        Progress { next_key: 0, output_limit: usize::MAX }
+    }
+}
+
 /// Appends the reply to `request` to `out`.
 pub fn execute(
     partition: &mut engine::AnyPartition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
-    resume: &mut usize,
+    progress: &mut Progress,
 ) -> After {
     let noreply = match request.style {
         ReplyStyle::Text { noreply } => noreply,
@@ -201,7 +218,7 @@ pub fn execute(
     };
     // Replies are written to a scratch position and dropped again for noreply.
     let start = out.len();
-    let after = execute_text(partition, request, out, state, resume);
+    let after = execute_text(partition, request, out, state, progress);
     if noreply {
         out.truncate(start);
     }
@@ -213,19 +230,19 @@ fn execute_text(
     request: &Request<'_>,
     out: &mut Vec<u8>,
     state: &mut State,
-    resume: &mut usize,
+    progress: &mut Progress,
 ) -> After {
     match request.command {
         Command::Get { keys, return_cas, touch, .. } => {
             let count = keys.len();
-            for (number, key) in keys.iter().enumerate().skip(*resume) {
+            for (number, key) in keys.iter().enumerate().skip(progress.next_key) {
                 get_value(partition, key, return_cas, touch, out, state);
-                if out.len() > state.output_limit && number + 1 < count {
-                    *resume = number + 1;
+                if out.len() > progress.output_limit && number + 1 < count {
+                    progress.next_key = number + 1;
                     return After::Pause;
                 }
             }
-            *resume = 0;
+            progress.next_key = 0;
             reply::status(out, Status::End);
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {

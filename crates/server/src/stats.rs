@@ -102,9 +102,6 @@ pub struct State {
     /// The descriptor of the connection whose requests run now (-1: forwarded ones), for
     /// watch lines.
     pub fd: i32,
-    /// Replies the connection whose requests run now may have waiting before a multi-get
-    /// pauses (smaller under memory pressure).
-    pub output_limit: usize,
     started: u32,
 }
 
@@ -122,7 +119,6 @@ impl State {
             watchers: Arc::default(),
             observe: 0,
             fd: -1,
-            output_limit: crate::limits::MAX_PENDING_OUTPUT_BYTES,
             started: now,
         }
     }

@@ -54,10 +54,10 @@ pub(super) fn dispatch(
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local | Route::AfterForwarded => {
-            let mut resume = connection.resume;
+            let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
             let out = connection.local_out(&mut core.pool);
-            let after = execute(&mut core.partition, request, out, &mut core.state, &mut resume);
-            connection.resume = resume;
+            let after = execute(&mut core.partition, request, out, &mut core.state, &mut progress);
+            connection.resume = progress.next_key;
             Step::Done(after)
         }
         Route::Remote(owner) => {
@@ -102,8 +102,7 @@ pub(super) fn dispatch(
             match route {
                 // Executed here as usual (counted once); the other workers only flush or reset.
                 Route::Flush(_) | Route::Reset => {
-                    let mut resume = 0;
-                    execute(&mut core.partition, request, &mut part.bytes, &mut core.state, &mut resume);
+                    execute(&mut core.partition, request, &mut part.bytes, &mut core.state, &mut Progress::whole());
                 }
                 Route::Gather(group) => {
                     let binary = match request.style {

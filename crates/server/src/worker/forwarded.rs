@@ -37,8 +37,13 @@ impl Core {
                                 }
                             }
                             _ => {
-                                let mut resume = 0;
-                                execute(&mut self.partition, &request, replies, &mut self.state, &mut resume);
+                                execute(
+                                    &mut self.partition,
+                                    &request,
+                                    replies,
+                                    &mut self.state,
+                                    &mut Progress::whole(),
+                                );
                             }
                         }
                     }

@@ -15,7 +15,7 @@
 use crate::after::After;
 use crate::config::Settings;
 use crate::error::ServeError;
-use crate::execute::{execute, get_value, stats_reply};
+use crate::execute::{execute, get_value, stats_reply, Progress};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::*;
 use crate::stats::{Group, Snapshot, State};

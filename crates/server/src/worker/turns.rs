@@ -42,7 +42,6 @@ pub(super) fn serve_connection(
         return Turn::Wait;
     }
     connection.output_limit = if pressure { PRESSED_OUTPUT_BYTES } else { MAX_PENDING_OUTPUT_BYTES };
-    core.state.output_limit = connection.output_limit;
     let full_limit = input_limit;
     let input_limit = if pressure { PRESSED_INPUT_BYTES.max(connection.granted).min(input_limit) } else { input_limit };
     if let Some(id) = connection.watching {
