@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 pub enum ServeError {
     /// A socket the settings ask for cannot be opened (`flag` asked for it).
     Socket { flag: &'static str, address: SocketAddr, error: io::Error },
+    /// Another process listens on the same address and port (SO_REUSEPORT would share it).
+    PortShared { address: SocketAddr, others: usize },
     /// The open-files limit cannot be read.
     OpenFilesUnknown(io::Error),
     /// `-c` needs more descriptors than the hard limit (or the raise) allows.
@@ -35,6 +37,10 @@ impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServeError::Socket { flag, address, error } => write!(f, "{flag}: cannot listen on {address}: {error}"),
+            ServeError::PortShared { address, others } => write!(
+                f,
+                "-p/--port: {others} other listening socket(s) on {address}: another server started on this port"
+            ),
             ServeError::OpenFilesUnknown(error) => write!(f, "cannot read the open files limit: {error}"),
             ServeError::OpenFiles { conn_limit, needed, limit } => write!(
                 f,

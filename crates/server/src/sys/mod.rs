@@ -56,6 +56,27 @@ pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// TCP sockets listening on exactly `address`, in the whole system (from `/proc/net/tcp` or
+/// `tcp6`); None when the kernel does not say.
+pub fn listeners_on(address: std::net::SocketAddr) -> Option<usize> {
+    let (table, local) = match address.ip() {
+        std::net::IpAddr::V4(ip) => ("/proc/net/tcp", format!("{:08X}", u32::from_ne_bytes(ip.octets()))),
+        std::net::IpAddr::V6(ip) => {
+            let octets = ip.octets();
+            let words = octets.chunks(4).map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])));
+            ("/proc/net/tcp6", words.collect())
+        }
+    };
+    let local = format!("{local}:{:04X}", address.port());
+    let text = std::fs::read_to_string(table).ok()?;
+    // Columns: slot, local address, remote address, state (0A: listening), ...
+    let listening = text.lines().skip(1).filter(|line| {
+        let mut fields = line.split_whitespace().skip(1);
+        fields.next() == Some(local.as_str()) && fields.nth(1) == Some("0A")
+    });
+    Some(listening.count())
+}
+
 /// Whether an accept failed for want of descriptors (the process's or the system's).
 pub fn out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
@@ -95,6 +116,31 @@ mod tests {
         let (pinned, refused, after) = thread.join().unwrap();
         assert!(pinned && !refused);
         assert_eq!(after.len(), 1);
+    }
+
+    /// A listening SO_REUSEPORT socket on `ip` and `port` (0: any free port); None if `ip`
+    /// cannot be bound here (no IPv6).
+    fn shared_listener(ip: std::net::IpAddr, port: u16) -> Option<socket2::Socket> {
+        let address = std::net::SocketAddr::new(ip, port);
+        let socket = socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).ok()?;
+        socket.set_reuse_port(true).unwrap();
+        socket.bind(&address.into()).ok()?;
+        socket.listen(8).unwrap();
+        Some(socket)
+    }
+
+    #[test]
+    fn listeners_sharing_a_port_are_all_counted() {
+        let loopbacks: [std::net::IpAddr; 2] = [[127, 0, 0, 1].into(), std::net::Ipv6Addr::LOCALHOST.into()];
+        for ip in loopbacks {
+            let Some(first) = shared_listener(ip, 0) else { continue };
+            let address = first.local_addr().unwrap().as_socket().unwrap();
+            assert_eq!(listeners_on(address), Some(1), "{address}");
+            let second = shared_listener(ip, address.port()).unwrap();
+            assert_eq!(listeners_on(address), Some(2), "{address}");
+            drop((first, second));
+            assert_eq!(listeners_on(address), Some(0), "{address}");
+        }
     }
 
     #[test]

@@ -95,7 +95,9 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
 
 /// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
 /// connections over the workers. A first plain bind checks that nobody else serves the port
-/// (SO_REUSEPORT would otherwise let a second server share it silently).
+/// (SO_REUSEPORT would otherwise let a second server share it silently). Another server that
+/// probed in the moment between that check and these binds is caught by counting the port's
+/// listeners afterwards: of two servers racing, the later one always sees both and stops.
 pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, ServeError> {
     let fail = ServeError::socket("-p/--port", address);
     // The probe binds without listening: a client that connected to a listening probe would
@@ -118,7 +120,11 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpLi
             socket.listen(1024).map_err(fail)?;
             Ok(TcpListener::from_std(socket.into()))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|listeners| match crate::sys::listeners_on(address) {
+            Some(found) if found > count => Err(ServeError::PortShared { address, others: found - count }),
+            _ => Ok(listeners),
+        })
 }
 
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
