@@ -523,7 +523,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("domain_socket", &"NULL");
     put("shutdown_command", &yes_no(s.admin.shutdown));
     put("num_threads", &s.threads);
-    put("detail_enabled", &if state.detail.enabled() { "yes" } else { "no" });
+    put("detail_enabled", &yes_no(state.detail.enabled()));
     put("cas_enabled", &"yes");
     put("tcp_backlog", &1024);
     put("binding_protocol", &"auto-negotiate");

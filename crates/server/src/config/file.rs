@@ -19,7 +19,7 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let mut command = Config::command();
     // A first look for --config only; errors are reported by the real parse below.
-    let first = Config::command().ignore_errors(true).try_get_matches_from(&args).ok();
+    let first = command.clone().ignore_errors(true).try_get_matches_from(&args).ok();
     if let Some(path) = first.and_then(|matches| matches.get_one::<PathBuf>("config").cloned()) {
         for (id, value) in file_defaults(&command, &path)? {
             command = command.mut_arg(id, |arg| arg.default_value(value));

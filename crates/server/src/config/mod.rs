@@ -213,12 +213,7 @@ impl Default for AdminSettings {
 
 /// CPUs this process may run on (its affinity mask), at least 1.
 pub fn allowed_cpus() -> usize {
-    cpu_list().len().max(1)
-}
-
-/// The CPUs this process may run on, in order.
-pub fn cpu_list() -> Vec<usize> {
-    crate::sys::allowed_cpus()
+    crate::sys::allowed_cpus().len().max(1)
 }
 
 /// memcached's -I forms: bytes, or a number with k or m.

@@ -24,7 +24,7 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
         polls.push(poll);
     }
     let links = crate::forward::connect(&Arc::new(peers));
-    let cpus = crate::config::cpu_list();
+    let cpus = crate::sys::allowed_cpus();
     let shared = Arc::new(Shared {
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
