@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exchange, memcached, tierkv, tierkv_with};
+use common::{exchange, memcached, memcached_with, tierkv, tierkv_with};
 use std::collections::HashMap;
 
 /// The `STAT name value` lines of a reply.
@@ -115,11 +115,18 @@ fn settings_follow_flags_and_verbosity() {
     assert_eq!(settings["item_size_max"], (1u64 << 20).to_string());
     let switches = ["shutdown_command", "flush_enabled", "dump_enabled"].map(|name| settings[name].clone());
     assert_eq!(switches, ["no", "yes", "yes"]);
-    // memcached's -A, -F and -X show in its settings; so do tierkv's.
-    let server = tierkv_with(&["-A", "-F", "-X"]);
-    let settings = parse(&exchange(server.1, b"stats settings\r\n"));
-    let switches = ["shutdown_command", "flush_enabled", "dump_enabled"].map(|name| settings[name].clone());
-    assert_eq!(switches, ["yes", "no", "no"]);
+    // memcached's -A, -F and -X show in its settings; tierkv's match it flag for flag.
+    for flags in [&[][..], &["-A", "-F", "-X"][..]] {
+        let (ours, theirs) = (tierkv_with(flags), memcached_with(flags));
+        let switches = |port: u16| {
+            let settings = parse(&exchange(port, b"stats settings\r\n"));
+            ["shutdown_command", "flush_enabled", "dump_enabled"].map(|name| settings[name].clone())
+        };
+        assert_eq!(switches(ours.1), switches(theirs.1), "flags {flags:?}");
+        if !flags.is_empty() {
+            assert_eq!(switches(ours.1), ["yes", "no", "no"]);
+        }
+    }
 }
 
 #[test]

@@ -55,9 +55,14 @@ pub fn tierkv_with(extra: &[&str]) -> Server {
 }
 
 pub fn memcached() -> Server {
+    memcached_with(&[])
+}
+
+/// Debian's memcached with 64 MiB, one thread, no UDP, and `extra` flags.
+pub fn memcached_with(extra: &[&str]) -> Server {
     let port = free_port();
     let mut command = Command::new("memcached");
-    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]);
+    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]).args(extra);
     // SAFETY: geteuid only reads the process's user id.
     if unsafe { libc::geteuid() } == 0 {
         command.args(["-u", "root"]);
