@@ -12,6 +12,7 @@ mod api;
 mod batch;
 mod cache;
 mod config;
+pub mod flash;
 mod hash;
 mod item;
 mod numeric;

@@ -1,0 +1,129 @@
+//! Reclaiming the ring's oldest segment, locality-aware as Cascade Mapping's GC: when free slots
+//! run low the tail segment is read back whole; items still indexed there that were read while on
+//! flash (the entry's hit bit) are rewritten at the head, within the write budget; the rest die
+//! with the slot's generation. A segment nobody points into is freed without any I/O, and when
+//! the ring is full before the read is back the tail is dropped at once (`drop_tail`).
+//!
+//! A slot's generation has 3 bits, so an entry into a reclaimed slot must be gone before the
+//! slot's generation comes round again: every reclaim sweeps a share of the index such that the
+//! whole table is swept once per trip round the ring, long before a generation repeats.
+
+use super::io::{AlignedBuf, Completion, IoKind, IoOp};
+use super::layout::{decode_item, SegmentHeader, ITEM_ALIGN, ITEM_HEADER, PAGE, SEGMENT_HEADER};
+use super::ring::SlotState;
+use super::{FlashStore, Now, TOKEN_GC};
+use crate::hash::KeyHash;
+use crate::time::is_expired;
+
+/// GC's state: one segment-sized buffer, the slot (and generation) being read, the sweep cursor.
+pub struct Gc {
+    pub buf: Option<AlignedBuf>,
+    pub reading: Option<(u32, u8)>,
+    /// Rewriting the slot in `reading`: it must not be dropped under us.
+    pub walking: bool,
+    pub sweep_cursor: usize,
+    /// Set while closing: no reclaim starts.
+    pub paused: bool,
+}
+
+impl Gc {
+    pub fn new(segment_bytes: usize) -> Gc {
+        Gc { buf: Some(AlignedBuf::new(segment_bytes)), reading: None, walking: false, sweep_cursor: 0, paused: false }
+    }
+}
+
+impl FlashStore {
+    /// Free slots below this start a reclaim.
+    fn reclaim_mark(&self) -> u32 {
+        self.cfg.write_buffers + 1
+    }
+
+    /// Starts reclaiming the tail if free slots are low: frees it at once if nothing points into
+    /// it, else reads it back.
+    pub(super) fn maybe_reclaim(&mut self) {
+        while !self.gc.paused && self.gc.reading.is_none() && self.used_slots > 0 {
+            if self.layout.slots - self.used_slots >= self.reclaim_mark() {
+                return;
+            }
+            let tail = self.tail();
+            let slot = self.slots[tail as usize];
+            if slot.state != SlotState::Sealed {
+                return;
+            }
+            if slot.live == 0 {
+                self.free_tail();
+                continue;
+            }
+            let Some(buf) = self.gc.buf.take() else { return };
+            let len = (slot.used as usize).next_multiple_of(PAGE);
+            let offset = self.layout.segment_offset(tail);
+            self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_GC | u64::from(tail) });
+            self.stats.gc_reads += 1;
+            self.stats.read_bytes += len as u64;
+            self.gc.reading = Some((tail, slot.gen));
+            return;
+        }
+    }
+
+    /// The tail segment is back: rewrite its hit items, then free the slot.
+    pub(super) fn gc_read_done(&mut self, slot: u32, c: Completion, now: Now) {
+        let buf = c.buf;
+        let current = self.gc.reading.take();
+        let still_tail = self.used_slots > 0 && self.tail() == slot && self.slots[slot as usize].state == SlotState::Sealed;
+        if current != Some((slot, self.slots[slot as usize].gen)) || !still_tail {
+            // Dropped under pressure while the read was in flight.
+            self.gc.buf = Some(buf);
+            self.maybe_reclaim();
+            return;
+        }
+        let s = self.slots[slot as usize];
+        let header = SegmentHeader::decode(&buf).filter(|h| h.seq == s.seq && h.slot == slot && h.used == s.used && h.partition == self.cfg.partition);
+        match (c.result, header) {
+            (Err(_), _) => self.stats.gc_read_errors += 1,
+            (Ok(_), None) => self.stats.gc_bad_segments += 1,
+            (Ok(_), Some(_)) => {
+                self.gc.reading = Some((slot, s.gen));
+                self.gc.walking = true;
+                self.rewrite_hits(slot, s.gen, &buf[..s.used as usize], now);
+                self.gc.walking = false;
+                self.gc.reading = None;
+            }
+        }
+        self.free_tail();
+        self.gc.buf = Some(buf);
+        self.maybe_reclaim();
+    }
+
+    /// Walks a segment's items; the ones the index still points at and that were hit on flash
+    /// move to the head.
+    fn rewrite_hits(&mut self, slot: u32, gen: u8, segment: &[u8], now: Now) {
+        let mut at = SEGMENT_HEADER;
+        while at + ITEM_HEADER <= segment.len() {
+            let Ok(item) = decode_item(&segment[at..]) else {
+                // Padding before a page boundary (or damage): items resume at the next page.
+                at = (at + 1).next_multiple_of(PAGE);
+                continue;
+            };
+            let hash = KeyHash::of(item.key);
+            let here = |e: super::index::Entry| e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN;
+            if let Some(entry) = self.index.find(hash).filter(|&e| here(e)) {
+                let keep = entry.hit() && !is_expired(item.meta.expiry, now.unix) && self.admission.admit_rewrite(item.bytes, now.nanos);
+                if keep && self.append(hash, item.key, item.value, item.meta, now).is_some() {
+                    self.stats.gc_rewrites += 1;
+                    self.stats.write_rewrite_bytes += item.bytes as u64;
+                }
+            }
+            at += item.bytes;
+        }
+    }
+
+    /// Clears index entries into dead slots, a share per reclaim (see the module comment).
+    pub(super) fn sweep_some(&mut self) {
+        let buckets = self.index.buckets() as usize;
+        let share = buckets / self.layout.slots as usize + 1;
+        let from = self.gc.sweep_cursor;
+        let slots = &self.slots;
+        self.stats.swept += self.index.sweep(from, from + share, |e| Self::valid(slots, e)) as u64;
+        self.gc.sweep_cursor = if from + share >= buckets { 0 } else { from + share };
+    }
+}

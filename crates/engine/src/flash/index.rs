@@ -1,0 +1,250 @@
+//! The flash tier's DRAM index (Toshiba's bucketized hashing with 2-byte tags): 8 bytes per
+//! item, eight to a 64-byte bucket, so a lookup touches one cache line and a miss costs no flash
+//! read unless another key in the bucket has the same tag (8 in 65536 at worst).
+//!
+//! ```text
+//!   63        48 47        30 29  27  26  25           8 7        0
+//!  +------------+------------+------+---+--------------+----------+
+//!  |    tag     | slot (18)  | gen  |hit| offset (18)  | pages(8) |
+//!  +------------+------------+------+---+--------------+----------+
+//!   slot: the segment's place in the region's ring; gen: the slot's generation when written
+//!   (a reclaimed slot's generation moves on, which invalidates every entry into it with no
+//!   I/O: Cascade Mapping's zero-I/O demapping); hit: read while on flash (GC keeps it);
+//!   offset: in 16-byte units inside the segment; pages: 4 KiB pages a read of the item spans,
+//!   1..=255, so an entry is never 0 and 0 marks an empty way.
+//! ```
+//!
+//! A bucket holds at most one entry per tag: writing a key drops any entry with its tag, so a
+//! lookup has one candidate and an older version of a key can never be found again.
+
+use crate::hash::KeyHash;
+
+pub const WAYS: usize = 8;
+pub const MAX_SLOTS: u32 = 1 << 18;
+pub const GENERATIONS: u8 = 8;
+pub const MAX_OFFSET_UNITS: u32 = 1 << 18;
+pub const MAX_PAGES: u32 = 255;
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+/// One packed index entry (see the module drawing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry(pub u64);
+
+impl Entry {
+    pub fn new(tag: u16, slot: u32, gen: u8, offset_units: u32, pages: u32) -> Entry {
+        debug_assert!(slot < MAX_SLOTS && gen < GENERATIONS && offset_units < MAX_OFFSET_UNITS);
+        debug_assert!((1..=MAX_PAGES).contains(&pages));
+        Entry(
+            u64::from(tag) << 48
+                | u64::from(slot) << 30
+                | u64::from(gen) << 27
+                | u64::from(offset_units) << 8
+                | u64::from(pages),
+        )
+    }
+    pub fn tag(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+    pub fn slot(self) -> u32 {
+        ((self.0 >> 30) & (MAX_SLOTS as u64 - 1)) as u32
+    }
+    pub fn gen(self) -> u8 {
+        ((self.0 >> 27) & 7) as u8
+    }
+    pub fn hit(self) -> bool {
+        self.0 & (1 << 26) != 0
+    }
+    pub fn with_hit(self) -> Entry {
+        Entry(self.0 | 1 << 26)
+    }
+    pub fn offset_units(self) -> u32 {
+        ((self.0 >> 8) & (MAX_OFFSET_UNITS as u64 - 1)) as u32
+    }
+    pub fn pages(self) -> u32 {
+        (self.0 & 0xFF) as u32
+    }
+    /// Whether two entries name the same place (the hit bit aside).
+    pub fn same_place(self, other: Entry) -> bool {
+        (self.0 ^ other.0) & !(1 << 26) == 0
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Bucket([u64; WAYS]);
+
+/// What an insert displaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Displaced {
+    /// The key's previous entry (or a tag twin's), now gone.
+    pub replaced: Option<Entry>,
+    /// A valid entry of another key pushed out because the bucket was full.
+    pub evicted: Option<Entry>,
+}
+
+pub struct FlashIndex {
+    buckets: Vec<Bucket>,
+}
+
+impl FlashIndex {
+    /// A table of `buckets` buckets (at least one).
+    pub fn new(buckets: u32) -> FlashIndex {
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize] }
+    }
+
+    pub fn buckets(&self) -> u32 {
+        self.buckets.len() as u32
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.buckets.capacity() * std::mem::size_of::<Bucket>()
+    }
+
+    pub fn bucket_of(&self, hash: KeyHash) -> usize {
+        (((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64 >> 32) as usize
+    }
+
+    /// The entry with this key's tag, if any.
+    pub fn find(&self, hash: KeyHash) -> Option<Entry> {
+        let tag = hash.tag();
+        let bucket = &self.buckets[self.bucket_of(hash)].0;
+        bucket.iter().map(|&e| Entry(e)).find(|e| e.0 != 0 && e.tag() == tag)
+    }
+
+    /// Removes and returns the entry with this key's tag.
+    pub fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
+        let tag = hash.tag();
+        let b = self.bucket_of(hash);
+        let way = self.buckets[b].0.iter().position(|&e| e != 0 && Entry(e).tag() == tag)?;
+        Some(Entry(std::mem::take(&mut self.buckets[b].0[way])))
+    }
+
+    /// Puts `entry` in the key's bucket, dropping its tag's previous entry. A full bucket first
+    /// reuses a way whose entry `valid` rejects, then evicts the entry `age` ranks oldest.
+    pub fn insert(&mut self, hash: KeyHash, entry: Entry, valid: impl Fn(Entry) -> bool, age: impl Fn(Entry) -> u64) -> Displaced {
+        debug_assert_eq!(entry.tag(), hash.tag());
+        let mut displaced = Displaced { replaced: self.remove(hash), evicted: None };
+        let b = self.bucket_of(hash);
+        let ways = &mut self.buckets[b].0;
+        let way = ways.iter().position(|&e| e == 0).or_else(|| ways.iter().position(|&e| !valid(Entry(e))));
+        let way = way.unwrap_or_else(|| {
+            let oldest = (0..WAYS).min_by_key(|&w| age(Entry(ways[w]))).expect("buckets have ways");
+            displaced.evicted = Some(Entry(ways[oldest]));
+            oldest
+        });
+        ways[way] = entry.0;
+        displaced
+    }
+
+    /// Replaces `old` with `new` if the key's entry is still `old` (same place); false otherwise.
+    pub fn replace_if(&mut self, hash: KeyHash, old: Entry, new: Entry) -> bool {
+        let b = self.bucket_of(hash);
+        for way in self.buckets[b].0.iter_mut() {
+            if *way != 0 && Entry(*way).same_place(old) {
+                *way = new.0;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Clears every entry `valid` rejects in buckets `from..to` (clamped); returns how many.
+    pub fn sweep(&mut self, from: usize, to: usize, valid: impl Fn(Entry) -> bool) -> usize {
+        let to = to.min(self.buckets.len());
+        let mut cleared = 0;
+        for bucket in &mut self.buckets[from.min(to)..to] {
+            for way in bucket.0.iter_mut() {
+                if *way != 0 && !valid(Entry(*way)) {
+                    *way = 0;
+                    cleared += 1;
+                }
+            }
+        }
+        cleared
+    }
+
+    /// Empties the table.
+    pub fn clear(&mut self) {
+        self.buckets.fill(Bucket::default());
+    }
+
+    /// The table as little-endian bytes, `bucket` after `bucket` (for the snapshot).
+    pub fn bucket_bytes(&self, bucket: usize, out: &mut [u8]) {
+        for (i, e) in self.buckets[bucket].0.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
+        }
+    }
+
+    /// Loads one bucket from `bytes` (the snapshot's form).
+    pub fn load_bucket(&mut self, bucket: usize, bytes: &[u8]) {
+        for (i, e) in self.buckets[bucket].0.iter_mut().enumerate() {
+            *e = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        }
+    }
+
+    /// Every non-empty entry (tests and the snapshot's accounting).
+    pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.buckets.iter().flat_map(|b| b.0.iter()).filter(|&&e| e != 0).map(|&e| Entry(e))
+    }
+}
+
+pub const BUCKET_BYTES: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(bucket_bits: u64, tag: u16) -> KeyHash {
+        KeyHash(bucket_bits << 16 | u64::from(tag))
+    }
+
+    #[test]
+    fn entry_fields_round_trip_at_their_limits() {
+        let e = Entry::new(0xFFFF, MAX_SLOTS - 1, 7, MAX_OFFSET_UNITS - 1, 255);
+        assert_eq!((e.tag(), e.slot(), e.gen(), e.offset_units(), e.pages(), e.hit()), (0xFFFF, MAX_SLOTS - 1, 7, MAX_OFFSET_UNITS - 1, 255, false));
+        let h = e.with_hit();
+        assert!(h.hit() && h.same_place(e) && h != e);
+        let small = Entry::new(1, 0, 0, 0, 1);
+        assert_eq!((small.tag(), small.slot(), small.gen(), small.offset_units(), small.pages()), (1, 0, 0, 0, 1));
+        assert_ne!(small.0, 0);
+    }
+
+    #[test]
+    fn one_entry_per_tag_and_full_buckets_evict_the_oldest() {
+        let mut index = FlashIndex::new(1);
+        let h = |t| hash(5, t);
+        for t in 1..=8u16 {
+            let d = index.insert(h(t), Entry::new(t, u32::from(t), 0, 0, 1), |_| true, |e| u64::from(e.slot()));
+            assert_eq!(d, Displaced::default());
+        }
+        let d = index.insert(h(3), Entry::new(3, 30, 0, 0, 1), |_| true, |e| u64::from(e.slot()));
+        assert_eq!(d.replaced.map(|e| e.slot()), Some(3));
+        assert_eq!(index.find(h(3)).map(|e| e.slot()), Some(30));
+        let d = index.insert(h(9), Entry::new(9, 90, 0, 0, 1), |_| true, |e| u64::from(e.slot()));
+        assert_eq!(d.evicted.map(|e| e.slot()), Some(1), "slot 1 is the oldest");
+        assert_eq!(index.find(h(1)), None);
+        let d = index.insert(h(10), Entry::new(10, 100, 0, 0, 1), |e| e.slot() != 5, |e| u64::from(e.slot()));
+        assert_eq!(d.evicted, None, "an invalid entry's way is reused before evicting");
+        assert_eq!(index.entries().count(), 8);
+    }
+
+    #[test]
+    fn replace_if_and_sweep_and_snapshot_bytes() {
+        let mut index = FlashIndex::new(4);
+        let h = hash(0xABCD, 77);
+        let e = Entry::new(77, 2, 1, 10, 1);
+        index.insert(h, e, |_| true, |_| 0);
+        assert!(!index.replace_if(h, Entry::new(77, 2, 0, 10, 1), e.with_hit()));
+        assert!(index.replace_if(h, e, e.with_hit()));
+        assert!(index.find(h).unwrap().hit());
+        let mut bytes = [0u8; BUCKET_BYTES];
+        let b = index.bucket_of(h);
+        index.bucket_bytes(b, &mut bytes);
+        let mut copy = FlashIndex::new(4);
+        copy.load_bucket(b, &bytes);
+        assert_eq!(copy.find(h), index.find(h));
+        assert_eq!(index.sweep(0, 99, |e| e.gen() != 1), 1);
+        assert_eq!(index.find(h), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! The flash tier's I/O engine seam: the store asks for page-aligned reads, writes and syncs and
+//! later consumes their completions. Three engines sit behind `IoEngine`: io_uring (one ring per
+//! owner, polled by it), a small `pread`/`pwrite` thread pool for kernels without io_uring, and an
+//! in-memory simulated device that tears writes, flips bits and fails I/O for tests.
+//!
+//! Buffers travel with their operation and come back in its completion, so no engine ever touches
+//! memory the store still uses, and the store never touches memory the kernel is reading or
+//! writing.
+
+pub mod aligned;
+pub mod sim;
+pub mod threads;
+pub mod uring;
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+pub use aligned::AlignedBuf;
+
+/// What an operation does.
+#[derive(Debug)]
+pub enum IoKind {
+    /// Fill `buf` from the device at `offset`.
+    Read,
+    /// Write all of `buf` to the device at `offset`.
+    Write,
+    /// Make completed writes durable (fdatasync); `buf` is empty.
+    Sync,
+}
+
+/// One request: the first `len` bytes of an aligned buffer (a whole number of pages), an aligned
+/// device offset and a token the owner chooses.
+#[derive(Debug)]
+pub struct IoOp {
+    pub kind: IoKind,
+    pub offset: u64,
+    pub buf: AlignedBuf,
+    pub len: usize,
+    pub token: u64,
+}
+
+/// A finished request: the buffer comes back, with the bytes moved or an errno.
+#[derive(Debug)]
+pub struct Completion {
+    pub token: u64,
+    pub buf: AlignedBuf,
+    pub result: Result<usize, i32>,
+}
+
+/// An I/O engine owned by one partition. Requests may complete in any order.
+pub trait IoEngine: Send {
+    /// Queues a request; it reaches the device at the next `flush` (or sooner).
+    fn submit(&mut self, op: IoOp);
+    /// Hands queued requests to the device.
+    fn flush(&mut self);
+    /// Moves finished requests to `out` without blocking.
+    fn poll(&mut self, out: &mut Vec<Completion>);
+    /// Like `poll`, but blocks until at least one request has finished if any is in flight.
+    fn wait(&mut self, out: &mut Vec<Completion>);
+    /// Requests submitted and not yet returned by `poll`/`wait`.
+    fn in_flight(&self) -> usize;
+    /// The engine's name for logs and benchmarks.
+    fn name(&self) -> &'static str;
+}
+
+/// Which engine serves a real file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashIo {
+    Uring,
+    Threads,
+}
+
+impl std::str::FromStr for FlashIo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FlashIo, String> {
+        match s {
+            "uring" => Ok(FlashIo::Uring),
+            "threads" => Ok(FlashIo::Threads),
+            _ => Err(format!("expected uring or threads, got {s:?}")),
+        }
+    }
+}
+
+/// Opens (creating if needed) the flash file with `O_DIRECT` and gives it `size` bytes. File
+/// systems without `O_DIRECT` (tmpfs) get buffered I/O; the bool says whether it is direct.
+pub fn open_file(path: &Path, size: u64) -> std::io::Result<(File, bool)> {
+    let open = |flags: i32| OpenOptions::new().read(true).write(true).create(true).truncate(false).custom_flags(flags).open(path);
+    let (file, direct) = match open(libc::O_DIRECT) {
+        Ok(file) => (file, true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
+        Err(e) => return Err(e),
+    };
+    if file.metadata()?.len() < size {
+        file.set_len(size)?;
+    }
+    Ok((file, direct))
+}
+
+/// An engine of the asked kind over `file`, each at most `depth` requests deep. io_uring falls
+/// back to threads when the kernel refuses a ring; the returned string says why.
+pub fn engine_for(kind: FlashIo, file: &File, depth: u32) -> std::io::Result<(Box<dyn IoEngine>, Option<String>)> {
+    let threads = |file: &File| -> std::io::Result<Box<dyn IoEngine>> {
+        Ok(Box::new(threads::ThreadsEngine::new(file.try_clone()?, depth.clamp(1, 64) as usize)))
+    };
+    match kind {
+        FlashIo::Threads => Ok((threads(file)?, None)),
+        FlashIo::Uring => match uring::UringEngine::new(file.try_clone()?, depth) {
+            Ok(engine) => Ok((Box::new(engine), None)),
+            Err(e) => Ok((threads(file)?, Some(format!("io_uring unavailable ({e}); using the thread pool")))),
+        },
+    }
+}

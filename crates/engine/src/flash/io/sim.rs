@@ -1,0 +1,270 @@
+//! A simulated flash device in memory, in TigerBeetle's tradition: deterministic from a seed, it
+//! completes requests in a random order, can fail any request, flip bits in what a read returns,
+//! and on `crash` tears every write still in flight at a random byte (or drops or keeps it whole).
+//! Tests hold a `SimDisk` handle to steer faults and crashes while the store owns a `SimDevice`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{Completion, IoEngine, IoKind, IoOp};
+
+/// A deterministic generator (splitmix64) for fault decisions.
+#[derive(Clone, Debug)]
+pub struct SimRng(u64);
+
+impl SimRng {
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..n (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// True with probability `per_million` / 1e6.
+    pub fn chance(&mut self, per_million: u32) -> bool {
+        self.below(1_000_000) < u64::from(per_million)
+    }
+}
+
+/// Faults the device injects, as chances per million requests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// A request fails with EIO (a failed write leaves the device unchanged).
+    pub fail_per_million: u32,
+    /// A read returns its data with one bit flipped.
+    pub flip_per_million: u32,
+}
+
+/// Counters of what the device did, for tests to assert that faults happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimCounters {
+    pub reads: u64,
+    pub writes: u64,
+    pub failed: u64,
+    pub flipped: u64,
+    pub torn: u64,
+    pub dropped: u64,
+}
+
+struct Disk {
+    data: Vec<u8>,
+    pending: Vec<IoOp>,
+    rng: SimRng,
+    faults: Faults,
+    counters: SimCounters,
+}
+
+/// The device's contents and fault controls, shared between a test and the store's `SimDevice`.
+#[derive(Clone)]
+pub struct SimDisk(Arc<Mutex<Disk>>);
+
+impl SimDisk {
+    pub fn new(bytes: usize, seed: u64) -> SimDisk {
+        let disk = Disk { data: vec![0; bytes], pending: Vec::new(), rng: SimRng::new(seed), faults: Faults::default(), counters: SimCounters::default() };
+        SimDisk(Arc::new(Mutex::new(disk)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Disk> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A device handle for a store to own.
+    pub fn device(&self) -> SimDevice {
+        SimDevice { disk: self.clone(), in_flight: 0 }
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        self.lock().faults = faults;
+    }
+
+    pub fn counters(&self) -> SimCounters {
+        self.lock().counters
+    }
+
+    /// The process dies: every request still in flight is lost, except writes, each of which the
+    /// device may have applied whole, torn at a random byte, or not at all.
+    pub fn crash(&self) {
+        let mut disk = self.lock();
+        let pending = std::mem::take(&mut disk.pending);
+        for op in pending {
+            if !matches!(op.kind, IoKind::Write) {
+                continue;
+            }
+            let keep = match disk.rng.below(3) {
+                0 => 0,
+                1 => op.len,
+                _ => disk.rng.below(op.len as u64) as usize,
+            };
+            if keep == 0 {
+                disk.counters.dropped += 1;
+            } else if keep < op.len {
+                disk.counters.torn += 1;
+            }
+            let at = op.offset as usize;
+            disk.data[at..at + keep].copy_from_slice(&op.buf[..keep]);
+        }
+    }
+
+    /// Flips one bit at `offset` (for tests that corrupt a chosen place).
+    pub fn flip(&self, offset: usize, bit: u8) {
+        self.lock().data[offset] ^= 1 << (bit % 8);
+    }
+}
+
+impl Disk {
+    fn complete(&mut self, index: usize) -> Completion {
+        let mut op = self.pending.swap_remove(index);
+        let (at, len) = (op.offset as usize, op.len);
+        if at + len > self.data.len() || len > op.buf.len() {
+            return Completion { token: op.token, buf: op.buf, result: Err(libc::EINVAL) };
+        }
+        if self.rng.chance(self.faults.fail_per_million) {
+            self.counters.failed += 1;
+            return Completion { token: op.token, buf: op.buf, result: Err(libc::EIO) };
+        }
+        match op.kind {
+            IoKind::Read => {
+                self.counters.reads += 1;
+                op.buf[..len].copy_from_slice(&self.data[at..at + len]);
+                if len > 0 && self.rng.chance(self.faults.flip_per_million) {
+                    self.counters.flipped += 1;
+                    let bit = self.rng.below(len as u64 * 8) as usize;
+                    op.buf[bit / 8] ^= 1 << (bit % 8);
+                }
+            }
+            IoKind::Write => {
+                self.counters.writes += 1;
+                self.data[at..at + len].copy_from_slice(&op.buf[..len]);
+            }
+            IoKind::Sync => {}
+        }
+        Completion { token: op.token, buf: op.buf, result: Ok(len) }
+    }
+}
+
+/// The store's end of a `SimDisk`: requests complete, in a random order, when polled.
+pub struct SimDevice {
+    disk: SimDisk,
+    in_flight: usize,
+}
+
+impl IoEngine for SimDevice {
+    fn submit(&mut self, op: IoOp) {
+        self.in_flight += 1;
+        self.disk.lock().pending.push(op);
+    }
+
+    fn flush(&mut self) {}
+
+    fn poll(&mut self, out: &mut Vec<Completion>) {
+        let mut disk = self.disk.lock();
+        // Some of what is pending finishes, in a random order: completions arrive out of order.
+        let n = disk.pending.len();
+        let finished = if n == 0 { 0 } else { disk.rng.below(n as u64 + 1) as usize };
+        for _ in 0..finished {
+            let left = disk.pending.len() as u64;
+            let index = disk.rng.below(left) as usize;
+            out.push(disk.complete(index));
+        }
+        self.in_flight -= finished;
+    }
+
+    fn wait(&mut self, out: &mut Vec<Completion>) {
+        let before = out.len();
+        self.poll(out);
+        if out.len() == before {
+            let mut disk = self.disk.lock();
+            if !disk.pending.is_empty() {
+                let left = disk.pending.len() as u64;
+                let index = disk.rng.below(left) as usize;
+                out.push(disk.complete(index));
+                self.in_flight -= 1;
+            }
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flash::io::AlignedBuf;
+    use crate::flash::layout::PAGE;
+
+    fn write(dev: &mut SimDevice, offset: u64, byte: u8, token: u64) {
+        let mut buf = AlignedBuf::new(PAGE);
+        buf.fill(byte);
+        dev.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token });
+    }
+
+    fn drain(dev: &mut SimDevice) -> Vec<Completion> {
+        let mut out = Vec::new();
+        while dev.in_flight() > 0 {
+            dev.wait(&mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn writes_then_reads_return_the_data_in_some_order() {
+        let disk = SimDisk::new(4 * PAGE, 1);
+        let mut dev = disk.device();
+        for i in 0..4 {
+            write(&mut dev, (i * PAGE) as u64, i as u8 + 1, i as u64);
+        }
+        let done = drain(&mut dev);
+        assert_eq!(done.len(), 4);
+        dev.submit(IoOp { kind: IoKind::Read, offset: 2 * PAGE as u64, buf: AlignedBuf::new(PAGE), len: PAGE, token: 9 });
+        let done = drain(&mut dev);
+        assert_eq!(done[0].token, 9);
+        assert!(done[0].buf.iter().all(|&b| b == 3));
+    }
+
+    #[test]
+    fn a_crash_keeps_completed_writes_and_tears_or_drops_in_flight_ones() {
+        let disk = SimDisk::new(64 * PAGE, 7);
+        let mut dev = disk.device();
+        write(&mut dev, 0, 1, 0);
+        drain(&mut dev);
+        for i in 1..64 {
+            write(&mut dev, (i * PAGE) as u64, 2, i as u64);
+        }
+        disk.crash();
+        let c = disk.counters();
+        assert!(c.torn > 0 && c.dropped > 0, "{c:?}");
+        let mut dev = disk.device();
+        dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, token: 0 });
+        assert!(drain(&mut dev)[0].buf.iter().all(|&b| b == 1));
+    }
+
+    #[test]
+    fn faults_fail_requests_and_flip_bits() {
+        let disk = SimDisk::new(PAGE, 3);
+        disk.set_faults(Faults { fail_per_million: 300_000, flip_per_million: 500_000 });
+        let mut dev = disk.device();
+        for t in 0..200 {
+            dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, token: t });
+        }
+        let done = drain(&mut dev);
+        let failed = done.iter().filter(|c| c.result == Err(libc::EIO)).count();
+        let flipped = done.iter().filter(|c| c.result.is_ok() && c.buf.iter().any(|&b| b != 0)).count();
+        assert!(failed > 20 && flipped > 20, "{failed} {flipped}");
+        assert_eq!(disk.counters().failed as usize, failed);
+    }
+}

@@ -1,0 +1,141 @@
+//! The io_uring engine: one ring per owner, the file registered with the ring, requests pushed to
+//! the submission queue and handed to the kernel in one `io_uring_enter` per `flush`, completions
+//! reaped by the owner when it polls. No thread of its own and no system call per request.
+
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+
+use io_uring::{opcode, types, IoUring};
+
+use super::{Completion, IoEngine, IoKind, IoOp};
+
+/// One ring over one file, at most `depth` requests in flight; more wait in `backlog`.
+pub struct UringEngine {
+    ring: IoUring,
+    // Kept open for as long as the ring refers to it.
+    _file: File,
+    /// Requests in the kernel's hands, by slot; the slot number is the request's user_data.
+    slots: Vec<Option<IoOp>>,
+    free: Vec<usize>,
+    backlog: std::collections::VecDeque<IoOp>,
+    in_flight: usize,
+}
+
+impl UringEngine {
+    pub fn new(file: File, depth: u32) -> std::io::Result<UringEngine> {
+        let depth = depth.clamp(1, 4096).next_power_of_two();
+        let ring = IoUring::new(depth)?;
+        ring.submitter().register_files(&[file.as_raw_fd()])?;
+        let slots = (0..depth as usize).map(|_| None).collect();
+        let free = (0..depth as usize).rev().collect();
+        Ok(UringEngine { ring, _file: file, slots, free, backlog: Default::default(), in_flight: 0 })
+    }
+
+    /// Moves backlog requests into free ring slots.
+    fn stage(&mut self) {
+        while let Some(slot) = self.free.pop() {
+            let Some(mut op) = self.backlog.pop_front() else {
+                self.free.push(slot);
+                return;
+            };
+            let fd = types::Fixed(0);
+            assert!(op.len <= op.buf.len(), "a request stays inside its buffer");
+            let len = u32::try_from(op.len).expect("requests are below 4 GiB");
+            let entry = match op.kind {
+                IoKind::Read => opcode::Read::new(fd, op.buf.as_mut_ptr(), len).offset(op.offset).build(),
+                IoKind::Write => opcode::Write::new(fd, op.buf.as_mut_ptr(), len).offset(op.offset).build(),
+                IoKind::Sync => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            };
+            // The buffer's heap allocation does not move when `op` moves into its slot.
+            self.slots[slot] = Some(op);
+            // SAFETY: the entry points at the slot's buffer, which stays allocated and untouched
+            // in `self.slots` until its completion is reaped in `reap`; the fd is the registered
+            // file, open for the ring's life. The queue has room: at most `depth` slots exist.
+            unsafe {
+                self.ring.submission().push(&entry.user_data(slot as u64)).expect("a free slot means room in the queue");
+            }
+        }
+    }
+
+    fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+        let mut reaped = 0;
+        for cqe in self.ring.completion() {
+            let slot = cqe.user_data() as usize;
+            let op = self.slots[slot].take().expect("a completion for a request in flight");
+            self.free.push(slot);
+            let result = if cqe.result() < 0 {
+                Err(-cqe.result())
+            } else if (cqe.result() as usize) < op.len {
+                // A short transfer (the file ends early): report it as an I/O error.
+                Err(libc::EIO)
+            } else {
+                Ok(cqe.result() as usize)
+            };
+            out.push(Completion { token: op.token, buf: op.buf, result });
+            reaped += 1;
+        }
+        self.in_flight -= reaped;
+        reaped
+    }
+}
+
+impl IoEngine for UringEngine {
+    fn submit(&mut self, op: IoOp) {
+        self.in_flight += 1;
+        self.backlog.push_back(op);
+    }
+
+    fn flush(&mut self) {
+        self.stage();
+        // An error here (EINTR, EBUSY) leaves the entries queued for the next flush.
+        let _ = self.ring.submit();
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) {
+        if self.reap(out) > 0 && !self.backlog.is_empty() {
+            self.flush();
+        }
+    }
+
+    fn wait(&mut self, out: &mut Vec<Completion>) {
+        if self.in_flight == 0 {
+            return;
+        }
+        self.stage();
+        loop {
+            if self.reap(out) > 0 {
+                if !self.backlog.is_empty() {
+                    self.flush();
+                }
+                return;
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                // EINTR, or EBUSY while completions wait to be reaped: reap and try again.
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    fn name(&self) -> &'static str {
+        "uring"
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        // The kernel may still write into buffers of requests in flight: wait for all of them
+        // before the buffers (in `slots`) are freed.
+        let mut sink = Vec::new();
+        while self.slots.iter().any(Option::is_some) {
+            if self.ring.submit_and_wait(1).is_err() {
+                break;
+            }
+            self.reap(&mut sink);
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! What the flash tier writes, byte for byte. Every structure starts with a magic number and ends
+//! with (or carries) an xxh3-64 checksum that is verified on every read; all integers are
+//! little-endian. Nothing here does I/O.
+//!
+//! ```text
+//! the flash file: one region per partition, regions of equal size, each aligned to PAGE
+//!
+//!   | region 0 | region 1 | ... | region n-1 | (tail smaller than a region: unused)
+//!
+//! a region
+//!
+//!   +-------------+---------------------------+------+------+-----+------+
+//!   | superblock  | index snapshot area       | seg0 | seg1 | ... | segN |
+//!   | (one PAGE)  | (written only on close)   |      |      |     |      |
+//!   +-------------+---------------------------+------+------+-----+------+
+//!
+//! superblock (SUPERBLOCK_BYTES used of its page)
+//!   0 magic u64 "TKVSUPER" | 8 version u32 | 12 state u32 (1 clean, 2 open)
+//!  16 partition u32 | 20 partitions u32 | 24 region_bytes u64 | 32 segment_bytes u32
+//!  36 buckets u32 | 40 epoch u64 | 48 last_seq u64 | 56 snapshot_bytes u64
+//!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 checksum u64 (xxh3 of bytes 0..80)
+//!
+//! segment: written whole and in order from one aligned buffer
+//!   +----------------+----------------------------------------------+---------+
+//!   | segment header | items, each 16-byte aligned; an item of at    | zeroes  |
+//!   | SEGMENT_HEADER | most one PAGE never crosses a PAGE boundary   |         |
+//!   +----------------+----------------------------------------------+---------+
+//!   0 magic u64 "TKVSEGMT" | 8 version u32 | 12 partition u32 | 16 epoch u64
+//!  24 seq u64 | 32 slot u32 | 36 used u32 (bytes, header included) | 40 checksum u64 (of 0..40)
+//!
+//! item
+//!   0 magic u16 0x5EA1 | 2 key_len u8 | 3 version u8 | 4 value_len u32 | 8 flags u32
+//!  12 expiry u32 (Unix seconds, 0 = never) | 16 cas u64 | 24 checksum u64 (xxh3 of bytes 0..24,
+//!  the key and the value) | 32 key | value | zero padding to 16 bytes
+//! ```
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+/// The I/O unit: every read and write is a whole number of pages at a page-aligned offset.
+pub const PAGE: usize = 4096;
+/// Item alignment inside a segment; index entries count offsets in these units.
+pub const ITEM_ALIGN: usize = 16;
+/// On-flash format version, in every header.
+pub const FORMAT_VERSION: u32 = 1;
+
+pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
+pub const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
+pub const ITEM_MAGIC: u16 = 0x5EA1;
+
+pub const SUPERBLOCK_BYTES: usize = 88;
+pub const SEGMENT_HEADER: usize = 48;
+pub const ITEM_HEADER: usize = 32;
+/// The snapshot header, at the start of its own page:
+///   0 magic u64 "TKVSNAPS" | 8 version u32 | 12 partition u32 | 16 epoch u64 | 24 slots u32
+///  28 buckets u32 | 32 head u32 | 36 used_slots u32 | 40 checksum u64 (of 0..40)
+/// then, from the next page: a SLOT_RECORD per slot, zero-padded to a page, then the index
+/// buckets (64 bytes each), zero-padded to a page.
+pub const SNAPSHOT_HEADER: usize = 48;
+
+const _: () = assert!(SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER % ITEM_ALIGN == 0);
+const _: () = assert!(ITEM_HEADER % ITEM_ALIGN == 0 && PAGE % ITEM_ALIGN == 0);
+const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
+
+/// A slot's record in the snapshot: 0 seq u64 | 8 used u32 | 12 gen u8 | 13 sealed u8 | 14 zero
+/// padding. 128 records fill a page, so no record crosses one.
+pub const SLOT_RECORD: usize = 32;
+const _: () = assert!(PAGE % SLOT_RECORD == 0);
+
+/// Superblock states.
+pub const STATE_CLEAN: u32 = 1;
+pub const STATE_OPEN: u32 = 2;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// A region's first page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Superblock {
+    pub state: u32,
+    pub partition: u32,
+    pub partitions: u32,
+    pub region_bytes: u64,
+    pub segment_bytes: u32,
+    pub buckets: u32,
+    pub epoch: u64,
+    pub last_seq: u64,
+    pub snapshot_bytes: u64,
+    pub snapshot_checksum: u64,
+    pub last_cas: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..SUPERBLOCK_BYTES].fill(0);
+        put64(out, 0, SUPERBLOCK_MAGIC);
+        put32(out, 8, FORMAT_VERSION);
+        put32(out, 12, self.state);
+        put32(out, 16, self.partition);
+        put32(out, 20, self.partitions);
+        put64(out, 24, self.region_bytes);
+        put32(out, 32, self.segment_bytes);
+        put32(out, 36, self.buckets);
+        put64(out, 40, self.epoch);
+        put64(out, 48, self.last_seq);
+        put64(out, 56, self.snapshot_bytes);
+        put64(out, 64, self.snapshot_checksum);
+        put64(out, 72, self.last_cas);
+        let sum = xxh3_64(&out[..80]);
+        put64(out, 80, sum);
+    }
+
+    /// The superblock in `page`, or None if its magic, version or checksum is wrong.
+    pub fn decode(page: &[u8]) -> Option<Superblock> {
+        if page.len() < SUPERBLOCK_BYTES
+            || u64_at(page, 0) != SUPERBLOCK_MAGIC
+            || u32_at(page, 8) != FORMAT_VERSION
+            || u64_at(page, 80) != xxh3_64(&page[..80])
+        {
+            return None;
+        }
+        Some(Superblock {
+            state: u32_at(page, 12),
+            partition: u32_at(page, 16),
+            partitions: u32_at(page, 20),
+            region_bytes: u64_at(page, 24),
+            segment_bytes: u32_at(page, 32),
+            buckets: u32_at(page, 36),
+            epoch: u64_at(page, 40),
+            last_seq: u64_at(page, 48),
+            snapshot_bytes: u64_at(page, 56),
+            snapshot_checksum: u64_at(page, 64),
+            last_cas: u64_at(page, 72),
+        })
+    }
+}
+
+/// A segment's first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub partition: u32,
+    pub epoch: u64,
+    pub seq: u64,
+    pub slot: u32,
+    pub used: u32,
+}
+
+impl SegmentHeader {
+    pub fn encode(&self, out: &mut [u8]) {
+        put64(out, 0, SEGMENT_MAGIC);
+        put32(out, 8, FORMAT_VERSION);
+        put32(out, 12, self.partition);
+        put64(out, 16, self.epoch);
+        put64(out, 24, self.seq);
+        put32(out, 32, self.slot);
+        put32(out, 36, self.used);
+        let sum = xxh3_64(&out[..40]);
+        put64(out, 40, sum);
+    }
+
+    pub fn decode(b: &[u8]) -> Option<SegmentHeader> {
+        if b.len() < SEGMENT_HEADER
+            || u64_at(b, 0) != SEGMENT_MAGIC
+            || u32_at(b, 8) != FORMAT_VERSION
+            || u64_at(b, 40) != xxh3_64(&b[..40])
+        {
+            return None;
+        }
+        Some(SegmentHeader {
+            partition: u32_at(b, 12),
+            epoch: u64_at(b, 16),
+            seq: u64_at(b, 24),
+            slot: u32_at(b, 32),
+            used: u32_at(b, 36),
+        })
+    }
+}
+
+/// An item's metadata, as stored in its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ItemMeta {
+    pub flags: u32,
+    /// Absolute Unix seconds, 0 = never.
+    pub expiry: u32,
+    pub cas: u64,
+}
+
+/// Bytes an item takes in a segment, padding included.
+pub fn item_bytes(key_len: usize, value_len: usize) -> usize {
+    (ITEM_HEADER + key_len + value_len).next_multiple_of(ITEM_ALIGN)
+}
+
+/// Writes an item (header, key, value, zero padding) at the start of `out`, which must hold
+/// `item_bytes(key.len(), value.len())` bytes. Returns the bytes written.
+pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta) -> usize {
+    let total = item_bytes(key.len(), value.len());
+    let key_len = u8::try_from(key.len()).expect("keys are at most 250 bytes");
+    let value_len = u32::try_from(value.len()).expect("values fit a segment");
+    out[0..2].copy_from_slice(&ITEM_MAGIC.to_le_bytes());
+    out[2] = key_len;
+    out[3] = FORMAT_VERSION as u8;
+    put32(out, 4, value_len);
+    put32(out, 8, meta.flags);
+    put32(out, 12, meta.expiry);
+    put64(out, 16, meta.cas);
+    let body = ITEM_HEADER + key.len();
+    out[ITEM_HEADER..body].copy_from_slice(key);
+    out[body..body + value.len()].copy_from_slice(value);
+    out[body + value.len()..total].fill(0);
+    let mut hasher = Xxh3::new();
+    hasher.update(&out[..24]);
+    hasher.update(&out[ITEM_HEADER..body + value.len()]);
+    put64(out, 24, hasher.digest());
+    total
+}
+
+/// An item found in a page: its key and value borrowed from the buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ItemRef<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub meta: ItemMeta,
+    /// Bytes the item takes, padding included.
+    pub bytes: usize,
+}
+
+/// Why bytes read from flash were not served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corrupt {
+    Magic,
+    Length,
+    Checksum,
+}
+
+/// Decodes and verifies the item at the start of `b`.
+pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
+    if b.len() < ITEM_HEADER || u16::from_le_bytes([b[0], b[1]]) != ITEM_MAGIC || u32::from(b[3]) != FORMAT_VERSION
+    {
+        return Err(Corrupt::Magic);
+    }
+    let key_len = usize::from(b[2]);
+    let value_len = u32_at(b, 4) as usize;
+    let end = ITEM_HEADER + key_len + value_len;
+    if key_len == 0 || end > b.len() {
+        return Err(Corrupt::Length);
+    }
+    let mut hasher = Xxh3::new();
+    hasher.update(&b[..24]);
+    hasher.update(&b[ITEM_HEADER..end]);
+    if hasher.digest() != u64_at(b, 24) {
+        return Err(Corrupt::Checksum);
+    }
+    let meta = ItemMeta { flags: u32_at(b, 8), expiry: u32_at(b, 12), cas: u64_at(b, 16) };
+    let key = &b[ITEM_HEADER..ITEM_HEADER + key_len];
+    Ok(ItemRef { key, value: &b[ITEM_HEADER + key_len..end], meta, bytes: item_bytes(key_len, value_len) })
+}
+
+/// The snapshot header at the start of a region's snapshot area; the payload that follows (the
+/// segment table, then the index buckets) is covered by the superblock's `snapshot_checksum`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    pub partition: u32,
+    pub epoch: u64,
+    pub slots: u32,
+    pub buckets: u32,
+    /// The ring: the next slot to fill and the oldest slot in use, and how many are in use.
+    pub head: u32,
+    pub used_slots: u32,
+}
+
+impl SnapshotHeader {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..SNAPSHOT_HEADER].fill(0);
+        put64(out, 0, SNAPSHOT_MAGIC);
+        put32(out, 8, FORMAT_VERSION);
+        put32(out, 12, self.partition);
+        put64(out, 16, self.epoch);
+        put32(out, 24, self.slots);
+        put32(out, 28, self.buckets);
+        put32(out, 32, self.head);
+        put32(out, 36, self.used_slots);
+        let sum = xxh3_64(&out[..40]);
+        put64(out, 40, sum);
+    }
+
+    pub fn decode(b: &[u8]) -> Option<SnapshotHeader> {
+        if u64_at(b, 0) != SNAPSHOT_MAGIC || u32_at(b, 8) != FORMAT_VERSION || u64_at(b, 40) != xxh3_64(&b[..40]) {
+            return None;
+        }
+        Some(SnapshotHeader {
+            partition: u32_at(b, 12),
+            epoch: u64_at(b, 16),
+            slots: u32_at(b, 24),
+            buckets: u32_at(b, 28),
+            head: u32_at(b, 32),
+            used_slots: u32_at(b, 36),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblock_round_trips_and_rejects_any_flipped_bit() {
+        let sb = Superblock { state: STATE_CLEAN, partition: 3, partitions: 4, region_bytes: 1 << 30, segment_bytes: 1 << 20, buckets: 77, epoch: 9, last_seq: 1234, snapshot_bytes: 8192, snapshot_checksum: 55, last_cas: 99 };
+        let mut page = vec![0u8; PAGE];
+        sb.encode(&mut page);
+        assert_eq!(Superblock::decode(&page), Some(sb));
+        for bit in 0..SUPERBLOCK_BYTES * 8 {
+            let mut bad = page.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(Superblock::decode(&bad), None, "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn segment_header_round_trips_and_rejects_a_flipped_bit() {
+        let h = SegmentHeader { partition: 1, epoch: 2, seq: 3, slot: 4, used: 5000 };
+        let mut b = [0u8; SEGMENT_HEADER];
+        h.encode(&mut b);
+        assert_eq!(SegmentHeader::decode(&b), Some(h));
+        b[30] ^= 4;
+        assert_eq!(SegmentHeader::decode(&b), None);
+    }
+
+    #[test]
+    fn item_round_trips_with_padding_and_every_flipped_bit_is_caught() {
+        let meta = ItemMeta { flags: 7, expiry: 1_900_000_000, cas: 42 };
+        let mut b = vec![0xAAu8; 96];
+        let n = encode_item(&mut b, b"key", b"value!", meta);
+        assert_eq!(n, item_bytes(3, 6));
+        assert_eq!(n, 48);
+        assert!(b[ITEM_HEADER + 9..n].iter().all(|&x| x == 0), "padding is zeroed");
+        let item = decode_item(&b).unwrap();
+        assert_eq!((item.key, item.value, item.meta, item.bytes), (&b"key"[..], &b"value!"[..], meta, 48));
+        for bit in 0..(ITEM_HEADER + 9) * 8 {
+            let mut bad = b.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_item(&bad).is_err(), "bit {bit}");
+        }
+        assert_eq!(decode_item(&b[..40]), Err(Corrupt::Length));
+        assert_eq!(decode_item(&[0u8; 64]), Err(Corrupt::Magic));
+    }
+
+    #[test]
+    fn snapshot_header_round_trips() {
+        let h = SnapshotHeader { partition: 2, epoch: 5, slots: 100, buckets: 4096, head: 7, used_slots: 3 };
+        let mut b = [0u8; SNAPSHOT_HEADER];
+        h.encode(&mut b);
+        assert_eq!(SnapshotHeader::decode(&b), Some(h));
+        b[20] ^= 1;
+        assert_eq!(SnapshotHeader::decode(&b), None);
+    }
+}

@@ -1,0 +1,399 @@
+//! The flash tier (Toshiba's flash KVS with Cascade Mapping's segment generations): a
+//! log-structured store per partition on its own region of a flash file. Items are appended to a
+//! DRAM write buffer that is written whole, as one segment, into a FIFO ring of segments; a
+//! compact DRAM index (8 bytes per item, 2-byte tags) finds them, so a hit costs one read and a
+//! miss costs none. GC reclaims the oldest segment, keeping the items that were read while on
+//! flash; a clean close writes an index snapshot so the next open serves everything again.
+//!
+//! The store is a state machine over an `IoEngine`: calls queue I/O and return at once; `poll`
+//! consumes completions and hands back finished lookups. It must not block except in `open`
+//! and `close`, must never serve bytes that fail their checks, and must never panic on what the
+//! device returns.
+
+pub mod admission;
+mod config;
+mod gc;
+mod index;
+pub mod io;
+mod layout;
+mod recovery;
+mod ring;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+use crate::hash::KeyHash;
+use crate::time::is_expired;
+pub use admission::AdmissionPolicy;
+pub use config::{FlashConfig, LayoutError, RegionLayout, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES};
+use index::{Entry, FlashIndex};
+pub use io::sim::{Faults, SimDisk};
+pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
+use io::{Completion, IoKind, IoOp};
+pub use layout::ItemMeta;
+use layout::{decode_item, item_bytes, Corrupt, PAGE};
+pub use recovery::OpenReport;
+use ring::{Slot, SlotState, WriteBuf};
+pub use stats::{FlashMemory, FlashStats};
+
+/// The two clocks the store reads, passed in so tests control time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Now {
+    /// Unix seconds, for expiry.
+    pub unix: u32,
+    /// A monotonic clock in nanoseconds, for the flush delay and the write budget.
+    pub nanos: u64,
+}
+
+/// An item read from flash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashItem {
+    pub value: Vec<u8>,
+    pub meta: ItemMeta,
+}
+
+/// What an insert did. Whatever it did, the key's previous flash copy is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertOutcome {
+    Stored,
+    /// The admission policy or write budget said no.
+    Rejected,
+    /// Every write buffer is full or being written; poll and try again.
+    Busy,
+    /// Larger than a segment can hold.
+    TooLarge,
+}
+
+/// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Miss,
+    /// Found in a DRAM write buffer.
+    Hit(FlashItem),
+    /// A read is in flight; `poll` returns its `ReadDone` under the caller's token.
+    Pending,
+    /// Too many reads in flight; poll and try again.
+    Busy,
+}
+
+/// A finished read: the item, or None for a miss (the reason is counted in the stats).
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReadDone {
+    pub token: u64,
+    pub item: Option<FlashItem>,
+}
+
+/// A lookup waiting for a read or for a write buffer's write.
+struct PendingRead {
+    token: u64,
+    hash: KeyHash,
+    key: Vec<u8>,
+    entry: Entry,
+}
+
+/// Why bytes found for a key are not served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Miss {
+    Corrupt(Corrupt),
+    /// A tag twin: another key's item.
+    OtherKey,
+    Expired,
+}
+
+/// Checks the item at the start of `bytes` against `key` and the clock.
+fn check(key: &[u8], bytes: &[u8], now: Now) -> Result<FlashItem, Miss> {
+    let item = decode_item(bytes).map_err(Miss::Corrupt)?;
+    if item.key != key {
+        return Err(Miss::OtherKey);
+    }
+    if is_expired(item.meta.expiry, now.unix) {
+        return Err(Miss::Expired);
+    }
+    Ok(FlashItem { value: item.value.to_vec(), meta: item.meta })
+}
+
+/// Device tokens: the kind in the top byte, a number below it.
+const TOKEN_READ: u64 = 1 << 56;
+const TOKEN_WRITE: u64 = 2 << 56;
+const TOKEN_GC: u64 = 3 << 56;
+const TOKEN_META: u64 = 4 << 56;
+const TOKEN_KIND: u64 = 0xFF << 56;
+
+/// One partition's flash store.
+pub struct FlashStore {
+    cfg: FlashConfig,
+    layout: RegionLayout,
+    io: Box<dyn IoEngine>,
+    index: FlashIndex,
+    slots: Vec<Slot>,
+    /// The ring: `used_slots` slots in use, oldest at `tail`, the next to fill at `head`.
+    head: u32,
+    used_slots: u32,
+    bufs: Vec<WriteBuf>,
+    active: Option<usize>,
+    reads: Vec<Option<PendingRead>>,
+    free_reads: Vec<usize>,
+    page_pool: Vec<AlignedBuf>,
+    gc: gc::Gc,
+    admission: Box<dyn admission::Admission>,
+    epoch: u64,
+    next_seq: u64,
+    max_cas: u64,
+    stats: FlashStats,
+    completions: Vec<Completion>,
+}
+
+impl FlashStore {
+    pub fn layout(&self) -> &RegionLayout {
+        &self.layout
+    }
+
+    pub fn stats(&self) -> FlashStats {
+        let mut stats = self.stats;
+        stats.items = self.slots.iter().map(|s| u64::from(s.live)).sum();
+        stats.in_flight = self.io.in_flight() as u64;
+        stats
+    }
+
+    /// The largest CAS any stored item carried (restored across a clean restart).
+    pub fn max_cas(&self) -> u64 {
+        self.max_cas
+    }
+
+    /// The engine's name.
+    pub fn io_name(&self) -> &'static str {
+        self.io.name()
+    }
+
+    fn tail(&self) -> u32 {
+        (self.head + self.layout.slots - self.used_slots) % self.layout.slots
+    }
+
+    /// Whether `e` still names a live place: its slot holds the generation it was written in.
+    fn valid(slots: &[Slot], e: Entry) -> bool {
+        let slot = &slots[e.slot() as usize];
+        slot.gen == e.gen() && slot.state != SlotState::Free
+    }
+
+    /// Drops an index entry's claim on its slot's live count.
+    fn forget(&mut self, e: Option<Entry>) {
+        if let Some(e) = e.filter(|&e| Self::valid(&self.slots, e)) {
+            let slot = &mut self.slots[e.slot() as usize];
+            slot.live = slot.live.saturating_sub(1);
+        }
+    }
+
+    /// Stores `key` (hashed to `hash`) with `value`; see `InsertOutcome`.
+    pub fn insert(&mut self, hash: KeyHash, key: &[u8], value: &[u8], meta: ItemMeta, now: Now) -> InsertOutcome {
+        let old = self.index.remove(hash);
+        self.forget(old);
+        let bytes = item_bytes(key.len(), value.len());
+        if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
+            self.stats.too_large += 1;
+            return InsertOutcome::TooLarge;
+        }
+        if !self.admission.admit(bytes, now.nanos) {
+            self.stats.rejected += 1;
+            return InsertOutcome::Rejected;
+        }
+        if self.append(hash, key, value, meta, now).is_none() {
+            self.stats.busy += 1;
+            return InsertOutcome::Busy;
+        }
+        self.stats.inserts += 1;
+        self.stats.admitted_bytes += bytes as u64;
+        self.max_cas = self.max_cas.max(meta.cas);
+        InsertOutcome::Stored
+    }
+
+    /// Forgets `key`; true if the index had an entry for its tag. No I/O: the space returns
+    /// with its segment.
+    pub fn delete(&mut self, hash: KeyHash) -> bool {
+        let old = self.index.remove(hash);
+        let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+        self.forget(old);
+        self.stats.deletes += u64::from(found);
+        found
+    }
+
+    /// Whether the index may hold `key` (no I/O; a tag twin may answer yes).
+    pub fn may_contain(&self, hash: KeyHash) -> bool {
+        self.index.find(hash).is_some_and(|e| Self::valid(&self.slots, e))
+    }
+
+    /// Looks `key` up; a `Pending` answer arrives from `poll` under `token`.
+    pub fn lookup(&mut self, hash: KeyHash, key: &[u8], token: u64, now: Now) -> Lookup {
+        self.stats.lookups += 1;
+        let Some(entry) = self.index.find(hash) else {
+            self.stats.miss_index += 1;
+            return Lookup::Miss;
+        };
+        if !Self::valid(&self.slots, entry) {
+            self.index.remove(hash);
+            self.stats.miss_index += 1;
+            return Lookup::Miss;
+        }
+        let slot = entry.slot() as usize;
+        match self.slots[slot].state {
+            SlotState::Free => unreachable!("valid entries name slots in use"),
+            SlotState::Buffer(b) => match self.bufs[b].data.take() {
+                Some(data) => {
+                    let at = entry.offset_units() as usize * layout::ITEM_ALIGN;
+                    let found = self.verify(hash, key, entry, &data[at..], now);
+                    self.bufs[b].data = Some(data);
+                    match found {
+                        Some(item) => {
+                            self.stats.hits_buffer += 1;
+                            Lookup::Hit(item)
+                        }
+                        None => Lookup::Miss,
+                    }
+                }
+                None => self.park(b, PendingRead { token, hash, key: key.to_vec(), entry }),
+            },
+            SlotState::Sealed => self.read(PendingRead { token, hash, key: key.to_vec(), entry }),
+        }
+    }
+
+    fn take_read_slot(&mut self, pending: PendingRead) -> Option<usize> {
+        if self.reads.len() - self.free_reads.len() >= self.cfg.max_reads as usize {
+            self.stats.read_busy += 1;
+            return None;
+        }
+        Some(match self.free_reads.pop() {
+            Some(i) => {
+                self.reads[i] = Some(pending);
+                i
+            }
+            None => {
+                self.reads.push(Some(pending));
+                self.reads.len() - 1
+            }
+        })
+    }
+
+    /// Waits for buffer `b`'s write: the item is answered from the buffer when it comes back.
+    fn park(&mut self, b: usize, pending: PendingRead) -> Lookup {
+        match self.take_read_slot(pending) {
+            Some(i) => {
+                self.bufs[b].waiters.push(i);
+                Lookup::Pending
+            }
+            None => Lookup::Busy,
+        }
+    }
+
+    fn read(&mut self, pending: PendingRead) -> Lookup {
+        let entry = pending.entry;
+        let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+        let len = entry.pages() as usize * PAGE;
+        let buf = match self.page_pool.pop() {
+            Some(buf) if buf.len() >= len => buf,
+            Some(small) => {
+                self.page_pool.push(small);
+                AlignedBuf::new(len)
+            }
+            None => AlignedBuf::new(len),
+        };
+        let first_page = entry.offset_units() as u64 * layout::ITEM_ALIGN as u64 / PAGE as u64;
+        let offset = self.layout.segment_offset(entry.slot()) + first_page * PAGE as u64;
+        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_READ | i as u64 });
+        self.stats.reads += 1;
+        self.stats.read_bytes += len as u64;
+        Lookup::Pending
+    }
+
+    /// Checks bytes found for `entry` (starting at the item): magic, checksum, key, expiry.
+    /// Misses are counted; an expired item leaves the index.
+    fn verify(&mut self, hash: KeyHash, key: &[u8], entry: Entry, bytes: &[u8], now: Now) -> Option<FlashItem> {
+        let miss = match check(key, bytes, now) {
+            Ok(item) => return Some(item),
+            Err(miss) => miss,
+        };
+        match miss {
+            Miss::Corrupt(_) => self.stats.miss_corrupt += 1,
+            Miss::OtherKey => self.stats.miss_tag += 1,
+            Miss::Expired => {
+                self.stats.miss_expired += 1;
+                if self.index.find(hash).is_some_and(|e| e.same_place(entry)) {
+                    let old = self.index.remove(hash);
+                    self.forget(old);
+                }
+            }
+        }
+        None
+    }
+
+    /// Completes a lookup from `bytes` (the page(s) read, or the written buffer).
+    fn finish_read(&mut self, i: usize, bytes: Result<&[u8], i32>, now: Now, out: &mut Vec<ReadDone>) {
+        let pending = self.reads[i].take().expect("a read in flight");
+        self.free_reads.push(i);
+        let item = match bytes {
+            Err(_) => {
+                self.stats.miss_io_error += 1;
+                None
+            }
+            // Written or deleted meanwhile, or its segment reclaimed: the bytes are not current.
+            Ok(_) if !self.index.find(pending.hash).is_some_and(|e| e.same_place(pending.entry) && Self::valid(&self.slots, e)) => {
+                self.stats.miss_superseded += 1;
+                None
+            }
+            Ok(bytes) => self.verify(pending.hash, &pending.key, pending.entry, bytes, now),
+        };
+        if item.is_some() {
+            self.stats.hits_flash += 1;
+            self.index.replace_if(pending.hash, pending.entry, pending.entry.with_hit());
+        }
+        out.push(ReadDone { token: pending.token, item });
+    }
+
+    /// Consumes finished I/O, writes a buffer that waited too long, runs GC; finished lookups
+    /// go to `out`. Never blocks.
+    pub fn poll(&mut self, now: Now, out: &mut Vec<ReadDone>) {
+        self.tick(now);
+        let mut completions = std::mem::take(&mut self.completions);
+        self.io.poll(&mut completions);
+        for c in completions.drain(..) {
+            self.complete(c, now, out);
+        }
+        self.completions = completions;
+        self.tick(now);
+        self.io.flush();
+    }
+
+    /// Blocks until at least one request finishes (if any is in flight), then polls.
+    pub fn wait(&mut self, now: Now, out: &mut Vec<ReadDone>) {
+        let mut completions = std::mem::take(&mut self.completions);
+        self.io.flush();
+        self.io.wait(&mut completions);
+        for c in completions.drain(..) {
+            self.complete(c, now, out);
+        }
+        self.completions = completions;
+        self.poll(now, out);
+    }
+
+    /// Requests in flight on the device.
+    pub fn in_flight(&self) -> usize {
+        self.io.in_flight()
+    }
+
+    fn complete(&mut self, c: Completion, now: Now, out: &mut Vec<ReadDone>) {
+        let number = (c.token & !TOKEN_KIND) as usize;
+        match c.token & TOKEN_KIND {
+            TOKEN_READ => {
+                let entry = self.reads[number].as_ref().expect("a read in flight").entry;
+                let at = entry.offset_units() as usize * layout::ITEM_ALIGN % PAGE;
+                let len = entry.pages() as usize * PAGE;
+                let bytes = c.result.map(|_| &c.buf[at..len]);
+                self.finish_read(number, bytes, now, out);
+                if c.buf.len() == PAGE && self.page_pool.len() < self.cfg.max_reads as usize {
+                    self.page_pool.push(c.buf);
+                }
+            }
+            TOKEN_WRITE => self.write_done(number, c, now, out),
+            TOKEN_GC => self.gc_read_done(number as u32, c, now),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Opening and closing a region: the superblock, the index snapshot, and the rules that keep a
+//! restart from ever serving a torn, corrupt or stale item.
+//!
+//! - Open reads the superblock. Only a superblock that is intact, marked clean and records this
+//!   very layout lets the snapshot be loaded (and the snapshot must pass its checksum); anything
+//!   else starts the tier empty and says why. Then, before any write, open marks the superblock
+//!   "open" under a new epoch and waits for that write and an fdatasync: if the process dies from
+//!   here on, the next open finds "open" and starts empty, so no item written since is shadowed
+//!   by an old snapshot.
+//! - Close writes the active buffer, waits for every request, writes the snapshot (header, slot
+//!   table, index), syncs, then writes the superblock "clean" with the snapshot's checksum and
+//!   syncs again. A crash anywhere before that last write leaves "open" on the device.
+//! - Segment headers carry the epoch and a sequence number that starts at `epoch << 32`, so a
+//!   segment from an older life never matches the slot table's record of what a slot holds, and
+//!   GC never takes items from it.
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::admission::admission_for;
+use super::index::FlashIndex;
+use super::io::{AlignedBuf, IoEngine, IoKind, IoOp};
+use super::layout::{SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN};
+use super::ring::{Slot, SlotState, WriteBuf};
+use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_META};
+
+/// Snapshot I/O moves this many bytes per request.
+const SNAPSHOT_CHUNK: usize = 4 << 20;
+const BUCKETS_PER_PAGE: usize = PAGE / super::index::BUCKET_BYTES;
+const SLOTS_PER_PAGE: usize = PAGE / SLOT_RECORD;
+
+/// What open found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The snapshot of a clean close was loaded.
+    pub restored: bool,
+    pub items: u64,
+    pub epoch: u64,
+    /// Why the tier starts empty (or "restored").
+    pub reason: String,
+}
+
+impl FlashStore {
+    /// Opens partition `cfg.partition`'s region through `io`: restores it after a clean close,
+    /// else starts empty. Fails only if the region cannot be laid out or marked open.
+    pub fn open(io: Box<dyn IoEngine>, cfg: FlashConfig, now: Now) -> Result<(FlashStore, OpenReport), String> {
+        let layout = RegionLayout::new(&cfg).map_err(|e| e.0)?;
+        let mut store = FlashStore::empty(io, cfg, layout, now);
+        let sb = store.read_superblock();
+        let expected = store.superblock(STATE_CLEAN, 0, 0);
+        let same_layout = |sb: &Superblock| {
+            (sb.partition, sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets)
+                == (expected.partition, expected.partitions, expected.region_bytes, expected.segment_bytes, expected.buckets)
+        };
+        let (restored, reason) = match &sb {
+            None => (false, "no valid superblock (a new file, or it was damaged)".to_string()),
+            Some(sb) if !same_layout(sb) => (false, format!("the layout changed (was {} partitions, {}-byte regions, {}-byte segments, {} buckets)", sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets)),
+            Some(sb) if sb.state != STATE_CLEAN => (false, "the last run did not close cleanly".to_string()),
+            Some(sb) => match store.load_snapshot(sb) {
+                Ok(()) => (true, "restored".to_string()),
+                Err(why) => {
+                    store.reset();
+                    (false, why)
+                }
+            },
+        };
+        store.epoch = sb.map_or(u64::from(now.unix.max(1)), |sb| sb.epoch + 1);
+        store.next_seq = store.epoch << 32;
+        if let Some(sb) = sb.filter(|_| restored) {
+            store.max_cas = sb.last_cas;
+        }
+        store.write_superblock(STATE_OPEN, 0, 0).map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
+        let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
+        Ok((store, report))
+    }
+
+    fn empty(io: Box<dyn IoEngine>, cfg: FlashConfig, layout: RegionLayout, now: Now) -> FlashStore {
+        let segment = layout.segment_bytes as usize;
+        let seed = u64::from(cfg.partition) ^ now.nanos;
+        FlashStore {
+            admission: admission_for(cfg.admission, cfg.partitions, seed, now.nanos),
+            index: FlashIndex::new(layout.buckets),
+            slots: vec![Slot::EMPTY; layout.slots as usize],
+            head: 0,
+            used_slots: 0,
+            bufs: (0..cfg.write_buffers).map(|_| WriteBuf::new(segment)).collect(),
+            active: None,
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            page_pool: Vec::new(),
+            gc: gc::Gc::new(segment),
+            epoch: 0,
+            next_seq: 0,
+            max_cas: 0,
+            stats: FlashStats::default(),
+            completions: Vec::new(),
+            io,
+            cfg,
+            layout,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.index.clear();
+        self.slots.fill(Slot::EMPTY);
+        self.head = 0;
+        self.used_slots = 0;
+    }
+
+    fn superblock(&self, state: u32, snapshot_bytes: u64, snapshot_checksum: u64) -> Superblock {
+        Superblock {
+            state,
+            partition: self.cfg.partition,
+            partitions: self.cfg.partitions,
+            region_bytes: self.layout.region_bytes,
+            segment_bytes: self.layout.segment_bytes,
+            buckets: self.layout.buckets,
+            epoch: self.epoch,
+            last_seq: self.next_seq,
+            snapshot_bytes,
+            snapshot_checksum,
+            last_cas: self.max_cas,
+        }
+    }
+
+    /// One request, waited for. Other completions (only at close) are handled as usual.
+    fn sync_io(&mut self, kind: IoKind, offset: u64, buf: AlignedBuf, len: usize) -> (AlignedBuf, Result<usize, i32>) {
+        self.io.submit(IoOp { kind, offset, buf, len, token: TOKEN_META });
+        self.io.flush();
+        let mut sink = Vec::new();
+        loop {
+            let mut done = Vec::new();
+            self.io.wait(&mut done);
+            let mut mine = None;
+            for c in done {
+                if c.token == TOKEN_META {
+                    mine = Some((c.buf, c.result));
+                } else {
+                    self.complete(c, Now::default(), &mut sink);
+                }
+            }
+            if let Some(mine) = mine {
+                return mine;
+            }
+        }
+    }
+
+    fn read_superblock(&mut self) -> Option<Superblock> {
+        let (buf, result) = self.sync_io(IoKind::Read, self.layout.region_offset, AlignedBuf::new(PAGE), PAGE);
+        result.ok().and_then(|_| Superblock::decode(&buf))
+    }
+
+    fn write_superblock(&mut self, state: u32, snapshot_bytes: u64, checksum: u64) -> Result<(), i32> {
+        let mut buf = AlignedBuf::new(PAGE);
+        self.superblock(state, snapshot_bytes, checksum).encode(&mut buf);
+        self.sync_io(IoKind::Write, self.layout.region_offset, buf, PAGE).1?;
+        self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map(|_| ())
+    }
+
+    fn snapshot_pages(&self) -> (usize, usize, usize) {
+        let slot_pages = self.slots.len().div_ceil(SLOTS_PER_PAGE);
+        let bucket_pages = (self.layout.buckets as usize).div_ceil(BUCKETS_PER_PAGE);
+        (slot_pages, bucket_pages, 1 + slot_pages + bucket_pages)
+    }
+
+    /// Page `p` of the snapshot.
+    fn snapshot_page(&self, p: usize, out: &mut [u8]) {
+        out.fill(0);
+        let (slot_pages, _, _) = self.snapshot_pages();
+        if p == 0 {
+            let header = SnapshotHeader { partition: self.cfg.partition, epoch: self.epoch, slots: self.layout.slots, buckets: self.layout.buckets, head: self.head, used_slots: self.used_slots };
+            header.encode(out);
+        } else if p <= slot_pages {
+            let first = (p - 1) * SLOTS_PER_PAGE;
+            for (i, slot) in self.slots.iter().enumerate().skip(first).take(SLOTS_PER_PAGE) {
+                let r = &mut out[(i - first) * SLOT_RECORD..][..SLOT_RECORD];
+                r[0..8].copy_from_slice(&slot.seq.to_le_bytes());
+                r[8..12].copy_from_slice(&slot.used.to_le_bytes());
+                r[12] = slot.gen;
+                r[13] = u8::from(slot.state == SlotState::Sealed);
+            }
+        } else {
+            let first = (p - 1 - slot_pages) * BUCKETS_PER_PAGE;
+            let last = (first + BUCKETS_PER_PAGE).min(self.layout.buckets as usize);
+            for b in first..last {
+                self.index.bucket_bytes(b, &mut out[(b - first) * 64..][..64]);
+            }
+        }
+    }
+
+    /// Takes page `p` of a snapshot being loaded.
+    fn absorb_page(&mut self, p: usize, page: &[u8]) -> Result<(), String> {
+        let (slot_pages, _, _) = self.snapshot_pages();
+        if p == 0 {
+            let h = SnapshotHeader::decode(page).ok_or("the index snapshot's header is damaged")?;
+            if (h.partition, h.slots, h.buckets) != (self.cfg.partition, self.layout.slots, self.layout.buckets)
+                || h.head >= h.slots
+                || h.used_slots > h.slots
+            {
+                return Err("the index snapshot does not match the layout".into());
+            }
+            (self.head, self.used_slots) = (h.head, h.used_slots);
+        } else if p <= slot_pages {
+            let first = (p - 1) * SLOTS_PER_PAGE;
+            let n = self.slots.len();
+            for (i, slot) in self.slots.iter_mut().enumerate().take(n).skip(first).take(SLOTS_PER_PAGE) {
+                let r = &page[(i - first) * SLOT_RECORD..][..SLOT_RECORD];
+                let sealed = r[13] == 1;
+                *slot = Slot {
+                    seq: u64::from_le_bytes(r[0..8].try_into().expect("8 bytes")),
+                    used: u32::from_le_bytes(r[8..12].try_into().expect("4 bytes")),
+                    gen: r[12] % super::index::GENERATIONS,
+                    state: if sealed { SlotState::Sealed } else { SlotState::Free },
+                    live: 0,
+                };
+            }
+        } else {
+            let first = (p - 1 - slot_pages) * BUCKETS_PER_PAGE;
+            let last = (first + BUCKETS_PER_PAGE).min(self.layout.buckets as usize);
+            for b in first..last {
+                self.index.load_bucket(b, &page[(b - first) * 64..][..64]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the snapshot named by a clean superblock; on error the caller resets.
+    fn load_snapshot(&mut self, sb: &Superblock) -> Result<(), String> {
+        let (_, _, pages) = self.snapshot_pages();
+        if sb.snapshot_bytes != (pages * PAGE) as u64 {
+            return Err("the index snapshot's size does not match".into());
+        }
+        let mut hasher = Xxh3::new();
+        let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
+        for first in (0..pages).step_by(SNAPSHOT_CHUNK / PAGE) {
+            let n = (pages - first).min(SNAPSHOT_CHUNK / PAGE);
+            let offset = self.layout.snapshot_offset + (first * PAGE) as u64;
+            let (back, result) = self.sync_io(IoKind::Read, offset, buf, n * PAGE);
+            buf = back;
+            result.map_err(|errno| format!("reading the index snapshot failed (errno {errno})"))?;
+            hasher.update(&buf[..n * PAGE]);
+            for p in 0..n {
+                self.absorb_page(first + p, &buf[p * PAGE..(p + 1) * PAGE])?;
+            }
+        }
+        if hasher.digest() != sb.snapshot_checksum {
+            return Err("the index snapshot fails its checksum".into());
+        }
+        self.check_ring()
+    }
+
+    /// The ring restored must be whole: slots from tail to head sealed, the rest free. Live
+    /// counts are recounted from the index.
+    fn check_ring(&mut self) -> Result<(), String> {
+        let tail = self.tail();
+        for (i, slot) in self.slots.iter().enumerate() {
+            let in_ring = (i as u32 + self.layout.slots - tail) % self.layout.slots < self.used_slots;
+            if in_ring != (slot.state == SlotState::Sealed) {
+                return Err("the index snapshot's ring is inconsistent".into());
+            }
+        }
+        let slots = &mut self.slots;
+        for e in self.index.entries() {
+            let slot = &mut slots[e.slot() as usize];
+            if slot.gen == e.gen() && slot.state == SlotState::Sealed {
+                slot.live += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self) -> Result<(u64, u64), i32> {
+        let (_, _, pages) = self.snapshot_pages();
+        let mut hasher = Xxh3::new();
+        let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
+        for first in (0..pages).step_by(SNAPSHOT_CHUNK / PAGE) {
+            let n = (pages - first).min(SNAPSHOT_CHUNK / PAGE);
+            for p in 0..n {
+                self.snapshot_page(first + p, &mut buf[p * PAGE..(p + 1) * PAGE]);
+            }
+            hasher.update(&buf[..n * PAGE]);
+            let offset = self.layout.snapshot_offset + (first * PAGE) as u64;
+            let (back, result) = self.sync_io(IoKind::Write, offset, buf, n * PAGE);
+            buf = back;
+            result?;
+        }
+        Ok(((pages * PAGE) as u64, hasher.digest()))
+    }
+
+    /// Writes what is buffered and waits for every request; lookups still in flight end as
+    /// misses.
+    fn drain(&mut self, now: Now) {
+        self.gc.paused = true;
+        let mut sink = Vec::new();
+        loop {
+            if let Some(b) = self.active {
+                self.seal(b);
+            }
+            if self.io.in_flight() == 0 && self.active.is_none() {
+                return;
+            }
+            self.wait(now, &mut sink);
+        }
+    }
+
+    /// Closes cleanly: everything buffered and the index reach the device, and the next open
+    /// serves every live item. An error leaves the region marked open (the next open starts
+    /// empty).
+    pub fn close(mut self, now: Now) -> Result<(), String> {
+        self.drain(now);
+        fn errno(what: &'static str) -> impl Fn(i32) -> String {
+            move |e| format!("{what} failed (errno {e})")
+        }
+        let (bytes, checksum) = self.save_snapshot().map_err(errno("writing the index snapshot"))?;
+        self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map_err(errno("syncing the flash file"))?;
+        self.write_superblock(STATE_CLEAN, bytes, checksum).map_err(errno("writing the clean superblock"))
+    }
+}

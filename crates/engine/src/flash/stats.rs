@@ -1,0 +1,81 @@
+//! The flash store's counters and its DRAM footprint.
+
+use super::FlashStore;
+
+/// What the store has done since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlashStats {
+    /// Items the index points at now.
+    pub items: u64,
+    pub in_flight: u64,
+    pub inserts: u64,
+    pub admitted_bytes: u64,
+    pub rejected: u64,
+    pub busy: u64,
+    pub too_large: u64,
+    pub deletes: u64,
+    pub index_evictions: u64,
+    pub lookups: u64,
+    pub hits_buffer: u64,
+    pub hits_flash: u64,
+    pub miss_index: u64,
+    /// Another key with the same tag: one wasted read.
+    pub miss_tag: u64,
+    /// Bad magic, length or checksum.
+    pub miss_corrupt: u64,
+    pub miss_io_error: u64,
+    pub miss_expired: u64,
+    /// Written, deleted or reclaimed while the read was in flight.
+    pub miss_superseded: u64,
+    pub read_busy: u64,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub segments_written: u64,
+    pub write_bytes: u64,
+    pub write_errors: u64,
+    pub reclaims: u64,
+    pub gc_reads: u64,
+    pub gc_rewrites: u64,
+    pub write_rewrite_bytes: u64,
+    pub gc_read_errors: u64,
+    pub gc_bad_segments: u64,
+    /// Live items that died with their segment (GC drops and pressure drops).
+    pub dropped_items: u64,
+    /// Tail segments dropped unread because the ring was full.
+    pub pressure_drops: u64,
+    /// Dead index entries cleared by the sweep.
+    pub swept: u64,
+}
+
+/// Every heap byte the store holds, by structure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlashMemory {
+    pub index: u64,
+    pub segment_table: u64,
+    pub write_buffers: u64,
+    pub gc_buffer: u64,
+    /// Pooled and in-flight read buffers plus pending-lookup records.
+    pub reads: u64,
+}
+
+impl FlashMemory {
+    pub fn total(&self) -> u64 {
+        self.index + self.segment_table + self.write_buffers + self.gc_buffer + self.reads
+    }
+}
+
+impl FlashStore {
+    pub fn memory(&self) -> FlashMemory {
+        let segment = u64::from(self.layout.segment_bytes);
+        let pending: usize = self.reads.iter().flatten().map(|r| r.key.capacity() + r.entry.pages() as usize * super::layout::PAGE).sum();
+        FlashMemory {
+            index: self.index.heap_bytes() as u64,
+            segment_table: (self.slots.capacity() * std::mem::size_of::<super::ring::Slot>()) as u64,
+            write_buffers: self.bufs.len() as u64 * segment,
+            gc_buffer: segment,
+            reads: (self.page_pool.len() * super::layout::PAGE
+                + pending
+                + self.reads.capacity() * std::mem::size_of::<Option<super::PendingRead>>()) as u64,
+        }
+    }
+}
