@@ -18,6 +18,8 @@ pub mod io;
 mod layout;
 mod recovery;
 mod ring;
+#[cfg(test)]
+mod scenarios;
 mod stats;
 #[cfg(test)]
 mod tests;

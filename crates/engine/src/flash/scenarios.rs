@@ -1,0 +1,201 @@
+//! Deterministic scenarios that each pin down one mechanism of the flash store: one read per
+//! hit and none per miss, GC keeping what was read, corruption detected, crashes and layout
+//! changes starting empty, generations never wrapping onto a live entry.
+
+use super::io::sim::{Faults, SimDisk};
+use super::tests::{config, key, value, Harness};
+use super::*;
+
+fn sealed(h: &mut Harness) {
+    // Past the flush delay the active buffer is written; wait for the write.
+    h.now.nanos += 2_000_000_000;
+    h.poll();
+    while h.store().in_flight() > 0 {
+        let mut done = Vec::new();
+        let now = h.now;
+        h.store().wait(now, &mut done);
+    }
+}
+
+fn hits(h: &mut Harness, keys: impl Iterator<Item = u32>) -> usize {
+    let keys: Vec<u32> = keys.collect();
+    let buffer_hits = h.store().stats().hits_buffer;
+    let mut n = 0;
+    for chunk in keys.chunks(8) {
+        for &k in chunk {
+            h.lookup(k);
+        }
+        n += h.settle().len();
+    }
+    n + (h.store().stats().hits_buffer - buffer_hits) as usize
+}
+
+#[test]
+fn a_hit_costs_one_read_and_a_miss_none() {
+    let mut h = Harness::new(1, Faults::default());
+    for k in 0..2000 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    let before = h.store().stats();
+    assert_eq!(hits(&mut h, 0..2000), 2000, "every item fits and is found");
+    let after = h.store().stats();
+    assert_eq!(after.reads - before.reads, 2000, "one read per hit");
+    assert_eq!(hits(&mut h, 10_000..30_000), 0);
+    let misses = h.store().stats();
+    assert!(misses.reads - after.reads <= 20_000 / 1000, "reads per miss below 0.001: {}", misses.reads - after.reads);
+    assert_eq!(misses.miss_tag, misses.reads - after.reads, "each wasted read was a tag twin");
+}
+
+#[test]
+fn gc_rewrites_items_read_on_flash_and_drops_the_rest() {
+    let mut h = Harness::new(2, Faults::default());
+    for k in 0..300 {
+        h.insert(k, 300, None);
+    }
+    sealed(&mut h);
+    // Keys 0..100 are read (hot); 100..300 are not.
+    assert_eq!(hits(&mut h, 0..100), 100);
+    // Fill the ring twice over with other keys, reading the hot set now and then.
+    for round in 0..16 {
+        for i in 0..700 {
+            h.insert(1000 + round * 700 + i, 300, None);
+            if i % 50 == 0 {
+                h.poll();
+            }
+        }
+        sealed(&mut h);
+        assert_eq!(hits(&mut h, 0..100), 100, "round {round}: hot items survive GC");
+    }
+    let s = h.store().stats();
+    assert!(s.gc_rewrites >= 100 && s.dropped_items > 0 && s.reclaims > 24, "{s:?}");
+    assert_eq!(hits(&mut h, 100..300), 0, "cold items were dropped");
+}
+
+#[test]
+fn a_flipped_bit_on_the_device_is_a_counted_miss() {
+    let mut h = Harness::new(3, Faults::default());
+    h.insert(7, 100, None);
+    sealed(&mut h);
+    let layout = *h.store().layout();
+    // The first item sits right after the first segment's header.
+    h.disk.flip(layout.segment_offset(0) as usize + layout::SEGMENT_HEADER + layout::ITEM_HEADER + 3, 2);
+    assert_eq!(hits(&mut h, 7..8), 0);
+    assert_eq!(h.store().stats().miss_corrupt, 1);
+}
+
+#[test]
+fn a_crash_starts_empty_and_older_segments_never_come_back() {
+    let mut h = Harness::new(4, Faults::default());
+    for k in 0..200 {
+        h.insert(k, 100, None);
+    }
+    h.clean_restart();
+    assert_eq!(hits(&mut h, 0..200), 200);
+    for k in 0..100 {
+        h.insert(k, 150, None);
+    }
+    h.poll();
+    h.crash();
+    assert_eq!(hits(&mut h, 0..200), 0, "nothing from before the crash is served");
+    for k in 500..520 {
+        h.insert(k, 100, None);
+    }
+    h.clean_restart();
+    assert_eq!(hits(&mut h, 0..200), 0, "a clean close after a crash restores only what came after");
+    assert_eq!(hits(&mut h, 500..520), 20);
+}
+
+#[test]
+fn a_changed_layout_or_a_damaged_superblock_starts_empty_and_says_why() {
+    let disk = SimDisk::new(config().file_bytes as usize, 5);
+    let now = Now { unix: 100, nanos: 1 };
+    let (mut store, _) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    let k = key(1);
+    assert_eq!(store.insert(KeyHash::of(&k), &k, &value(1, 1, 10), ItemMeta::default(), now), InsertOutcome::Stored);
+    store.close(now).unwrap();
+    let mut other = config();
+    other.expected_item_bytes = 512;
+    let (store, report) = FlashStore::open(Box::new(disk.device()), other, now).unwrap();
+    assert!(!report.restored && report.reason.contains("layout changed"), "{report:?}");
+    store.close(now).unwrap();
+    let (store, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    assert!(!report.restored, "the other layout's close replaced the superblock: {report:?}");
+    store.close(now).unwrap();
+    disk.flip(10, 1);
+    let (_, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    assert!(report.reason.contains("no valid superblock"), "{report:?}");
+}
+
+#[test]
+fn a_clean_restart_keeps_deletes_overwrites_and_cas() {
+    let mut h = Harness::new(6, Faults::default());
+    for k in 0..50 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    for k in 0..10 {
+        h.delete(k);
+    }
+    for k in 10..20 {
+        h.insert(k, 120, None);
+    }
+    let cas = h.store().max_cas();
+    h.clean_restart();
+    assert_eq!(h.store().max_cas(), cas);
+    assert_eq!(hits(&mut h, 0..10), 0, "deleted items stay deleted");
+    assert_eq!(hits(&mut h, 10..50), 40, "overwritten ones come back with their new values");
+}
+
+#[test]
+fn writes_during_a_read_supersede_it_and_expiry_is_honoured() {
+    let mut h = Harness::new(7, Faults::default());
+    h.insert(1, 100, None);
+    h.insert(2, 100, Some(2));
+    sealed(&mut h);
+    let token = h.lookup(1).expect("a read");
+    h.insert(1, 100, None);
+    let mut done = Vec::new();
+    while done.is_empty() {
+        let now = h.now;
+        h.store().wait(now, &mut done);
+    }
+    assert_eq!((done[0].token, done[0].item.is_none()), (token, true));
+    h.pending.clear();
+    assert_eq!(h.store().stats().miss_superseded, 1);
+    h.now.unix += 3;
+    assert_eq!(hits(&mut h, 2..3), 0);
+    assert_eq!(h.store().stats().miss_expired, 1);
+}
+
+#[test]
+fn entries_into_reclaimed_slots_are_swept_before_a_generation_repeats() {
+    let mut h = Harness::new(8, Faults::default());
+    h.insert(0, 100, None);
+    // Many trips round the ring; key 0 is never read, so GC drops it at once.
+    for i in 0..60_000 {
+        h.insert(100 + i, 400, None);
+        if i % 64 == 0 {
+            h.poll();
+        }
+    }
+    sealed(&mut h);
+    let s = h.store().stats();
+    assert!(s.reclaims > 24 * 9 && s.swept > 0, "{s:?}");
+    assert!(!h.store().may_contain(KeyHash::of(&key(0))), "the dead entry is gone from the index");
+}
+
+#[test]
+fn a_write_budget_rejects_what_exceeds_it() {
+    let disk = SimDisk::new(config().file_bytes as usize, 9);
+    let mut cfg = config();
+    cfg.admission = AdmissionPolicy::RateMbps(0.1);
+    let now = Now { unix: 100, nanos: 1 };
+    let (mut store, _) = FlashStore::open(Box::new(disk.device()), cfg, now).unwrap();
+    let stored = (0..2000u32)
+        .filter(|&k| store.insert(KeyHash::of(&key(k)), &key(k), &value(k, 1, 100), ItemMeta::default(), now) == InsertOutcome::Stored)
+        .count();
+    // 100 KB/s with a second's burst: about 100_000 / 144 items.
+    assert!((600..800).contains(&stored), "{stored}");
+    assert_eq!(store.stats().rejected, 2000 - stored as u64);
+}
