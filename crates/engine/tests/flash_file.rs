@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use tierkv_engine::flash::{engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
+use tierkv_engine::flash::{
+    engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
+};
 use tierkv_engine::KeyHash;
 
 const FILE_BYTES: u64 = 48 << 20;
@@ -44,7 +46,9 @@ fn workload(store: &mut FlashStore, write: bool) -> BTreeMap<u32, Option<Vec<u8>
             store.delete(KeyHash::of(&key(i)));
         }
         for i in (0..20_000u32).step_by(11) {
-            while store.insert(KeyHash::of(&key(i)), &key(i), b"overwritten", ItemMeta::default(), now) == InsertOutcome::Busy {
+            while store.insert(KeyHash::of(&key(i)), &key(i), b"overwritten", ItemMeta::default(), now)
+                == InsertOutcome::Busy
+            {
                 store.wait(now, &mut Vec::new());
             }
         }

@@ -22,8 +22,14 @@ impl std::str::FromStr for AdmissionPolicy {
         let number = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
         match s.split_once(':') {
             None if s == "all" => Ok(AdmissionPolicy::All),
-            Some(("p", v)) => number(v).filter(|p| *p <= 1.0).map(AdmissionPolicy::Probability).ok_or_else(|| format!("bad probability {v:?}: expected 0..=1")),
-            Some(("mbps", v)) => number(v).filter(|r| *r > 0.0).map(AdmissionPolicy::RateMbps).ok_or_else(|| format!("bad rate {v:?}: expected MB/s above 0")),
+            Some(("p", v)) => number(v)
+                .filter(|p| *p <= 1.0)
+                .map(AdmissionPolicy::Probability)
+                .ok_or_else(|| format!("bad probability {v:?}: expected 0..=1")),
+            Some(("mbps", v)) => number(v)
+                .filter(|r| *r > 0.0)
+                .map(AdmissionPolicy::RateMbps)
+                .ok_or_else(|| format!("bad rate {v:?}: expected MB/s above 0")),
             _ => Err(format!("unknown admission policy {s:?}: expected all, p:<0..1> or mbps:<MB/s>")),
         }
     }

@@ -89,7 +89,8 @@ impl RegionLayout {
         let buckets = entries.div_ceil(WAYS as u64).max(1);
         let page = PAGE as u64;
         let snapshot = |slots: u64| {
-            page + (slots * SLOT_RECORD as u64).next_multiple_of(page) + (buckets * BUCKET_BYTES as u64).next_multiple_of(page)
+            page + (slots * SLOT_RECORD as u64).next_multiple_of(page)
+                + (buckets * BUCKET_BYTES as u64).next_multiple_of(page)
         };
         let slots = region_bytes.saturating_sub(PAGE as u64 + snapshot(rough_slots)) / seg;
         let min_slots = u64::from(cfg.write_buffers) + 4;
@@ -99,7 +100,9 @@ impl RegionLayout {
             )));
         }
         if slots > u64::from(MAX_SLOTS) || buckets > u64::from(u32::MAX) {
-            return Err(LayoutError(format!("{slots} segments per partition: more than {MAX_SLOTS}; use larger segments")));
+            return Err(LayoutError(format!(
+                "{slots} segments per partition: more than {MAX_SLOTS}; use larger segments"
+            )));
         }
         Ok(RegionLayout {
             region_offset,

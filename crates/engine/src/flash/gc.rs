@@ -69,7 +69,8 @@ impl FlashStore {
     pub(super) fn gc_read_done(&mut self, slot: u32, c: Completion, now: Now) {
         let buf = c.buf;
         let current = self.gc.reading.take();
-        let still_tail = self.used_slots > 0 && self.tail() == slot && self.slots[slot as usize].state == SlotState::Sealed;
+        let still_tail =
+            self.used_slots > 0 && self.tail() == slot && self.slots[slot as usize].state == SlotState::Sealed;
         if current != Some((slot, self.slots[slot as usize].gen)) || !still_tail {
             // Dropped under pressure while the read was in flight.
             self.gc.buf = Some(buf);
@@ -77,7 +78,8 @@ impl FlashStore {
             return;
         }
         let s = self.slots[slot as usize];
-        let header = SegmentHeader::decode(&buf).filter(|h| h.seq == s.seq && h.slot == slot && h.used == s.used && h.partition == self.cfg.partition);
+        let header = SegmentHeader::decode(&buf)
+            .filter(|h| h.seq == s.seq && h.slot == slot && h.used == s.used && h.partition == self.cfg.partition);
         match (c.result, header) {
             (Err(_), _) => self.stats.gc_read_errors += 1,
             (Ok(_), None) => self.stats.gc_bad_segments += 1,
@@ -105,9 +107,13 @@ impl FlashStore {
                 continue;
             };
             let hash = KeyHash::of(item.key);
-            let here = |e: super::index::Entry| e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN;
+            let here = |e: super::index::Entry| {
+                e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN
+            };
             if let Some(entry) = self.index.find(hash).filter(|&e| here(e)) {
-                let keep = entry.hit() && !is_expired(item.meta.expiry, now.unix) && self.admission.admit_rewrite(item.bytes, now.nanos);
+                let keep = entry.hit()
+                    && !is_expired(item.meta.expiry, now.unix)
+                    && self.admission.admit_rewrite(item.bytes, now.nanos);
                 if keep && self.append(hash, item.key, item.value, item.meta, now).is_some() {
                     self.stats.gc_rewrites += 1;
                     self.stats.write_rewrite_bytes += item.bytes as u64;

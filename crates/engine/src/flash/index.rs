@@ -1,6 +1,9 @@
 //! The flash tier's DRAM index (Toshiba's bucketized hashing with 2-byte tags): 8 bytes per
-//! item, eight to a 64-byte bucket, so a lookup touches one cache line and a miss costs no flash
-//! read unless another key in the bucket has the same tag (8 in 65536 at worst).
+//! item, eight to a 64-byte bucket. A key may live in either of two buckets (the second derived
+//! from the first and the tag, as in partial-key cuckoo hashing) and goes to the emptier one, so
+//! the table fills to ~90% before buckets overflow instead of ~60% with one choice. A lookup
+//! touches two cache lines and a miss costs no flash read unless one of the 16 entries has the
+//! same tag (16 in 65536 at worst).
 //!
 //! ```text
 //!   63        48 47        30 29  27  26  25           8 7        0
@@ -14,8 +17,8 @@
 //!   1..=255, so an entry is never 0 and 0 marks an empty way.
 //! ```
 //!
-//! A bucket holds at most one entry per tag: writing a key drops any entry with its tag, so a
-//! lookup has one candidate and an older version of a key can never be found again.
+//! A key's two buckets hold at most one entry with its tag: writing a key drops any entry with its
+//! tag, so a lookup has one candidate and an older version of a key can never be found again.
 
 use crate::hash::KeyHash;
 
@@ -105,48 +108,77 @@ impl FlashIndex {
         (((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64 >> 32) as usize
     }
 
+    /// The key's two buckets (equal in a one-bucket table).
+    fn pair(&self, hash: KeyHash) -> [usize; 2] {
+        let n = self.buckets.len();
+        let first = self.bucket_of(hash);
+        if n == 1 {
+            return [0, 0];
+        }
+        let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
+        [first, (first + step) % n]
+    }
+
+    /// (bucket, way) of the entry with this key's tag.
+    fn position(&self, hash: KeyHash) -> Option<(usize, usize)> {
+        let tag = hash.tag();
+        self.pair(hash)
+            .into_iter()
+            .find_map(|b| self.buckets[b].0.iter().position(|&e| e != 0 && Entry(e).tag() == tag).map(|w| (b, w)))
+    }
+
     /// The entry with this key's tag, if any.
     pub fn find(&self, hash: KeyHash) -> Option<Entry> {
-        let tag = hash.tag();
-        let bucket = &self.buckets[self.bucket_of(hash)].0;
-        bucket.iter().map(|&e| Entry(e)).find(|e| e.0 != 0 && e.tag() == tag)
+        self.position(hash).map(|(b, w)| Entry(self.buckets[b].0[w]))
     }
 
     /// Removes and returns the entry with this key's tag.
     pub fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
-        let tag = hash.tag();
-        let b = self.bucket_of(hash);
-        let way = self.buckets[b].0.iter().position(|&e| e != 0 && Entry(e).tag() == tag)?;
-        Some(Entry(std::mem::take(&mut self.buckets[b].0[way])))
+        let (b, w) = self.position(hash)?;
+        Some(Entry(std::mem::take(&mut self.buckets[b].0[w])))
     }
 
-    /// Puts `entry` in the key's bucket, dropping its tag's previous entry. A full bucket first
-    /// reuses a way whose entry `valid` rejects, then evicts the entry `age` ranks oldest.
-    pub fn insert(&mut self, hash: KeyHash, entry: Entry, valid: impl Fn(Entry) -> bool, age: impl Fn(Entry) -> u64) -> Displaced {
+    /// Puts `entry` in the emptier of the key's buckets, dropping its tag's previous entry. With
+    /// both full it reuses a way whose entry `valid` rejects, else evicts the one `age` ranks
+    /// oldest.
+    pub fn insert(
+        &mut self,
+        hash: KeyHash,
+        entry: Entry,
+        valid: impl Fn(Entry) -> bool,
+        age: impl Fn(Entry) -> u64,
+    ) -> Displaced {
         debug_assert_eq!(entry.tag(), hash.tag());
         let mut displaced = Displaced { replaced: self.remove(hash), evicted: None };
-        let b = self.bucket_of(hash);
-        let ways = &mut self.buckets[b].0;
-        let way = ways.iter().position(|&e| e == 0).or_else(|| ways.iter().position(|&e| !valid(Entry(e))));
-        let way = way.unwrap_or_else(|| {
-            let oldest = (0..WAYS).min_by_key(|&w| age(Entry(ways[w]))).expect("buckets have ways");
-            displaced.evicted = Some(Entry(ways[oldest]));
-            oldest
-        });
-        ways[way] = entry.0;
+        let pair = self.pair(hash);
+        let empties = |b: usize| self.buckets[b].0.iter().filter(|&&e| e == 0).count();
+        let b = if empties(pair[1]) > empties(pair[0]) { pair[1] } else { pair[0] };
+        let spot = if empties(b) > 0 {
+            (b, self.buckets[b].0.iter().position(|&e| e == 0).expect("an empty way"))
+        } else {
+            let ways: [(usize, usize); 2 * WAYS] = std::array::from_fn(|i| (pair[i / WAYS], i % WAYS));
+            match ways.iter().copied().find(|&(b, w)| !valid(Entry(self.buckets[b].0[w]))) {
+                Some(spot) => spot,
+                None => {
+                    let oldest = ways.into_iter().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
+                    displaced.evicted = Some(Entry(self.buckets[oldest.0].0[oldest.1]));
+                    oldest
+                }
+            }
+        };
+        self.buckets[spot.0].0[spot.1] = entry.0;
         displaced
     }
 
     /// Replaces `old` with `new` if the key's entry is still `old` (same place); false otherwise.
     pub fn replace_if(&mut self, hash: KeyHash, old: Entry, new: Entry) -> bool {
-        let b = self.bucket_of(hash);
-        for way in self.buckets[b].0.iter_mut() {
-            if *way != 0 && Entry(*way).same_place(old) {
-                *way = new.0;
-                return true;
+        match self.position(hash) {
+            Some((b, w)) if Entry(self.buckets[b].0[w]).same_place(old) => {
+                self.buckets[b].0[w] = new.0;
+                true
             }
+            _ => false,
         }
-        false
     }
 
     /// Clears every entry `valid` rejects in buckets `from..to` (clamped); returns how many.
@@ -202,7 +234,10 @@ mod tests {
     #[test]
     fn entry_fields_round_trip_at_their_limits() {
         let e = Entry::new(0xFFFF, MAX_SLOTS - 1, 7, MAX_OFFSET_UNITS - 1, 255);
-        assert_eq!((e.tag(), e.slot(), e.gen(), e.offset_units(), e.pages(), e.hit()), (0xFFFF, MAX_SLOTS - 1, 7, MAX_OFFSET_UNITS - 1, 255, false));
+        assert_eq!(
+            (e.tag(), e.slot(), e.gen(), e.offset_units(), e.pages(), e.hit()),
+            (0xFFFF, MAX_SLOTS - 1, 7, MAX_OFFSET_UNITS - 1, 255, false)
+        );
         let h = e.with_hit();
         assert!(h.hit() && h.same_place(e) && h != e);
         let small = Entry::new(1, 0, 0, 0, 1);

@@ -247,8 +247,7 @@ pub enum Corrupt {
 
 /// Decodes and verifies the item at the start of `b`.
 pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
-    if b.len() < ITEM_HEADER || u16::from_le_bytes([b[0], b[1]]) != ITEM_MAGIC || u32::from(b[3]) != FORMAT_VERSION
-    {
+    if b.len() < ITEM_HEADER || u16::from_le_bytes([b[0], b[1]]) != ITEM_MAGIC || u32::from(b[3]) != FORMAT_VERSION {
         return Err(Corrupt::Magic);
     }
     let key_len = usize::from(b[2]);
@@ -317,7 +316,19 @@ mod tests {
 
     #[test]
     fn superblock_round_trips_and_rejects_any_flipped_bit() {
-        let sb = Superblock { state: STATE_CLEAN, partition: 3, partitions: 4, region_bytes: 1 << 30, segment_bytes: 1 << 20, buckets: 77, epoch: 9, last_seq: 1234, snapshot_bytes: 8192, snapshot_checksum: 55, last_cas: 99 };
+        let sb = Superblock {
+            state: STATE_CLEAN,
+            partition: 3,
+            partitions: 4,
+            region_bytes: 1 << 30,
+            segment_bytes: 1 << 20,
+            buckets: 77,
+            epoch: 9,
+            last_seq: 1234,
+            snapshot_bytes: 8192,
+            snapshot_checksum: 55,
+            last_cas: 99,
+        };
         let mut page = vec![0u8; PAGE];
         sb.encode(&mut page);
         assert_eq!(Superblock::decode(&page), Some(sb));

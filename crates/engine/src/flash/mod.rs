@@ -336,7 +336,12 @@ impl FlashStore {
                 None
             }
             // Written or deleted meanwhile, or its segment reclaimed: the bytes are not current.
-            Ok(_) if !self.index.find(pending.hash).is_some_and(|e| e.same_place(pending.entry) && Self::valid(&self.slots, e)) => {
+            Ok(_)
+                if !self
+                    .index
+                    .find(pending.hash)
+                    .is_some_and(|e| e.same_place(pending.entry) && Self::valid(&self.slots, e)) =>
+            {
                 self.stats.miss_superseded += 1;
                 None
             }

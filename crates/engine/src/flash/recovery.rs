@@ -49,11 +49,23 @@ impl FlashStore {
         let expected = store.superblock(STATE_CLEAN, 0, 0);
         let same_layout = |sb: &Superblock| {
             (sb.partition, sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets)
-                == (expected.partition, expected.partitions, expected.region_bytes, expected.segment_bytes, expected.buckets)
+                == (
+                    expected.partition,
+                    expected.partitions,
+                    expected.region_bytes,
+                    expected.segment_bytes,
+                    expected.buckets,
+                )
         };
         let (restored, reason) = match &sb {
             None => (false, "no valid superblock (a new file, or it was damaged)".to_string()),
-            Some(sb) if !same_layout(sb) => (false, format!("the layout changed (was {} partitions, {}-byte regions, {}-byte segments, {} buckets)", sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets)),
+            Some(sb) if !same_layout(sb) => (
+                false,
+                format!(
+                    "the layout changed (was {} partitions, {}-byte regions, {}-byte segments, {} buckets)",
+                    sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets
+                ),
+            ),
             Some(sb) if sb.state != STATE_CLEAN => (false, "the last run did not close cleanly".to_string()),
             Some(sb) => match store.load_snapshot(sb) {
                 Ok(()) => (true, "restored".to_string()),
@@ -68,7 +80,9 @@ impl FlashStore {
         if let Some(sb) = sb.filter(|_| restored) {
             store.max_cas = sb.last_cas;
         }
-        store.write_superblock(STATE_OPEN, 0, 0).map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
+        store
+            .write_superblock(STATE_OPEN, 0, 0)
+            .map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
         let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
         Ok((store, report))
     }
@@ -167,7 +181,14 @@ impl FlashStore {
         out.fill(0);
         let (slot_pages, _, _) = self.snapshot_pages();
         if p == 0 {
-            let header = SnapshotHeader { partition: self.cfg.partition, epoch: self.epoch, slots: self.layout.slots, buckets: self.layout.buckets, head: self.head, used_slots: self.used_slots };
+            let header = SnapshotHeader {
+                partition: self.cfg.partition,
+                epoch: self.epoch,
+                slots: self.layout.slots,
+                buckets: self.layout.buckets,
+                head: self.head,
+                used_slots: self.used_slots,
+            };
             header.encode(out);
         } else if p <= slot_pages {
             let first = (p - 1) * SLOTS_PER_PAGE;

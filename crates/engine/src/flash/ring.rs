@@ -66,7 +66,14 @@ fn place(used: usize, bytes: usize, segment: usize) -> Option<(usize, u32)> {
 
 impl FlashStore {
     /// Appends an item to the active buffer (opening one if needed) and indexes it.
-    pub(super) fn append(&mut self, hash: KeyHash, key: &[u8], value: &[u8], meta: ItemMeta, now: Now) -> Option<Entry> {
+    pub(super) fn append(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        now: Now,
+    ) -> Option<Entry> {
         let bytes = item_bytes(key.len(), value.len());
         let segment = self.layout.segment_bytes as usize;
         let mut spot = self.active.and_then(|b| place(self.bufs[b].used, bytes, segment).map(|p| (b, p)));
@@ -131,7 +138,13 @@ impl FlashStore {
         data[buf.used..len].fill(0);
         let slot = &mut self.slots[buf.slot as usize];
         slot.used = buf.used as u32;
-        let header = SegmentHeader { partition: self.cfg.partition, epoch: self.epoch, seq: slot.seq, slot: buf.slot, used: buf.used as u32 };
+        let header = SegmentHeader {
+            partition: self.cfg.partition,
+            epoch: self.epoch,
+            seq: slot.seq,
+            slot: buf.slot,
+            used: buf.used as u32,
+        };
         header.encode(&mut data[..SEGMENT_HEADER]);
         let offset = self.layout.segment_offset(buf.slot);
         self.io.submit(IoOp { kind: IoKind::Write, offset, buf: data, len, token: TOKEN_WRITE | b as u64 });

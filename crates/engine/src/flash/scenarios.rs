@@ -193,7 +193,10 @@ fn a_write_budget_rejects_what_exceeds_it() {
     let now = Now { unix: 100, nanos: 1 };
     let (mut store, _) = FlashStore::open(Box::new(disk.device()), cfg, now).unwrap();
     let stored = (0..2000u32)
-        .filter(|&k| store.insert(KeyHash::of(&key(k)), &key(k), &value(k, 1, 100), ItemMeta::default(), now) == InsertOutcome::Stored)
+        .filter(|&k| {
+            store.insert(KeyHash::of(&key(k)), &key(k), &value(k, 1, 100), ItemMeta::default(), now)
+                == InsertOutcome::Stored
+        })
         .count();
     // 100 KB/s with a second's burst: about 100_000 / 144 items.
     assert!((600..800).contains(&stored), "{stored}");

@@ -67,7 +67,12 @@ impl FlashMemory {
 impl FlashStore {
     pub fn memory(&self) -> FlashMemory {
         let segment = u64::from(self.layout.segment_bytes);
-        let pending: usize = self.reads.iter().flatten().map(|r| r.key.capacity() + r.entry.pages() as usize * super::layout::PAGE).sum();
+        let pending: usize = self
+            .reads
+            .iter()
+            .flatten()
+            .map(|r| r.key.capacity() + r.entry.pages() as usize * super::layout::PAGE)
+            .sum();
         FlashMemory {
             index: self.index.heap_bytes() as u64,
             segment_table: (self.slots.capacity() * std::mem::size_of::<super::ring::Slot>()) as u64,

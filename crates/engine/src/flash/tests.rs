@@ -50,7 +50,16 @@ impl Harness {
         let (store, report) = FlashStore::open(Box::new(disk.device()), config(), now).expect("open");
         assert!(!report.restored);
         disk.set_faults(faults);
-        Harness { disk, store: Some(store), now, model: HashMap::new(), pending: HashMap::new(), next_token: 0, version: 0, faults }
+        Harness {
+            disk,
+            store: Some(store),
+            now,
+            model: HashMap::new(),
+            pending: HashMap::new(),
+            next_token: 0,
+            version: 0,
+            faults,
+        }
     }
 
     pub(super) fn store(&mut self) -> &mut FlashStore {
@@ -59,7 +68,13 @@ impl Harness {
 
     fn check_hit(&self, key: &[u8], item: &FlashItem) {
         let expected = self.model.get(key).cloned().flatten();
-        let Some((value, expiry)) = expected else { panic!("{:?} hit {:?} but must miss", String::from_utf8_lossy(key), String::from_utf8_lossy(&item.value[..12.min(item.value.len())])) };
+        let Some((value, expiry)) = expected else {
+            panic!(
+                "{:?} hit {:?} but must miss",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(&item.value[..12.min(item.value.len())])
+            )
+        };
         assert_eq!(item.value, value, "{:?}: a hit must be the last acknowledged value", String::from_utf8_lossy(key));
         assert_eq!(item.meta.expiry, expiry);
         assert!(expiry == 0 || expiry > self.now.unix, "expired items are never served");
@@ -204,11 +219,16 @@ impl Harness {
         self.disk.set_faults(Faults::default());
         let after = self.present();
         self.disk.set_faults(saved);
-        let lost: Vec<_> = before.keys().filter(|k| !after.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect();
-        let new: Vec<_> = after.keys().filter(|k| !before.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect();
+        let lost: Vec<_> =
+            before.keys().filter(|k| !after.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect();
+        let new: Vec<_> =
+            after.keys().filter(|k| !before.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect();
         // A segment write that failed during the close loses its items (never serves them).
         let faulty = saved.fail_per_million > 0;
-        assert!((lost.is_empty() || faulty) && new.is_empty(), "a clean restart brings back every item and nothing else: lost {lost:?}, new {new:?}");
+        assert!(
+            (lost.is_empty() || faulty) && new.is_empty(),
+            "a clean restart brings back every item and nothing else: lost {lost:?}, new {new:?}"
+        );
         assert!(after.iter().all(|(k, v)| before[k] == *v));
     }
 

@@ -85,7 +85,9 @@ impl std::str::FromStr for FlashIo {
 /// Opens (creating if needed) the flash file with `O_DIRECT` and gives it `size` bytes. File
 /// systems without `O_DIRECT` (tmpfs) get buffered I/O; the bool says whether it is direct.
 pub fn open_file(path: &Path, size: u64) -> std::io::Result<(File, bool)> {
-    let open = |flags: i32| OpenOptions::new().read(true).write(true).create(true).truncate(false).custom_flags(flags).open(path);
+    let open = |flags: i32| {
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).custom_flags(flags).open(path)
+    };
     let (file, direct) = match open(libc::O_DIRECT) {
         Ok(file) => (file, true),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),

@@ -69,7 +69,13 @@ pub struct SimDisk(Arc<Mutex<Disk>>);
 
 impl SimDisk {
     pub fn new(bytes: usize, seed: u64) -> SimDisk {
-        let disk = Disk { data: vec![0; bytes], pending: Vec::new(), rng: SimRng::new(seed), faults: Faults::default(), counters: SimCounters::default() };
+        let disk = Disk {
+            data: vec![0; bytes],
+            pending: Vec::new(),
+            rng: SimRng::new(seed),
+            faults: Faults::default(),
+            counters: SimCounters::default(),
+        };
         SimDisk(Arc::new(Mutex::new(disk)))
     }
 
@@ -230,7 +236,13 @@ mod tests {
         }
         let done = drain(&mut dev);
         assert_eq!(done.len(), 4);
-        dev.submit(IoOp { kind: IoKind::Read, offset: 2 * PAGE as u64, buf: AlignedBuf::new(PAGE), len: PAGE, token: 9 });
+        dev.submit(IoOp {
+            kind: IoKind::Read,
+            offset: 2 * PAGE as u64,
+            buf: AlignedBuf::new(PAGE),
+            len: PAGE,
+            token: 9,
+        });
         let done = drain(&mut dev);
         assert_eq!(done[0].token, 9);
         assert!(done[0].buf.iter().all(|&b| b == 3));

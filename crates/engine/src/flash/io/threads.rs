@@ -63,7 +63,10 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
 impl ThreadsEngine {
     pub fn new(file: File, threads: usize) -> ThreadsEngine {
         let file = Arc::new(file);
-        let shared = Arc::new(Shared { queue: Mutex::new(Queue { ops: VecDeque::new(), closing: false }), ready: Condvar::new() });
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue { ops: VecDeque::new(), closing: false }),
+            ready: Condvar::new(),
+        });
         let (tx, done) = channel();
         let workers = (0..threads.max(1))
             .map(|i| {

@@ -52,7 +52,10 @@ impl UringEngine {
             // in `self.slots` until its completion is reaped in `reap`; the fd is the registered
             // file, open for the ring's life. The queue has room: at most `depth` slots exist.
             unsafe {
-                self.ring.submission().push(&entry.user_data(slot as u64)).expect("a free slot means room in the queue");
+                self.ring
+                    .submission()
+                    .push(&entry.user_data(slot as u64))
+                    .expect("a free slot means room in the queue");
             }
         }
     }
@@ -87,8 +90,11 @@ impl IoEngine for UringEngine {
 
     fn flush(&mut self) {
         self.stage();
-        // An error here (EINTR, EBUSY) leaves the entries queued for the next flush.
-        let _ = self.ring.submit();
+        // Only a non-empty queue costs a system call. An error here (EINTR, EBUSY) leaves the
+        // entries queued for the next flush.
+        if !self.ring.submission().is_empty() {
+            let _ = self.ring.submit();
+        }
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) {

@@ -1,0 +1,204 @@
+//! flash-bench: the flash store alone on a real file, one thread. Inserts N items, then GETs of
+//! present keys and of absent keys at a fixed queue depth, then a clean close and a reopen.
+//! Prints inserts/s, GET hits/s, reads per hit and per miss, device bytes, DRAM bytes per flash
+//! item (every heap byte the store holds), write amplification, hit latency and reopen time.
+//! Prints figures; never fails on a time.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use tierkv_bench::workload::{key_sequence, write_text_key, Distribution};
+use tierkv_engine::flash::{
+    engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
+};
+use tierkv_engine::KeyHash;
+
+#[derive(Parser, Debug)]
+#[command(name = "flash-bench", about = "Measure the tierkv flash store alone on a real file")]
+struct Args {
+    /// The flash file (created; removed first unless --keep).
+    #[arg(long, default_value = "target/flash-bench.bin")]
+    path: PathBuf,
+    /// Flash file size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    size_mib: u64,
+    #[arg(long, default_value_t = 16)]
+    key_bytes: usize,
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Items inserted (default: what fills 90% of the file).
+    #[arg(long)]
+    items: Option<u64>,
+    /// GETs of present keys (and as many of absent keys).
+    #[arg(long, default_value_t = 500_000)]
+    gets: usize,
+    /// Lookups in flight.
+    #[arg(long, default_value_t = 32)]
+    depth: u32,
+    /// uring or threads.
+    #[arg(long, default_value = "uring")]
+    io: FlashIo,
+    #[arg(long, default_value_t = 1024)]
+    segment_kib: u32,
+    /// Index sizing: flash bytes per expected item (default: the item's size on flash).
+    #[arg(long)]
+    expected_item_bytes: Option<u32>,
+    /// Key choice for GETs: uniform or zipf:THETA.
+    #[arg(long, default_value = "uniform")]
+    dist: Distribution,
+    /// Keep an existing file (reopen it) instead of starting fresh.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn now(start: Instant) -> Now {
+    Now { unix: tierkv_engine::unix_now(), nanos: start.elapsed().as_nanos() as u64 + 1 }
+}
+
+fn open(args: &Args, start: Instant) -> (FlashStore, String) {
+    let size = args.size_mib << 20;
+    let (file, direct) = open_file(&args.path, size).unwrap_or_else(|e| panic!("{}: {e}", args.path.display()));
+    let (engine, note) = engine_for(args.io, &file, args.depth.max(8)).expect("an I/O engine");
+    let mut cfg = FlashConfig::new(size, 0, 1);
+    cfg.segment_bytes = args.segment_kib << 10;
+    cfg.max_reads = args.depth.max(1);
+    let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u32;
+    cfg.expected_item_bytes = args.expected_item_bytes.unwrap_or(on_flash);
+    let (store, report) = FlashStore::open(engine, cfg, now(start)).unwrap_or_else(|e| panic!("open: {e}"));
+    let mode = format!("io={} direct={direct} {} ({} items)", store.io_name(), report.reason, report.items);
+    (store, note.map_or(mode.clone(), |n| format!("{mode}; {n}")))
+}
+
+fn insert_all(store: &mut FlashStore, args: &Args, items: u64, start: Instant) -> f64 {
+    let mut key = vec![0u8; args.key_bytes];
+    let value = vec![b'v'; args.value_bytes];
+    let began = Instant::now();
+    for i in 0..items {
+        write_text_key(i, &mut key);
+        let meta = ItemMeta { flags: 0, expiry: 0, cas: i + 1 };
+        loop {
+            match store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) {
+                InsertOutcome::Busy => store.wait(now(start), &mut Vec::new()),
+                _ => break,
+            }
+        }
+        if i % 1024 == 0 {
+            store.poll(now(start), &mut Vec::new());
+        }
+    }
+    let seconds = began.elapsed().as_secs_f64();
+    items as f64 / seconds
+}
+
+/// Looks up `keys` with `depth` in flight; returns (hits, seconds, hit latency histogram).
+fn get_all(
+    store: &mut FlashStore,
+    args: &Args,
+    keys: &[u32],
+    offset: u64,
+    start: Instant,
+) -> (u64, f64, Histogram<u64>) {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
+    let mut key = vec![0u8; args.key_bytes];
+    let mut issued = vec![Instant::now(); keys.len()];
+    let (mut hits, mut next) = (0u64, 0usize);
+    let mut done: Vec<ReadDone> = Vec::new();
+    let began = Instant::now();
+    while next < keys.len() || store.in_flight() > 0 {
+        while next < keys.len() && store.in_flight() < args.depth as usize {
+            write_text_key(u64::from(keys[next]) + offset, &mut key);
+            issued[next] = Instant::now();
+            match store.lookup(KeyHash::of(&key), &key, next as u64, now(start)) {
+                Lookup::Hit(_) => hits += 1,
+                Lookup::Busy => break,
+                Lookup::Miss | Lookup::Pending => {}
+            }
+            next += 1;
+        }
+        store.poll(now(start), &mut done);
+        if done.is_empty() {
+            store.wait(now(start), &mut done);
+        }
+        for d in done.drain(..) {
+            if d.item.is_some() {
+                hits += 1;
+                let _ = hist.record(issued[d.token as usize].elapsed().as_nanos() as u64);
+            }
+        }
+    }
+    (hits, began.elapsed().as_secs_f64(), hist)
+}
+
+fn main() {
+    let args = Args::parse();
+    let start = Instant::now();
+    if !args.keep {
+        let _ = std::fs::remove_file(&args.path);
+    }
+    let (mut store, mode) = open(&args, start);
+    println!("flash-bench: {} MiB at {}, {mode}", args.size_mib, args.path.display());
+    let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u64;
+    let items = args.items.unwrap_or((args.size_mib << 20) / on_flash * 9 / 10);
+    let rate = insert_all(&mut store, &args, items, start);
+    let s = store.stats();
+    println!(
+        "insert: {items} items of {}+{} bytes, {rate:.0} inserts/s, {} stored, {} in the index",
+        args.key_bytes, args.value_bytes, s.inserts, s.items
+    );
+    let keys = key_sequence(args.dist, items, args.gets, 7);
+    let before = store.stats();
+    let (hits, seconds, hist) = get_all(&mut store, &args, &keys, 0, start);
+    let after = store.stats();
+    println!(
+        "get (present keys, {}, depth {}): {:.0} hits/s, hit ratio {:.4}, reads per hit {:.4}, p50 {:.1} us, p99 {:.1} us",
+        args.dist,
+        args.depth,
+        hits as f64 / seconds,
+        hits as f64 / keys.len() as f64,
+        (after.reads - before.reads) as f64 / hits.max(1) as f64,
+        hist.value_at_quantile(0.5) as f64 / 1e3,
+        hist.value_at_quantile(0.99) as f64 / 1e3,
+    );
+    let (miss_hits, _, _) = get_all(&mut store, &args, &keys, items, start);
+    let missed = store.stats();
+    println!(
+        "get (absent keys): {} lookups, {miss_hits} hits, reads per miss {:.5}",
+        keys.len(),
+        (missed.reads - after.reads) as f64 / keys.len() as f64
+    );
+    report_memory_and_writes(&store);
+    let began = Instant::now();
+    store.close(now(start)).expect("a clean close");
+    let closed = began.elapsed().as_secs_f64();
+    let began = Instant::now();
+    let (store, mode) = open(&Args { keep: true, ..args }, start);
+    let reopened = began.elapsed().as_secs_f64();
+    let gib = (store.layout().region_bytes as f64) / f64::from(1u32 << 30);
+    println!("close: {closed:.2} s; reopen: {reopened:.2} s = {:.2} s per GiB of flash; {mode}", reopened / gib);
+}
+
+fn report_memory_and_writes(store: &FlashStore) {
+    let s = store.stats();
+    let m = store.memory();
+    let items = s.items.max(1) as f64;
+    println!(
+        "dram: {:.2} bytes per flash item in all ({} items; index {:.2}, segment table {:.3}, write buffers {:.3}, gc buffer {:.3}, reads {:.3})",
+        m.total() as f64 / items,
+        s.items,
+        m.index as f64 / items,
+        m.segment_table as f64 / items,
+        m.write_buffers as f64 / items,
+        m.gc_buffer as f64 / items,
+        m.reads as f64 / items
+    );
+    println!(
+        "device: {} bytes written, {} read; write amplification {:.3} (bytes written / bytes admitted); {} index evictions, {} busy",
+        s.write_bytes,
+        s.read_bytes,
+        s.write_bytes as f64 / s.admitted_bytes.max(1) as f64,
+        s.index_evictions,
+        s.busy
+    );
+}
