@@ -4,8 +4,13 @@
 //! A `StorePartition` is MICA's store mode (a lossless chained index over a segregated-fits
 //! allocator, nothing evicted); `AnyPartition` is either, chosen at start-up.
 //!
-//! It must never do network I/O, parse protocol bytes, spawn threads, take locks, read the clock
-//! per operation, or allocate after a partition is created.
+//! `flash` is the flash tier's store: a log-structured store per partition on a region of a flash
+//! file, with its own I/O engines (io_uring, or a small `pread`/`pwrite` thread pool where the
+//! kernel refuses io_uring: the only threads this crate starts).
+//!
+//! It must never do network I/O, parse protocol bytes, spawn threads (but the flash I/O pool),
+//! take locks on the data path, read the clock per operation, or allocate after a partition is
+//! created (flash lookups in flight hold their own small buffers, bounded by `max_reads`).
 
 mod any;
 mod api;

@@ -37,8 +37,8 @@ struct Args {
     /// Lookups in flight.
     #[arg(long, default_value_t = 32)]
     depth: u32,
-    /// uring or threads.
-    #[arg(long, default_value = "uring")]
+    /// The I/O engine: uring or threads.
+    #[arg(long, alias = "flash-io", default_value = "uring")]
     io: FlashIo,
     #[arg(long, default_value_t = 1024)]
     segment_kib: u32,
@@ -51,6 +51,15 @@ struct Args {
     /// Keep an existing file (reopen it) instead of starting fresh.
     #[arg(long)]
     keep: bool,
+}
+
+/// This process's user + system CPU seconds.
+fn cpu_seconds() -> f64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 fn now(start: Instant) -> Now {
@@ -149,10 +158,12 @@ fn main() {
     );
     let keys = key_sequence(args.dist, items, args.gets, 7);
     let before = store.stats();
+    let cpu = cpu_seconds();
     let (hits, seconds, hist) = get_all(&mut store, &args, &keys, 0, start);
+    let cpu = cpu_seconds() - cpu;
     let after = store.stats();
     println!(
-        "get (present keys, {}, depth {}): {:.0} hits/s, hit ratio {:.4}, reads per hit {:.4}, p50 {:.1} us, p99 {:.1} us",
+        "get (present keys, {}, depth {}): {:.0} hits/s, hit ratio {:.4}, reads per hit {:.4}, p50 {:.1} us, p99 {:.1} us, cpu {:.2} us per get ({:.0}% of a core)",
         args.dist,
         args.depth,
         hits as f64 / seconds,
@@ -160,6 +171,8 @@ fn main() {
         (after.reads - before.reads) as f64 / hits.max(1) as f64,
         hist.value_at_quantile(0.5) as f64 / 1e3,
         hist.value_at_quantile(0.99) as f64 / 1e3,
+        cpu * 1e6 / keys.len() as f64,
+        cpu * 100.0 / seconds,
     );
     let (miss_hits, _, _) = get_all(&mut store, &args, &keys, items, start);
     let missed = store.stats();

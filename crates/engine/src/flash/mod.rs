@@ -300,6 +300,9 @@ impl FlashStore {
         let first_page = entry.offset_units() as u64 * layout::ITEM_ALIGN as u64 / PAGE as u64;
         let offset = self.layout.segment_offset(entry.slot()) + first_page * PAGE as u64;
         self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_READ | i as u64 });
+        // Submitted at once, not at the next poll: a read queued behind a batch waits for the
+        // batch, and measured hits/s at depth 32 rose from ~65k to ~80k (docs/benchmarks.md).
+        self.io.flush();
         self.stats.reads += 1;
         self.stats.read_bytes += len as u64;
         Lookup::Pending
