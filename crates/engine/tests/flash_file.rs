@@ -32,7 +32,7 @@ fn key(i: u32) -> Vec<u8> {
 }
 
 /// Inserts, overwrites, deletes; then looks every key up at queue depth 32.
-fn workload(store: &mut FlashStore, write: bool) -> BTreeMap<u32, Option<Vec<u8>>> {
+fn workload(store: &mut FlashStore, write: bool) -> Found {
     let now = Now { unix: 1000, nanos: 2 };
     if write {
         for i in 0..20_000u32 {
@@ -74,7 +74,10 @@ fn workload(store: &mut FlashStore, write: bool) -> BTreeMap<u32, Option<Vec<u8>
     found
 }
 
-fn run(io: FlashIo, dir: &Path) -> (BTreeMap<u32, Option<Vec<u8>>>, BTreeMap<u32, Option<Vec<u8>>>) {
+/// What a workload found: each key's value, or None for a miss.
+type Found = BTreeMap<u32, Option<Vec<u8>>>;
+
+fn run(io: FlashIo, dir: &Path) -> (Found, Found) {
     let path = dir.join(format!("flash-{io:?}.bin"));
     let _ = std::fs::remove_file(&path);
     let (mut store, restored) = open(&path, io);

@@ -48,6 +48,11 @@ struct Args {
     /// Key choice for GETs: uniform or zipf:THETA.
     #[arg(long, default_value = "uniform")]
     dist: Distribution,
+    /// After the GETs, insert this fraction of `items` again as new keys while reading zipf-hot
+    /// old keys (one read per 4 inserts), so GC runs: prints its rewrites and the write
+    /// amplification with GC.
+    #[arg(long, default_value_t = 0.5)]
+    churn: f64,
     /// Keep an existing file (reopen it) instead of starting fresh.
     #[arg(long)]
     keep: bool,
@@ -55,9 +60,13 @@ struct Args {
 
 /// This process's user + system CPU seconds.
 fn cpu_seconds() -> f64 {
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF is always valid.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    // SAFETY: rusage is plain data (all zeroes is a valid value); getrusage fills the struct it
+    // is given, and RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
@@ -87,11 +96,8 @@ fn insert_all(store: &mut FlashStore, args: &Args, items: u64, start: Instant) -
     for i in 0..items {
         write_text_key(i, &mut key);
         let meta = ItemMeta { flags: 0, expiry: 0, cas: i + 1 };
-        loop {
-            match store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) {
-                InsertOutcome::Busy => store.wait(now(start), &mut Vec::new()),
-                _ => break,
-            }
+        while store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) == InsertOutcome::Busy {
+            store.wait(now(start), &mut Vec::new());
         }
         if i % 1024 == 0 {
             store.poll(now(start), &mut Vec::new());
@@ -140,6 +146,49 @@ fn get_all(
     (hits, began.elapsed().as_secs_f64(), hist)
 }
 
+/// New keys past `items` while zipf-hot old keys are read; GC keeps what was read.
+fn churn(store: &mut FlashStore, args: &Args, items: u64, start: Instant) {
+    let extra = (items as f64 * args.churn) as u64;
+    if extra == 0 {
+        return;
+    }
+    let hot = key_sequence(Distribution::Zipf(0.99), items, (extra / 4) as usize + 1, 11);
+    let (mut key, value) = (vec![0u8; args.key_bytes], vec![b'w'; args.value_bytes]);
+    let before = store.stats();
+    let (mut done, mut looked, mut hits) = (Vec::new(), 0u64, 0u64);
+    for i in 0..extra {
+        write_text_key(2 * items + i, &mut key);
+        let meta = ItemMeta { flags: 0, expiry: 0, cas: items + i + 1 };
+        while store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) == InsertOutcome::Busy {
+            store.wait(now(start), &mut done);
+        }
+        if i % 4 == 0 {
+            write_text_key(u64::from(hot[(i / 4) as usize]), &mut key);
+            while store.in_flight() >= args.depth as usize {
+                store.wait(now(start), &mut done);
+            }
+            looked += 1;
+            hits += u64::from(matches!(store.lookup(KeyHash::of(&key), &key, i, now(start)), Lookup::Hit(_)));
+        }
+        store.poll(now(start), &mut done);
+        hits += done.drain(..).filter(|d| d.item.is_some()).count() as u64;
+    }
+    while store.in_flight() > 0 {
+        store.wait(now(start), &mut done);
+    }
+    hits += done.drain(..).filter(|d| d.item.is_some()).count() as u64;
+    let s = store.stats();
+    println!(
+        "churn: {extra} new items, {looked} zipf-hot reads of old keys ({:.4} hit); gc: {} reclaims, {} rewrites, {} items dropped, {} pressure drops; write amplification {:.3}",
+        hits as f64 / looked.max(1) as f64,
+        s.reclaims - before.reclaims,
+        s.gc_rewrites - before.gc_rewrites,
+        s.dropped_items - before.dropped_items,
+        s.pressure_drops - before.pressure_drops,
+        (s.write_bytes - before.write_bytes) as f64 / (s.admitted_bytes - before.admitted_bytes).max(1) as f64,
+    );
+}
+
 fn main() {
     let args = Args::parse();
     let start = Instant::now();
@@ -182,6 +231,7 @@ fn main() {
         (missed.reads - after.reads) as f64 / keys.len() as f64
     );
     report_memory_and_writes(&store);
+    churn(&mut store, &args, items, start);
     let began = Instant::now();
     store.close(now(start)).expect("a clean close");
     let closed = began.elapsed().as_secs_f64();

@@ -105,7 +105,7 @@ impl FlashIndex {
     }
 
     pub fn bucket_of(&self, hash: KeyHash) -> usize {
-        (((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64 >> 32) as usize
+        ((((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64) >> 32) as usize
     }
 
     /// The key's two buckets (equal in a one-bucket table).

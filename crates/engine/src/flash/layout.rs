@@ -58,14 +58,14 @@ pub const ITEM_HEADER: usize = 32;
 /// buckets (64 bytes each), zero-padded to a page.
 pub const SNAPSHOT_HEADER: usize = 48;
 
-const _: () = assert!(SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER % ITEM_ALIGN == 0);
-const _: () = assert!(ITEM_HEADER % ITEM_ALIGN == 0 && PAGE % ITEM_ALIGN == 0);
+const _: () = assert!(SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
+const _: () = assert!(ITEM_HEADER.is_multiple_of(ITEM_ALIGN) && PAGE.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
 
 /// A slot's record in the snapshot: 0 seq u64 | 8 used u32 | 12 gen u8 | 13 sealed u8 | 14 zero
 /// padding. 128 records fill a page, so no record crosses one.
 pub const SLOT_RECORD: usize = 32;
-const _: () = assert!(PAGE % SLOT_RECORD == 0);
+const _: () = assert!(PAGE.is_multiple_of(SLOT_RECORD));
 
 /// Superblock states.
 pub const STATE_CLEAN: u32 = 1;

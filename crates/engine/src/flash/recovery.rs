@@ -279,6 +279,14 @@ impl FlashStore {
                 return Err("the index snapshot's ring is inconsistent".into());
             }
         }
+        let (slot_count, segment) = (self.layout.slots, self.layout.segment_bytes as usize);
+        let sane = |e: super::index::Entry| {
+            let at = e.offset_units() as usize * super::layout::ITEM_ALIGN;
+            e.slot() < slot_count && at < segment && at / PAGE + e.pages() as usize <= segment / PAGE
+        };
+        if !self.index.entries().all(sane) {
+            return Err("the index snapshot names places outside the ring".into());
+        }
         let slots = &mut self.slots;
         for e in self.index.entries() {
             let slot = &mut slots[e.slot() as usize];

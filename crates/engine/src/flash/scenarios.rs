@@ -202,3 +202,24 @@ fn a_write_budget_rejects_what_exceeds_it() {
     assert!((600..800).contains(&stored), "{stored}");
     assert_eq!(store.stats().rejected, 2000 - stored as u64);
 }
+
+#[test]
+fn every_injected_fault_is_a_counted_miss() {
+    let mut h = Harness::new(10, Faults::default());
+    for k in 0..300 {
+        h.insert(k, 1000, None);
+    }
+    sealed(&mut h);
+    // Every read comes back with one bit flipped somewhere in its page: the ones that land in
+    // the item are caught (the harness checks every hit's value), the rest are harmless.
+    h.disk.set_faults(Faults { fail_per_million: 0, flip_per_million: 1_000_000 });
+    let served = hits(&mut h, 0..300);
+    let s = h.store().stats();
+    assert_eq!(h.disk.counters().flipped, 300);
+    assert!(s.miss_corrupt > 30 && served as u64 + s.miss_corrupt == 300, "{served} {s:?}");
+    h.disk.set_faults(Faults { fail_per_million: 1_000_000, flip_per_million: 0 });
+    assert_eq!(hits(&mut h, 0..300), 0);
+    assert_eq!(h.store().stats().miss_io_error, 300);
+    h.disk.set_faults(Faults::default());
+    assert_eq!(hits(&mut h, 0..300), 300, "the data on the device was never damaged");
+}
