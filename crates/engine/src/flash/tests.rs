@@ -200,16 +200,28 @@ impl Harness {
 
     /// Closes cleanly and reopens; every item served before must be served after.
     pub(super) fn clean_restart(&mut self) {
+        self.restart(None);
+    }
+
+    /// Closes, the process dying after `fuse` more requests if given (the close itself torn
+    /// anywhere), and reopens: either everything served before is served again, or nothing.
+    fn restart(&mut self, fuse: Option<u64>) {
         let saved = self.faults;
         self.disk.set_faults(Faults::default());
         let before = self.present();
         self.disk.set_faults(saved);
         let now = self.now;
+        if let Some(fuse) = fuse {
+            self.disk.crash_after(fuse);
+        }
         let closed = self.store.take().expect("open").close(now);
+        if fuse.is_some() {
+            self.disk.revive();
+        }
         let report = self.reopen();
         // With injected faults the close may fail (the region stays marked open, unless only
         // the last sync failed) or the snapshot may read back damaged: then the tier is empty.
-        if self.faults.fail_per_million == 0 && self.faults.flip_per_million == 0 {
+        if self.faults.fail_per_million == 0 && self.faults.flip_per_million == 0 && fuse.is_none() {
             assert!(closed.is_ok() && report.restored, "{closed:?} {report:?}");
         }
         if !report.restored {
@@ -260,6 +272,7 @@ enum Op {
     CleanRestart,
     Crash,
     CrashWriteCloseReopen(u16),
+    CrashDuringClose(u16),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -273,6 +286,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CleanRestart),
         1 => Just(Op::Crash),
         1 => (1u16..200).prop_map(Op::CrashWriteCloseReopen),
+        1 => (0u16..12).prop_map(Op::CrashDuringClose),
     ]
 }
 
@@ -309,6 +323,7 @@ fn run(ops: &[Op], seed: u64, faults: Faults) {
                 }
                 h.clean_restart();
             }
+            Op::CrashDuringClose(fuse) => h.restart(Some(u64::from(fuse))),
         }
     }
     h.settle();

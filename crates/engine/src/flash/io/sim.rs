@@ -58,6 +58,10 @@ pub struct SimCounters {
 struct Disk {
     data: Vec<u8>,
     pending: Vec<IoOp>,
+    /// Requests left before the process "dies" (`crash_after`); then writes stop reaching the
+    /// device (the first one torn) while the store, unaware, carries on.
+    fuse: Option<u64>,
+    dead: bool,
     rng: SimRng,
     faults: Faults,
     counters: SimCounters,
@@ -72,6 +76,8 @@ impl SimDisk {
         let disk = Disk {
             data: vec![0; bytes],
             pending: Vec::new(),
+            fuse: None,
+            dead: false,
             rng: SimRng::new(seed),
             faults: Faults::default(),
             counters: SimCounters::default(),
@@ -120,6 +126,20 @@ impl SimDisk {
         }
     }
 
+    /// The process dies after `requests` more requests complete: from then on nothing reaches
+    /// the device (the next write is torn at a random byte), though requests still "complete".
+    /// `revive` starts a new process on what the device holds.
+    pub fn crash_after(&self, requests: u64) {
+        self.lock().fuse = Some(requests);
+    }
+
+    pub fn revive(&self) {
+        let mut disk = self.lock();
+        disk.fuse = None;
+        disk.dead = false;
+        disk.pending.clear();
+    }
+
     /// Flips one bit at `offset` (for tests that corrupt a chosen place).
     pub fn flip(&self, offset: usize, bit: u8) {
         self.lock().data[offset] ^= 1 << (bit % 8);
@@ -127,8 +147,26 @@ impl SimDisk {
 }
 
 impl Disk {
+    /// A request reaching a device whose process died: a write is torn once, then dropped.
+    fn after_death(&mut self, op: IoOp) -> Completion {
+        if matches!(op.kind, IoKind::Write) && !std::mem::replace(&mut self.dead, true) && op.len > 0 {
+            let keep = self.rng.below(op.len as u64) as usize;
+            let at = op.offset as usize;
+            if at + keep <= self.data.len() {
+                self.data[at..at + keep].copy_from_slice(&op.buf[..keep]);
+                self.counters.torn += 1;
+            }
+        }
+        Completion { token: op.token, buf: op.buf, result: Ok(op.len) }
+    }
+
     fn complete(&mut self, index: usize) -> Completion {
         let mut op = self.pending.swap_remove(index);
+        match self.fuse {
+            Some(0) => return self.after_death(op),
+            Some(n) => self.fuse = Some(n - 1),
+            None => {}
+        }
         let (at, len) = (op.offset as usize, op.len);
         if at + len > self.data.len() || len > op.buf.len() {
             return Completion { token: op.token, buf: op.buf, result: Err(libc::EINVAL) };
