@@ -3,6 +3,7 @@
 //! variant here and one arm in `each_kind!`.
 
 use crate::api::Engine;
+use crate::atomics::{AtomicOutcome, AtomicRequest};
 use crate::cache::Partition;
 use crate::config::{ConfigError, Mode, PartitionConfig};
 use crate::hash::KeyHash;
@@ -142,6 +143,16 @@ impl Engine for AnyPartition {
     #[inline]
     fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
         each_kind!(self, p => p.arith(key, request))
+    }
+
+    #[inline]
+    fn atomic_many(
+        &mut self,
+        key: &[u8],
+        requests: &[AtomicRequest],
+        out: &mut Vec<Result<AtomicOutcome, EngineError>>,
+    ) -> Result<(), EngineError> {
+        each_kind!(self, p => p.atomic_many(key, requests, out))
     }
 
     #[inline]

@@ -6,6 +6,7 @@
 //! that dispatches to the kind chosen at start-up; a future kind (DRAM + flash) either
 //! provides `Storage` or implements `Engine` itself, and joins `AnyPartition` as one variant.
 
+use crate::atomics::{AtomicOutcome, AtomicRequest};
 use crate::batch::{in_chunks, SetRequest};
 use crate::config::{ConfigError, Mode};
 use crate::hash::KeyHash;
@@ -74,6 +75,21 @@ pub trait Engine {
     fn invalidate(&mut self, key: &[u8], cas: u64, exptime: Option<i64>) -> Result<DeleteOutcome, EngineError>;
     /// incr / decr with memcached's semantics.
     fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError>;
+    /// KV-Direct atomics on one key, applied in order with one lookup and one write (see
+    /// `atomics`); every request must have the same `CounterKind`. One answer per request goes
+    /// to `out`.
+    fn atomic_many(
+        &mut self,
+        key: &[u8],
+        requests: &[AtomicRequest],
+        out: &mut Vec<Result<AtomicOutcome, EngineError>>,
+    ) -> Result<(), EngineError>;
+    /// One atomic request.
+    fn atomic(&mut self, key: &[u8], request: &AtomicRequest) -> Result<AtomicOutcome, EngineError> {
+        let mut out = Vec::with_capacity(1);
+        self.atomic_many(key, std::slice::from_ref(request), &mut out)?;
+        out.pop().unwrap_or(Ok(AtomicOutcome::NotFound))
+    }
     /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
     fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError>;
     /// gat / gats: touch, then return the item.
@@ -261,6 +277,17 @@ impl<S: Storage> Engine for S {
     fn arith(&mut self, key: &[u8], request: &ArithRequest) -> Result<ArithOutcome, EngineError> {
         check_key(key)?;
         ops::arith(self, key, request)
+    }
+
+    fn atomic_many(
+        &mut self,
+        key: &[u8],
+        requests: &[AtomicRequest],
+        out: &mut Vec<Result<AtomicOutcome, EngineError>>,
+    ) -> Result<(), EngineError> {
+        check_key(key)?;
+        debug_assert!(requests.windows(2).all(|w| w[0].kind == w[1].kind), "one counter kind per call");
+        crate::atomics::atomic_many(self, key, requests, out)
     }
 
     fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {

@@ -14,6 +14,7 @@
 
 mod any;
 mod api;
+mod atomics;
 mod batch;
 mod cache;
 mod config;
@@ -30,6 +31,7 @@ mod types;
 
 pub use any::AnyPartition;
 pub use api::Engine;
+pub use atomics::{apply as apply_atomic, read_counter, AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
 pub use batch::{SetRequest, BATCH_CHUNK};
 pub use cache::Partition;
 pub use config::{

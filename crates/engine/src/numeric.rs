@@ -56,7 +56,7 @@ pub fn apply_delta(current: u64, delta: u64, decrement: bool) -> u64 {
 /// they are padded with trailing spaces to that length (memcached rewrites the item in place),
 /// otherwise the value is exactly the digits.
 pub struct CounterValue {
-    digits: [u8; 20],
+    digits: [u8; 21],
     start: usize,
     /// Length of the new value.
     pub value_len: usize,
@@ -65,7 +65,7 @@ pub struct CounterValue {
 impl CounterValue {
     /// Lays out `number` as the successor of a value `old_len` bytes long.
     pub fn new(number: u64, old_len: usize) -> CounterValue {
-        let mut digits = [0u8; 20];
+        let mut digits = [0u8; 21];
         let mut start = digits.len();
         let mut rest = number;
         loop {
@@ -78,6 +78,17 @@ impl CounterValue {
         }
         let digit_count = digits.len() - start;
         CounterValue { digits, start, value_len: digit_count.max(old_len) }
+    }
+
+    /// A signed counter's exact digits, '-' first when negative (no padding).
+    pub fn signed(number: i64) -> CounterValue {
+        let mut counter = CounterValue::new(number.unsigned_abs(), 0);
+        if number < 0 {
+            counter.start -= 1;
+            counter.digits[counter.start] = b'-';
+            counter.value_len += 1;
+        }
+        counter
     }
 
     /// The decimal digits alone.
@@ -137,5 +148,8 @@ mod tests {
         check(u64::MAX, 0, b"18446744073709551615");
         check(0, 1, b"0");
         assert_eq!(CounterValue::new(12, 5).digits(), b"12");
+        assert_eq!(CounterValue::signed(i64::MIN).digits(), b"-9223372036854775808");
+        assert_eq!(CounterValue::signed(-3).value_len, 2);
+        assert_eq!(CounterValue::signed(17).digits(), b"17");
     }
 }
