@@ -26,7 +26,10 @@ pub enum AtomicOp {
     /// Adds (two's complement, wrapping) and answers the old value.
     Add(u64),
     /// Sets `new` if the value equals `expected`; otherwise answers the current value.
-    Cas { expected: u64, new: u64 },
+    Cas {
+        expected: u64,
+        new: u64,
+    },
     Min(u64),
     Max(u64),
     And(u64),
@@ -44,9 +47,14 @@ pub struct AtomicRequest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOutcome {
     /// The value before and after (equal when the operation changed nothing).
-    Done { old: u64, new: u64 },
+    Done {
+        old: u64,
+        new: u64,
+    },
     /// `Cas` found another value: the current one.
-    Mismatch { current: u64 },
+    Mismatch {
+        current: u64,
+    },
     NotFound,
 }
 

@@ -20,7 +20,14 @@ enum Op {
 }
 
 fn number() -> impl Strategy<Value = u64> {
-    prop_oneof![0u64..10, (-10i64..10).prop_map(|v| v as u64), any::<u64>(), Just(u64::MAX), Just(i64::MAX as u64), Just(i64::MIN as u64)]
+    prop_oneof![
+        0u64..10,
+        (-10i64..10).prop_map(|v| v as u64),
+        any::<u64>(),
+        Just(u64::MAX),
+        Just(i64::MAX as u64),
+        Just(i64::MIN as u64)
+    ]
 }
 
 fn atomic_op() -> impl Strategy<Value = AtomicOp> {
@@ -73,8 +80,20 @@ fn model_apply(value: u64, kind: CounterKind, op: AtomicOp) -> (AtomicOutcome, u
         AtomicOp::Add(d) => ((num(value) + num(d)).rem_euclid(1 << 64)) as u64,
         AtomicOp::Cas { expected, new } if expected == value => new,
         AtomicOp::Cas { .. } => return (AtomicOutcome::Mismatch { current: value }, value),
-        AtomicOp::Min(v) => if num(v) < num(value) { v } else { value },
-        AtomicOp::Max(v) => if num(v) > num(value) { v } else { value },
+        AtomicOp::Min(v) => {
+            if num(v) < num(value) {
+                v
+            } else {
+                value
+            }
+        }
+        AtomicOp::Max(v) => {
+            if num(v) > num(value) {
+                v
+            } else {
+                value
+            }
+        }
         AtomicOp::And(v) => value & v,
         AtomicOp::Or(v) => value | v,
         AtomicOp::Xor(v) => value ^ v,
@@ -123,7 +142,8 @@ fn run(mode: Mode, ops: &[Op]) {
                 }
             }
             Op::Atomics(k, kind, atomics) => {
-                let requests: Vec<AtomicRequest> = atomics.iter().map(|&op| AtomicRequest { op, kind: *kind }).collect();
+                let requests: Vec<AtomicRequest> =
+                    atomics.iter().map(|&op| AtomicRequest { op, kind: *kind }).collect();
                 let mut out = Vec::new();
                 engine.atomic_many(&key(*k), &requests, &mut out).unwrap();
                 assert_eq!(out.len(), requests.len());

@@ -56,6 +56,9 @@ pub mod opcode {
     pub const SASL_STEP: u8 = 0x22;
     pub const GATK: u8 = 0x23;
     pub const GATKQ: u8 = 0x24;
+    /// tierkv's atomics (docs/protocol-extensions.md); memcached leaves 0x60.. unused.
+    pub const ATOMIC: u8 = 0x60;
+    pub const ATOMICQ: u8 = 0x61;
 }
 
 /// Response statuses and memcached's message for each.
@@ -153,6 +156,7 @@ pub fn request_info(op: u8, opaque: u32) -> BinaryRequestInfo {
             | PREPENDQ
             | GATQ
             | GATKQ
+            | ATOMICQ
     );
     BinaryRequestInfo { opcode: op, opaque, quiet, return_key: matches!(op, GETK | GETKQ | GATK | GATKQ) }
 }
@@ -173,6 +177,7 @@ fn shape(op: u8) -> Option<(&'static [u8], Presence, bool)> {
         STAT => (&[0], Optional, false),
         TOUCH | GAT | GATQ | GATK | GATKQ => (&[4], Required, false),
         SASL_AUTH | SASL_STEP => (&[0], Required, true),
+        ATOMIC | ATOMICQ => (&[18], Required, false),
         _ => return None,
     })
 }
@@ -238,6 +243,11 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         return Decoded::Incomplete { needed: total };
     }
     let extras = &input[HEADER_BYTES..HEADER_BYTES + extras_len];
+    if matches!(header.opcode, opcode::ATOMIC | opcode::ATOMICQ)
+        && crate::atomic::from_binary(extras[0], extras[1]).is_none()
+    {
+        return Decoded::Error(ProtocolError::new(ErrorReply::Binary { status: status::EINVAL, info }, total));
+    }
     let key = &input[HEADER_BYTES + extras_len..HEADER_BYTES + extras_len + key_len];
     let value = &input[HEADER_BYTES + extras_len + key_len..total];
     let request = Request { command: command(&header, extras, key, value), style: ReplyStyle::Binary(info) };
@@ -292,6 +302,16 @@ fn command<'a>(header: &Header, extras: &[u8], key: &'a [u8], value: &'a [u8]) -
             }
         }
         TOUCH => Command::Touch { key: Key::plain(key), exptime: i64::from(be32(extras)) },
+        ATOMIC | ATOMICQ => {
+            let (code, signed) = crate::atomic::from_binary(extras[0], extras[1]).expect("checked by decode_request");
+            Command::Atomic {
+                key: Key::plain(key),
+                code,
+                signed,
+                operand: be64(&extras[2..]),
+                operand2: be64(&extras[10..]),
+            }
+        }
         FLUSH | FLUSHQ => Command::FlushAll { delay: if extras.len() == 4 { i64::from(be32(extras)) } else { 0 } },
         STAT => Command::Stats { args: key },
         VERSION => Command::Version,

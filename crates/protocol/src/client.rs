@@ -78,6 +78,20 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
             write_u64(out, *delta);
             push_noreply(out, noreply);
         }
+        Command::Atomic { key, code, signed, operand, operand2 } => {
+            out.extend_from_slice(b"atomic ");
+            out.extend_from_slice(key.raw);
+            out.push(b' ');
+            out.extend_from_slice(crate::atomic::name(*code));
+            out.extend_from_slice(if *signed { b" i64 " } else { b" u64 " });
+            let number = |out: &mut Vec<u8>, v: u64| if *signed { write_i64(out, v as i64) } else { write_u64(out, v) };
+            number(out, *operand);
+            if *code == crate::AtomicCode::Cas {
+                out.push(b' ');
+                number(out, *operand2);
+            }
+            push_noreply(out, noreply);
+        }
         Command::Touch { key, exptime } => {
             out.extend_from_slice(b"touch ");
             out.extend_from_slice(key.raw);
@@ -187,6 +201,13 @@ fn encode_binary(out: &mut Vec<u8>, command: &Command<'_>, info: &BinaryRequestI
         Command::Touch { key, exptime } => {
             extras[..4].copy_from_slice(&(*exptime as u32).to_be_bytes());
             (4, key.raw, b"", 0)
+        }
+        Command::Atomic { key, code, signed, operand, operand2 } => {
+            extras[0] = crate::atomic::binary_op(*code);
+            extras[1] = u8::from(*signed);
+            extras[2..10].copy_from_slice(&operand.to_be_bytes());
+            extras[10..18].copy_from_slice(&operand2.to_be_bytes());
+            (18, key.raw, b"", 0)
         }
         Command::FlushAll { delay } if *delay != 0 => {
             extras[..4].copy_from_slice(&(*delay as u32).to_be_bytes());

@@ -7,6 +7,7 @@
 //! path; every input size is bounded by `Limits`, and oversized input becomes an error that says
 //! how many bytes to skip.
 
+pub mod atomic;
 pub mod base64;
 pub mod binary;
 pub mod client;

@@ -122,6 +122,17 @@ pub enum Command<'a> {
         initial: Option<ArithInitial>,
         cas: u64,
     },
+    /// tierkv's atomics (docs/protocol-extensions.md): text `atomic`, meta `ma` with an
+    /// extended mode, binary ATOMIC/ATOMICQ. Operands are 64-bit patterns, read as i64 when
+    /// `signed`.
+    Atomic {
+        key: Key<'a>,
+        code: AtomicCode,
+        signed: bool,
+        operand: u64,
+        /// `cas`: the new value (`operand` is the expected one).
+        operand2: u64,
+    },
     /// touch, binary TOUCH.
     Touch {
         key: Key<'a>,
@@ -157,6 +168,18 @@ pub enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
     },
+}
+
+/// Which atomic operation (see `Command::Atomic`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicCode {
+    Add,
+    Cas,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
 }
 
 /// The value and exptime an incr/decr creates on a miss.

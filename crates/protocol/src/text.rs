@@ -44,6 +44,7 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         b"incr" => line.arith(false, limits),
         b"decr" => line.arith(true, limits),
         b"touch" => line.touch(limits),
+        b"atomic" => line.atomic(limits),
         b"flush_all" => line.flush_all(),
         b"stats" => line.ok(Command::Stats { args: rest_after(line.bytes, 1) }, false),
         b"version" => line.ok(Command::Version, false),
@@ -369,6 +370,27 @@ impl<'a> Line<'a> {
             return self.client_error("invalid numeric delta argument", noreply);
         };
         self.ok(Command::Arith { key: Key::plain(key), delta, decrement, initial: None, cas: 0 }, noreply)
+    }
+
+    /// tierkv's `atomic` line (see `crate::atomic`).
+    fn atomic(&self, limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if count > MAX_TOKENS {
+            return self.error(ErrorReply::Error);
+        }
+        match crate::atomic::parse_text(&tokens[..count], limits.max_key_bytes) {
+            Ok(l) => {
+                let command = Command::Atomic {
+                    key: Key::plain(l.key),
+                    code: l.code,
+                    signed: l.signed,
+                    operand: l.operand,
+                    operand2: l.operand2,
+                };
+                self.ok(command, l.noreply)
+            }
+            Err((message, noreply)) => self.client_error(message, noreply),
+        }
     }
 
     fn touch(&self, limits: &Limits) -> Decoded<'a> {

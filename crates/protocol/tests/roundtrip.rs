@@ -43,6 +43,7 @@ enum Text {
     Store { mode: StoreMode, key: Vec<u8>, flags: u32, exptime: i32, value: Vec<u8>, cas: u64, noreply: bool },
     Delete { key: Vec<u8>, noreply: bool },
     Arith { key: Vec<u8>, delta: u64, decrement: bool, noreply: bool },
+    Atomic { key: Vec<u8>, code: AtomicCode, signed: bool, operand: u64, operand2: u64, noreply: bool },
     Touch { key: Vec<u8>, exptime: i32, noreply: bool },
     Flush { delay: i32, noreply: bool },
     Verbosity { level: u32, noreply: bool },
@@ -64,6 +65,26 @@ fn text_request() -> impl Strategy<Value = Text> {
         (text_key(), any::<bool>()).prop_map(|(key, noreply)| Text::Delete { key, noreply }),
         (text_key(), any::<u64>(), any::<bool>(), any::<bool>())
             .prop_map(|(key, delta, decrement, noreply)| Text::Arith { key, delta, decrement, noreply }),
+        (
+            text_key(),
+            proptest::sample::select(vec![
+                AtomicCode::Add,
+                AtomicCode::Cas,
+                AtomicCode::Min,
+                AtomicCode::Max,
+                AtomicCode::And,
+                AtomicCode::Or,
+                AtomicCode::Xor
+            ]),
+            any::<bool>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>()
+        )
+            .prop_map(|(key, code, signed, operand, operand2, noreply)| {
+                let operand2 = if code == AtomicCode::Cas { operand2 } else { 0 };
+                Text::Atomic { key, code, signed, operand, operand2, noreply }
+            }),
         (text_key(), any::<i32>(), any::<bool>()).prop_map(|(key, exptime, noreply)| Text::Touch {
             key,
             exptime,
@@ -109,6 +130,16 @@ impl Text {
             Text::Delete { key, noreply } => (Command::Delete { key: Key::plain(key), cas: 0 }, *noreply),
             Text::Arith { key, delta, decrement, noreply } => (
                 Command::Arith { key: Key::plain(key), delta: *delta, decrement: *decrement, initial: None, cas: 0 },
+                *noreply,
+            ),
+            Text::Atomic { key, code, signed, operand, operand2, noreply } => (
+                Command::Atomic {
+                    key: Key::plain(key),
+                    code: *code,
+                    signed: *signed,
+                    operand: *operand,
+                    operand2: *operand2,
+                },
                 *noreply,
             ),
             Text::Touch { key, exptime, noreply } => {
