@@ -120,6 +120,20 @@ fn write_number(out: &mut Vec<u8>, value: u64, signed: bool) {
     }
 }
 
+/// The request line `atomic <key> <op> <type> <operand> [<operand2>]` (no noreply, no CRLF).
+pub fn write_text_request(out: &mut Vec<u8>, key: &[u8], code: AtomicCode, signed: bool, operand: u64, operand2: u64) {
+    out.extend_from_slice(b"atomic ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    out.extend_from_slice(name(code));
+    out.extend_from_slice(if signed { b" i64 " } else { b" u64 " });
+    write_number(out, operand, signed);
+    if code == AtomicCode::Cas {
+        out.push(b' ');
+        write_number(out, operand2, signed);
+    }
+}
+
 /// `OK <old> <new>\r\n`.
 pub fn write_done(out: &mut Vec<u8>, old: u64, new: u64, signed: bool) {
     out.extend_from_slice(b"OK ");

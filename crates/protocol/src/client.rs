@@ -79,17 +79,7 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
             push_noreply(out, noreply);
         }
         Command::Atomic { key, code, signed, operand, operand2 } => {
-            out.extend_from_slice(b"atomic ");
-            out.extend_from_slice(key.raw);
-            out.push(b' ');
-            out.extend_from_slice(crate::atomic::name(*code));
-            out.extend_from_slice(if *signed { b" i64 " } else { b" u64 " });
-            let number = |out: &mut Vec<u8>, v: u64| if *signed { write_i64(out, v as i64) } else { write_u64(out, v) };
-            number(out, *operand);
-            if *code == crate::AtomicCode::Cas {
-                out.push(b' ');
-                number(out, *operand2);
-            }
+            crate::atomic::write_text_request(out, key.raw, *code, *signed, *operand, *operand2);
             push_noreply(out, noreply);
         }
         Command::Touch { key, exptime } => {

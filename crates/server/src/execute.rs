@@ -262,6 +262,7 @@ fn execute_text(
             let arith = arith_request(delta, decrement, cas, initial);
             outcome::text(out, &Outcome::Arith(counted_arith(partition, key.raw, &arith, &mut state.counters)));
         }
+        Command::Atomic { .. } => crate::atomic_run::execute_run(partition, &[request], out, state),
         Command::Touch { key, exptime } => match counted_touch(partition, key.raw, exptime, &mut state.counters) {
             true => reply::status(out, Status::Touched),
             false => reply::status(out, Status::NotFound),
@@ -505,6 +506,10 @@ fn execute_binary(
         Command::Arith { key, delta, decrement, initial, cas } => {
             let arith = arith_request(delta, decrement, cas, initial);
             outcome::binary(out, info, &Outcome::Arith(counted_arith(partition, key.raw, &arith, &mut state.counters)));
+        }
+        Command::Atomic { .. } => {
+            let request = Request { command: *command, style: ReplyStyle::Binary(*info) };
+            crate::atomic_run::execute_run(partition, &[&request], out, state);
         }
         Command::Touch { key, exptime } => match fetch(partition, key.raw, Some(exptime), state) {
             // memcached's touch reply carries the item's flags as extras.

@@ -13,6 +13,7 @@ mod admin;
 mod after;
 #[cfg(test)]
 mod alloc_tests;
+mod atomic_run;
 mod config;
 mod conns;
 mod detail;

@@ -3,7 +3,7 @@
 //! reply. The replies are memcached 1.6.18's. Executing the request (and counting it) is
 //! `execute.rs`'s job; nothing here touches the partition.
 
-use tierkv_engine::{ArithOutcome, DeleteOutcome, EngineError, StoreMode, StoreOutcome};
+use tierkv_engine::{ArithOutcome, AtomicOutcome, DeleteOutcome, EngineError, StoreMode, StoreOutcome};
 use tierkv_protocol::binary::{self, status};
 use tierkv_protocol::meta::MetaFlags;
 use tierkv_protocol::reply::{self, returned, MetaCode, MetaReturn, Status};
@@ -120,6 +120,39 @@ pub fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome: &Outc
         return;
     }
     reply::meta(out, code, flags, letters, &info, value);
+}
+
+/// The text reply to a tierkv atomic (docs/protocol-extensions.md).
+pub fn text_atomic(out: &mut Vec<u8>, signed: bool, result: &Result<AtomicOutcome, EngineError>) {
+    match *result {
+        Ok(AtomicOutcome::Done { old, new }) => tierkv_protocol::atomic::write_done(out, old, new, signed),
+        Ok(AtomicOutcome::Mismatch { current }) => tierkv_protocol::atomic::write_mismatch(out, current, signed),
+        Ok(AtomicOutcome::NotFound) => reply::status(out, Status::NotFound),
+        Err(EngineError::NonNumeric) => reply::error(
+            out,
+            &ErrorReply::Client(if signed { "value is not an i64 counter" } else { "value is not a u64 counter" }),
+        ),
+        Err(error) => reply::error(out, &text_error(error, true)),
+    }
+}
+
+/// The binary reply to a tierkv atomic: old and new value (big-endian) on success, the
+/// current value with KEY_EEXISTS when a `cas` finds another; quiet requests drop a success.
+pub fn binary_atomic(out: &mut Vec<u8>, info: &BinaryRequestInfo, result: &Result<AtomicOutcome, EngineError>) {
+    match *result {
+        Ok(AtomicOutcome::Done { old, new }) if !info.quiet => {
+            let mut value = [0u8; 16];
+            value[..8].copy_from_slice(&old.to_be_bytes());
+            value[8..].copy_from_slice(&new.to_be_bytes());
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &value);
+        }
+        Ok(AtomicOutcome::Done { .. }) => {}
+        Ok(AtomicOutcome::Mismatch { current }) => {
+            binary::write_response(out, info, status::KEY_EEXISTS, 0, &[], &[], &current.to_be_bytes());
+        }
+        Ok(AtomicOutcome::NotFound) => binary::write_error(out, info, status::KEY_ENOENT),
+        Err(error) => binary::write_error(out, info, binary_error(error, true)),
+    }
 }
 
 /// The binary protocol's reply; quiet requests drop a success.

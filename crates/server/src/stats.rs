@@ -60,6 +60,11 @@ counters!(
     idle_kicks,
     forwarded_requests,
     store_no_memory,
+    cmd_atomic,
+    atomic_hits,
+    atomic_misses,
+    atomic_lookups_saved,
+    atomic_writes_saved,
 );
 
 impl Counters {
@@ -366,6 +371,12 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("spare_buckets", &total.spare_buckets);
             put("spare_buckets_free", &total.spare_buckets_free);
             put("conn_buffer_bytes", &total.conn_buffer_bytes);
+            put("cmd_atomic", &total.counters.cmd_atomic);
+            put("atomic_hits", &total.counters.atomic_hits);
+            put("atomic_misses", &total.counters.atomic_misses);
+            put("atomic_combining", &if state.settings.atomic_combining { "yes" } else { "no" });
+            put("atomic_lookups_saved", &total.counters.atomic_lookups_saved);
+            put("atomic_writes_saved", &total.counters.atomic_writes_saved);
         }
         Group::Reset => {}
     }

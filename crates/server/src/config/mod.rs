@@ -94,6 +94,10 @@ pub struct Config {
     /// memcached's -F: refuse `flush_all`.
     #[arg(short = 'F', long = "disable-flush-all", help_heading = "Admin commands")]
     pub disable_flush_all: bool,
+    /// Apply pipelined atomics on one key separately instead of combining them (KV-Direct's
+    /// hot-key combining is on by default; this switch is for measuring it).
+    #[arg(long = "no-atomic-combining", help_heading = "Memory")]
+    pub no_atomic_combining: bool,
     /// memcached's -D: the character that ends a key's prefix for `stats detail` [default: :].
     #[arg(short = 'D', long = "prefix-delimiter", help_heading = "Admin commands")]
     pub prefix_delimiter: Option<String>,
@@ -188,6 +192,8 @@ pub struct Settings {
     pub notes: Vec<String>,
     /// Which administrative commands are allowed (memcached's -A, -X, -W, -F, -D).
     pub admin: AdminSettings,
+    /// Consecutive atomics on one key in a connection's batch share one lookup and one write.
+    pub atomic_combining: bool,
 }
 
 /// memcached's switches for its administrative commands.
@@ -268,6 +274,7 @@ impl Config {
             verbose: self.verbose,
             notes: self.notes(),
             admin: self.admin()?,
+            atomic_combining: !self.no_atomic_combining,
             pidfile: self.pidfile,
         })
     }

@@ -87,6 +87,7 @@ impl Core {
             Command::Store { key, .. }
             | Command::Delete { key, .. }
             | Command::Arith { key, .. }
+            | Command::Atomic { key, .. }
             | Command::Touch { key, .. }
             | Command::MetaDebug { key } => hashed(key),
             Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {

@@ -156,15 +156,10 @@ pub(super) enum Step {
 /// Decodes and executes (or forwards) every complete request in the input while the limits
 /// allow; true if it stopped for the output limit with requests left.
 pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
-    let mut input = std::mem::take(&mut connection.input);
-    let mut at = 0;
-    let mut stopped_early = false;
+    let (mut input, mut at, mut stopped_early) = (std::mem::take(&mut connection.input), 0, false);
     connection.wanted = 0;
     loop {
-        if discard(connection, &input, &mut at, &mut core.pool) {
-            break;
-        }
-        if at == input.len() {
+        if discard(connection, &input, &mut at, &mut core.pool) || at == input.len() {
             break;
         }
         if connection.over_output_limit() {
@@ -207,8 +202,13 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
         if batch_len > 1 {
             prefetch_batch(core, &routes[..batch_len]);
         }
-        for (decoded, (route, hash)) in batch[..batch_len].iter().zip(&routes) {
+        let mut skip = 0;
+        for (i, (decoded, (route, hash))) in batch[..batch_len].iter().zip(&routes).enumerate() {
             let Some(Decoded::Request { request, consumed }) = decoded else { continue };
+            if let Some(bytes) = combine_atomics(connection, core, &mut skip, &batch[i..batch_len], &routes[i..]) {
+                at += bytes;
+                continue;
+            }
             if connection.over_output_limit() {
                 stopped_early = stop_for_output(connection);
                 break;
@@ -262,6 +262,62 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// How many requests from the start of `batch` form a run of atomics on one key, all local.
+fn atomic_run_len(batch: &[Option<Decoded<'_>>], routes: &[(Route, Option<KeyHash>)]) -> usize {
+    let Some(Decoded::Request { request: first, .. }) = &batch[0] else { return 0 };
+    1 + batch[1..]
+        .iter()
+        .zip(&routes[1..])
+        .take_while(|(decoded, (route, _))| {
+            *route == Route::Local
+                && matches!(decoded, Some(Decoded::Request { request, .. }) if crate::atomic_run::joins(first, request))
+        })
+        .count()
+}
+
+/// KV-Direct's hot-key combining: a local atomic that starts a run of atomics on its key is
+/// executed with the rest of the run; returns the input bytes taken, or Some(0) for a request
+/// already executed in a run (`skip` counts them), or None for anything else.
+#[inline(always)]
+fn combine_atomics(
+    connection: &mut Connection,
+    core: &mut Core,
+    skip: &mut usize,
+    batch: &[Option<Decoded<'_>>],
+    routes: &[(Route, Option<KeyHash>)],
+) -> Option<usize> {
+    if *skip > 0 {
+        *skip -= 1;
+        return Some(0);
+    }
+    let Some(Decoded::Request { request, .. }) = &batch[0] else { return None };
+    if !matches!(request.command, Command::Atomic { .. }) || routes[0].0 != Route::Local {
+        return None;
+    }
+    let run = atomic_run_len(batch, &routes[..batch.len()]);
+    if run < 2 {
+        return None;
+    }
+    *skip = run - 1;
+    Some(execute_atomic_run(connection, core, &batch[..run]))
+}
+
+/// Executes a run of atomics on one key together; returns the input bytes they took.
+#[inline(never)]
+fn execute_atomic_run(connection: &mut Connection, core: &mut Core, run: &[Option<Decoded<'_>>]) -> usize {
+    let mut requests = Vec::with_capacity(run.len());
+    let mut consumed = 0;
+    for decoded in run {
+        if let Some(Decoded::Request { request, consumed: bytes }) = decoded {
+            requests.push(request);
+            consumed += bytes;
+        }
+    }
+    let out = connection.local_out(&mut core.pool);
+    crate::atomic_run::execute_run(&mut core.partition, &requests, out, &mut core.state);
+    consumed
 }
 
 /// What stopped a batch, without its borrow of the input: an invalid request's error, or

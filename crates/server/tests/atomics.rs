@@ -1,0 +1,169 @@
+//! tierkv's atomics through the server (docs/protocol-extensions.md): the text and binary
+//! replies, combining that answers exactly as one-by-one execution does, and a counter contended
+//! by many connections over several workers that ends at the sum of every acknowledged delta.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+use common::{exchange_binary_to_sentinel, exchange_to_sentinel, tierkv_with};
+use tierkv_protocol::binary::{opcode, status, write_request, HEADER_BYTES};
+
+const SCRIPT: &[u8] = b"set n 0 0 2\r\n10\r\n\
+atomic n add u64 5\r\n\
+atomic n add u64 -20\r\n\
+atomic n add i64 -20\r\n\
+set n 0 0 2\r\n-5\r\n\
+atomic n add i64 -20\r\n\
+atomic n cas i64 -25 7\r\n\
+atomic n cas i64 1 2\r\n\
+atomic n min u64 3\r\n\
+atomic n max i64 -9\r\n\
+atomic n or u64 12\r\n\
+atomic n and u64 6\r\n\
+atomic n xor u64 5\r\n\
+get n\r\n\
+incr n 1\r\n\
+atomic missing add u64 1\r\n\
+set s 0 0 3\r\nabc\r\n\
+atomic s add u64 1\r\n\
+atomic s add i64 1\r\n\
+atomic n mul u64 1\r\n\
+atomic n add f32 1\r\n\
+atomic n min u64 -1\r\n\
+atomic n add u64 1 noreply\r\n\
+get n\r\n";
+
+const EXPECTED: &str = "STORED\r\n\
+OK 10 15\r\n\
+OK 15 18446744073709551611\r\n\
+CLIENT_ERROR value is not an i64 counter\r\n\
+STORED\r\n\
+OK -5 -25\r\n\
+OK -25 7\r\n\
+EXISTS 7\r\n\
+OK 7 3\r\n\
+OK 3 3\r\n\
+OK 3 15\r\n\
+OK 15 6\r\n\
+OK 6 3\r\n\
+VALUE n 0 1\r\n3\r\nEND\r\n\
+4\r\n\
+NOT_FOUND\r\n\
+STORED\r\n\
+CLIENT_ERROR value is not a u64 counter\r\n\
+CLIENT_ERROR value is not an i64 counter\r\n\
+CLIENT_ERROR unknown atomic operation\r\n\
+CLIENT_ERROR atomic type must be u64 or i64\r\n\
+CLIENT_ERROR invalid numeric operand\r\n\
+VALUE n 0 1\r\n5\r\nEND\r\n";
+
+fn replies(server_flags: &[&str]) -> String {
+    let server = tierkv_with(server_flags);
+    let reply = exchange_to_sentinel(server.1, SCRIPT);
+    let text = String::from_utf8(reply).unwrap();
+    text[..text.rfind("EN ").or_else(|| text.rfind("HD")).unwrap_or(text.len())].to_string()
+}
+
+#[test]
+fn text_atomics_answer_as_documented_with_and_without_combining() {
+    let combined = replies(&["-t", "1"]);
+    assert!(combined.starts_with(EXPECTED), "{combined}");
+    assert_eq!(replies(&["-t", "1", "--no-atomic-combining"]), combined);
+}
+
+#[test]
+fn pipelined_atomics_on_one_key_are_combined_and_counted() {
+    let server = tierkv_with(&["-t", "1"]);
+    let mut script = b"set hot 0 0 1\r\n0\r\n".to_vec();
+    for i in 0..16 {
+        script.extend_from_slice(format!("atomic hot add u64 {i}\r\n").as_bytes());
+    }
+    script.extend_from_slice(b"stats tierkv\r\n");
+    let reply = String::from_utf8(exchange_to_sentinel(server.1, &script)).unwrap();
+    let mut sum = 0;
+    for i in 0..16 {
+        assert!(reply.contains(&format!("OK {sum} {}\r\n", sum + i)), "{reply}");
+        sum += i;
+    }
+    let saved: u64 = reply.lines().find_map(|l| l.strip_prefix("STAT atomic_lookups_saved ")).unwrap().parse().unwrap();
+    assert!(saved >= 8, "a pipeline of 16 atomics shares lookups: {saved}\n{reply}");
+}
+
+fn binary_atomic(out: &mut Vec<u8>, op: u8, code: u8, signed: bool, a: u64, b: u64, key: &[u8]) {
+    let mut extras = [0u8; 18];
+    extras[0] = code;
+    extras[1] = u8::from(signed);
+    extras[2..10].copy_from_slice(&a.to_be_bytes());
+    extras[10..].copy_from_slice(&b.to_be_bytes());
+    write_request(out, op, 7, 0, &extras, key, b"");
+}
+
+#[test]
+fn binary_atomics_return_old_and_new_values() {
+    let server = tierkv_with(&["-t", "1"]);
+    let mut request = Vec::new();
+    write_request(&mut request, opcode::SET, 1, 0, &[0; 8], b"b", b"40");
+    binary_atomic(&mut request, opcode::ATOMIC, 0, false, 2, 0, b"b");
+    binary_atomic(&mut request, opcode::ATOMICQ, 0, false, 1, 0, b"b");
+    binary_atomic(&mut request, opcode::ATOMIC, 1, false, 9, 5, b"b");
+    binary_atomic(&mut request, opcode::ATOMIC, 0, false, 1, 0, b"nope");
+    let reply = exchange_binary_to_sentinel(server.1, &request);
+    let mut at = 0;
+    let mut answers = Vec::new();
+    while at + HEADER_BYTES <= reply.len() {
+        let status = u16::from_be_bytes([reply[at + 6], reply[at + 7]]);
+        let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
+        answers.push((reply[at + 1], status, reply[at + HEADER_BYTES..at + HEADER_BYTES + body].to_vec()));
+        at += HEADER_BYTES + body;
+    }
+    let pair = |old: u64, new: u64| [old.to_be_bytes(), new.to_be_bytes()].concat();
+    assert_eq!(answers[1], (opcode::ATOMIC, status::SUCCESS, pair(40, 42)));
+    // The quiet one answers nothing; the cas sees 43 and says so.
+    assert_eq!(answers[2], (opcode::ATOMIC, status::KEY_EEXISTS, 43u64.to_be_bytes().to_vec()));
+    assert_eq!((answers[3].0, answers[3].1), (opcode::ATOMIC, status::KEY_ENOENT));
+}
+
+#[test]
+fn a_contended_counter_ends_at_the_sum_of_acknowledged_deltas() {
+    let server = tierkv_with(&["-t", "2"]);
+    let port = server.1;
+    let mut setup = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    setup.write_all(b"set total 0 0 1\r\n0\r\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(setup.try_clone().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "STORED\r\n");
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                let mut acknowledged = 0i64;
+                for round in 0..50u64 {
+                    // Pipelines of 16, with negative deltas too: combined on the owner.
+                    let mut batch = String::new();
+                    let deltas: Vec<i64> = (0..16).map(|i| ((t * 31 + round * 7 + i) % 11) as i64 - 3).collect();
+                    for d in &deltas {
+                        batch.push_str(&format!("atomic total add i64 {d}\r\n"));
+                    }
+                    writer.write_all(batch.as_bytes()).unwrap();
+                    for d in &deltas {
+                        let mut reply = String::new();
+                        reader.read_line(&mut reply).unwrap();
+                        assert!(reply.starts_with("OK "), "{reply}");
+                        acknowledged += d;
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let expected: i64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let reply = String::from_utf8(exchange_to_sentinel(port, b"get total\r\n")).unwrap();
+    assert!(
+        reply.starts_with(&format!("VALUE total 0 {}\r\n{expected}\r\n", expected.to_string().len())),
+        "{reply} vs {expected}"
+    );
+}
