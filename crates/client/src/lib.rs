@@ -4,7 +4,10 @@
 //!
 //! It must never depend on the engine's internals beyond the published key-hash function, and it
 //! must never block the caller on one slow server. So far: `Topology`, which learns a server's
-//! partitions from `stats tierkv` and names the port that owns each key.
+//! partitions from `stats tierkv` and names the port that owns each key, and `blocking::Client`,
+//! a small pipelining client for tierkv's atomics.
+
+pub mod blocking;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -167,3 +167,35 @@ fn a_contended_counter_ends_at_the_sum_of_acknowledged_deltas() {
         "{reply} vs {expected}"
     );
 }
+
+#[test]
+fn the_rust_client_pipelines_atomics_and_reads_their_answers() {
+    use tierkv_client::blocking::{Atomic, AtomicCode, AtomicReply, Client};
+    let server = tierkv_with(&["-t", "2"]);
+    let mut client = Client::connect(("127.0.0.1", server.1)).unwrap();
+    assert!(client.set(b"c", b"-3").unwrap());
+    let signed = |code, operand, operand2| Atomic { key: b"c", code, signed: true, operand, operand2 };
+    let replies = client
+        .atomics(&[
+            signed(AtomicCode::Add, (-4i64) as u64, 0),
+            signed(AtomicCode::Cas, (-7i64) as u64, 100),
+            signed(AtomicCode::Cas, 1, 2),
+            signed(AtomicCode::Max, 50, 0),
+            Atomic::add(b"c", 1),
+            Atomic::add(b"absent", 1),
+        ])
+        .unwrap();
+    assert_eq!(
+        replies,
+        [
+            AtomicReply::Done { old: (-3i64) as u64, new: (-7i64) as u64 },
+            AtomicReply::Done { old: (-7i64) as u64, new: 100 },
+            AtomicReply::Mismatch { current: 100 },
+            AtomicReply::Done { old: 100, new: 100 },
+            AtomicReply::Done { old: 100, new: 101 },
+            AtomicReply::NotFound,
+        ]
+    );
+    assert_eq!(client.get(b"c").unwrap(), Some(b"101".to_vec()));
+    assert_eq!(client.get(b"absent").unwrap(), None);
+}
