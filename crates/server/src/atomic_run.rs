@@ -45,8 +45,24 @@ pub fn execute_run(
     out: &mut Vec<u8>,
     state: &mut State,
 ) {
+    execute_run_marked(partition, requests, out, state, &mut |_| {});
+}
+
+/// `execute_run`, calling `mark(out.len())` after each request's reply (forwarded requests
+/// come from several connections, each with its own reply span).
+pub fn execute_run_marked(
+    partition: &mut engine::AnyPartition,
+    requests: &[&Request<'_>],
+    out: &mut Vec<u8>,
+    state: &mut State,
+    mark: &mut dyn FnMut(usize),
+) {
     let Some((key, _)) = requests.first().and_then(|r| key_and_kind(r)) else {
-        return reply_error(out, requests);
+        for _ in requests {
+            tierkv_protocol::reply::error(out, &ErrorReply::Error);
+            mark(out.len());
+        }
+        return;
     };
     let engine_requests: Vec<engine::AtomicRequest> = requests
         .iter()
@@ -77,6 +93,7 @@ pub fn execute_run(
             ReplyStyle::Binary(info) => outcome::binary_atomic(out, &info, result),
             ReplyStyle::Meta(_) => tierkv_protocol::reply::error(out, &ErrorReply::Error),
         }
+        mark(out.len());
     }
 }
 
@@ -92,11 +109,5 @@ fn count(state: &mut State, results: &[Result<engine::AtomicOutcome, engine::Eng
                 as u64;
         c.atomic_lookups_saved += results.len() as u64 - 1;
         c.atomic_writes_saved += changes.saturating_sub(1);
-    }
-}
-
-fn reply_error(out: &mut Vec<u8>, requests: &[&Request<'_>]) {
-    for _ in requests {
-        tierkv_protocol::reply::error(out, &ErrorReply::Error);
     }
 }

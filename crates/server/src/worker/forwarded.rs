@@ -21,7 +21,18 @@ impl Core {
                 count += 1;
             }
             self.partition.prefetch(&hashes[..count], Access::Read);
-            for entry in chunk.iter_mut() {
+            let mut skip = 0;
+            for at in 0..chunk.len() {
+                if skip > 0 {
+                    skip -= 1;
+                    continue;
+                }
+                if let Some(run) = self.forwarded_atomic_run(&mut chunk[at..], request_start, requests, replies) {
+                    request_start = chunk[at + run - 1].request_end;
+                    skip = run - 1;
+                    continue;
+                }
+                let entry = &mut chunk[at];
                 let request = &requests[request_start..entry.request_end];
                 request_start = entry.request_end;
                 match entry.kind {
@@ -60,6 +71,50 @@ impl Core {
             }
         }
         self.links.reply(from, batch);
+    }
+
+    /// KV-Direct's hot-key combining across connections: consecutive forwarded atomics on one
+    /// key (from any connections) run with one lookup and one write, each entry keeping its own
+    /// reply span. Returns how many entries ran, if at least two.
+    fn forwarded_atomic_run(
+        &mut self,
+        entries: &mut [Entry],
+        start: usize,
+        requests: &[u8],
+        replies: &mut Vec<u8>,
+    ) -> Option<usize> {
+        // Only an atomic can start a run: a glance at its first bytes spares other requests a
+        // second decode.
+        let head = &requests[start..entries[0].request_end];
+        let binary_atomic = head.first() == Some(&0x80) && matches!(head.get(1), Some(&(0x60 | 0x61)));
+        if !head.starts_with(b"atomic ") && !binary_atomic {
+            return None;
+        }
+        let decode = |from: usize, to: usize| match decode_request(&requests[from..to], &self.limits) {
+            Decoded::Request { request, .. } => Some(request),
+            _ => None,
+        };
+        let first = decode(start, entries[0].request_end).filter(|r| matches!(r.command, Command::Atomic { .. }))?;
+        let mut run = vec![first];
+        while run.len() < entries.len() && entries[run.len()].kind == Kind::Request {
+            let next = decode(entries[run.len() - 1].request_end, entries[run.len()].request_end);
+            match next.filter(|next| crate::atomic_run::joins(&first, next)) {
+                Some(next) => run.push(next),
+                None => break,
+            }
+        }
+        if run.len() < 2 {
+            return None;
+        }
+        let refs: Vec<&Request<'_>> = run.iter().collect();
+        let mut ends = Vec::with_capacity(run.len());
+        crate::atomic_run::execute_run_marked(&mut self.partition, &refs, replies, &mut self.state, &mut |end| {
+            ends.push(end)
+        });
+        for (entry, end) in entries.iter_mut().zip(ends) {
+            entry.reply_end = end;
+        }
+        Some(run.len())
     }
 
     /// The worker that owns `key`.
