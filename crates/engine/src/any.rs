@@ -13,6 +13,7 @@ use crate::types::{
     ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
     StoreOutcome, StoreRequest, StoreStats,
 };
+use crate::vectors::{ElemType, VectorUpdate};
 
 /// A partition of either kind.
 // One per worker, created once and never moved on the request path: the size difference
@@ -153,6 +154,28 @@ impl Engine for AnyPartition {
         out: &mut Vec<Result<AtomicOutcome, EngineError>>,
     ) -> Result<(), EngineError> {
         each_kind!(self, p => p.atomic_many(key, requests, out))
+    }
+
+    #[inline]
+    fn vector_create(
+        &mut self,
+        key: &[u8],
+        elem: ElemType,
+        len: u32,
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
+        each_kind!(self, p => p.vector_create(key, elem, len, flags, exptime))
+    }
+
+    #[inline]
+    fn vector_update_many(
+        &mut self,
+        key: &[u8],
+        updates: &[VectorUpdate<'_>],
+        out: &mut Vec<Result<bool, EngineError>>,
+    ) -> Result<(), EngineError> {
+        each_kind!(self, p => p.vector_update_many(key, updates, out))
     }
 
     #[inline]

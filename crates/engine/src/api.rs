@@ -16,6 +16,7 @@ use crate::types::{
     check_key, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
     StoreOutcome, StoreRequest, StoreStats,
 };
+use crate::vectors::{ElemType, VectorUpdate};
 
 /// One partition, owned by one thread. Every operation checks its key first; an error leaves
 /// the partition unchanged.
@@ -90,6 +91,23 @@ pub trait Engine {
         self.atomic_many(key, std::slice::from_ref(request), &mut out)?;
         out.pop().unwrap_or(Ok(AtomicOutcome::NotFound))
     }
+    /// A vector of `len` zeroes of type `elem` (see `vectors`), replacing any item of the key.
+    fn vector_create(
+        &mut self,
+        key: &[u8],
+        elem: ElemType,
+        len: u32,
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError>;
+    /// Vector updates on one key, in order, with one lookup and one write; per update Ok(true)
+    /// applied, Ok(false) no such key, or the error.
+    fn vector_update_many(
+        &mut self,
+        key: &[u8],
+        updates: &[VectorUpdate<'_>],
+        out: &mut Vec<Result<bool, EngineError>>,
+    ) -> Result<(), EngineError>;
     /// touch: sets a new exptime; false if the key is absent. The CAS does not change.
     fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError>;
     /// gat / gats: touch, then return the item.
@@ -288,6 +306,28 @@ impl<S: Storage> Engine for S {
         check_key(key)?;
         debug_assert!(requests.windows(2).all(|w| w[0].kind == w[1].kind), "one counter kind per call");
         crate::atomics::atomic_many(self, key, requests, out)
+    }
+
+    fn vector_create(
+        &mut self,
+        key: &[u8],
+        elem: ElemType,
+        len: u32,
+        flags: u32,
+        exptime: i64,
+    ) -> Result<u64, EngineError> {
+        check_key(key)?;
+        crate::vectors::vector_create(self, key, elem, len, flags, exptime)
+    }
+
+    fn vector_update_many(
+        &mut self,
+        key: &[u8],
+        updates: &[VectorUpdate<'_>],
+        out: &mut Vec<Result<bool, EngineError>>,
+    ) -> Result<(), EngineError> {
+        check_key(key)?;
+        crate::vectors::vector_update_many(self, key, updates, out)
     }
 
     fn touch(&mut self, key: &[u8], exptime: i64) -> Result<bool, EngineError> {

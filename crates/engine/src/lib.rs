@@ -28,6 +28,7 @@ mod storage;
 mod store;
 mod time;
 mod types;
+mod vectors;
 
 pub use any::AnyPartition;
 pub use api::Engine;
@@ -47,6 +48,9 @@ pub use time::unix_now;
 pub use types::{
     ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MemoryOverhead,
     MetaGet, MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats,
+};
+pub use vectors::{
+    apply_update, vector_header, vector_slice, ElemType, VectorError, VectorOp, VectorUpdate, VECTOR_HEADER,
 };
 
 #[cfg(test)]

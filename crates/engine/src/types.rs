@@ -17,6 +17,8 @@ pub enum EngineError {
     NonNumeric,
     /// Store mode: no free block or index slot is left for the write (nothing changed).
     OutOfMemory,
+    /// A vector request the item cannot take (see `vectors`).
+    Vector(crate::vectors::VectorError),
 }
 
 impl fmt::Display for EngineError {
@@ -29,6 +31,7 @@ impl fmt::Display for EngineError {
             }
             EngineError::NonNumeric => write!(f, "cannot increment or decrement non-numeric value"),
             EngineError::OutOfMemory => write!(f, "out of memory storing object"),
+            EngineError::Vector(e) => write!(f, "vector: {e:?}"),
         }
     }
 }

@@ -186,3 +186,74 @@ proptest! {
         run(Mode::Store, &ops);
     }
 }
+
+#[derive(Clone, Debug)]
+enum VOp {
+    Create(u8, u8, u32),
+    Updates(u8, u8, Vec<(u8, u32, Vec<u8>)>),
+    SetPlain(u8),
+    Get(u8),
+}
+
+fn vop() -> impl Strategy<Value = VOp> {
+    let update = (0u8..4, 0u32..12, prop::collection::vec(any::<u8>(), 0..40));
+    prop_oneof![
+        (0u8..3, 0u8..4, 0u32..10).prop_map(|(k, t, n)| VOp::Create(k, t, n)),
+        (0u8..3, 0u8..4, prop::collection::vec(update, 1..5)).prop_map(|(k, t, u)| VOp::Updates(k, t, u)),
+        (0u8..3).prop_map(VOp::SetPlain),
+        (0u8..3).prop_map(VOp::Get),
+    ]
+}
+
+fn run_vectors(mode: Mode, ops: &[VOp]) {
+    use tierkv_engine::{apply_update, ElemType, VectorOp, VectorUpdate};
+    let types = [ElemType::I64, ElemType::U64, ElemType::F64, ElemType::F32];
+    let vops = [VectorOp::Add, VectorOp::Min, VectorOp::Max, VectorOp::Set];
+    let mut engine = AnyPartition::new(mode, &PartitionConfig::new(8 << 20)).unwrap();
+    let mut model: HashMap<u8, Vec<u8>> = HashMap::new();
+    let key = |k: u8| format!("vector:{k}").into_bytes();
+    for op in ops {
+        match op {
+            VOp::Create(k, t, n) => {
+                engine.vector_create(&key(*k), types[usize::from(*t)], *n, 0, 0).unwrap();
+                model.insert(*k, engine.get(&key(*k)).unwrap().unwrap().value.to_vec());
+                assert_eq!(tierkv_engine::vector_header(&model[k]), Some((types[usize::from(*t)], *n)));
+            }
+            VOp::Updates(k, t, updates) => {
+                let elem = types[usize::from(*t)];
+                let updates: Vec<VectorUpdate<'_>> = updates
+                    .iter()
+                    .map(|(o, offset, data)| VectorUpdate { op: vops[usize::from(*o)], elem, offset: *offset, data })
+                    .collect();
+                let mut out = Vec::new();
+                engine.vector_update_many(&key(*k), &updates, &mut out).unwrap();
+                match model.get_mut(k) {
+                    None => assert!(out.iter().all(|r| *r == Ok(false))),
+                    Some(value) => {
+                        for (update, got) in updates.iter().zip(&out) {
+                            let expected = apply_update(value, update).map(|()| true).map_err(EngineError::Vector);
+                            assert_eq!(*got, expected);
+                        }
+                    }
+                }
+            }
+            VOp::SetPlain(k) => {
+                engine.set(&key(*k), b"plain", 0, 0).unwrap();
+                model.insert(*k, b"plain".to_vec());
+            }
+            VOp::Get(k) => {
+                let got = engine.get(&key(*k)).unwrap().map(|item| item.value.to_vec());
+                assert_eq!(got.as_ref(), model.get(k));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn vector_updates_match_the_model(ops in prop::collection::vec(vop(), 1..40), store in any::<bool>()) {
+        run_vectors(if store { Mode::Store } else { Mode::Cache }, &ops);
+    }
+}
