@@ -18,7 +18,20 @@ pub enum EngineError {
     /// Store mode: no free block or index slot is left for the write (nothing changed).
     OutOfMemory,
     /// A vector request the item cannot take (see `vectors`).
-    Vector(crate::vectors::VectorError),
+    Vector(VectorError),
+}
+
+/// Why a vector request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorError {
+    /// The item is not a vector.
+    NotAVector,
+    /// The request names another element type than the vector has.
+    TypeMismatch,
+    /// The slice reaches past the vector's end.
+    OutOfBounds,
+    /// The data is not a whole number of elements.
+    BadData,
 }
 
 impl fmt::Display for EngineError {

@@ -14,6 +14,7 @@ use crate::ops::check_size;
 use crate::storage::{NewValue, Prior, Storage};
 use crate::time::expiry_from_exptime;
 use crate::types::EngineError;
+pub use crate::types::VectorError;
 
 pub const VECTOR_HEADER: usize = 8;
 const MAGIC: [u8; 2] = *b"TV";
@@ -60,19 +61,6 @@ pub struct VectorUpdate<'a> {
     pub elem: ElemType,
     pub offset: u32,
     pub data: &'a [u8],
-}
-
-/// Why a vector request was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VectorError {
-    /// The item is not a vector.
-    NotAVector,
-    /// The request names another element type than the vector has.
-    TypeMismatch,
-    /// The slice reaches past the vector's end.
-    OutOfBounds,
-    /// The data is not a whole number of elements.
-    BadData,
 }
 
 /// A vector's element type and length, if `value` is one.
@@ -132,7 +120,7 @@ fn apply_elem(elem: ElemType, op: VectorOp, cur: &mut [u8], delta: &[u8]) {
 /// Applies `update` to a vector value in place.
 pub fn apply_update(value: &mut [u8], update: &VectorUpdate<'_>) -> Result<(), VectorError> {
     let size = update.elem.bytes();
-    if update.data.len() % size != 0 {
+    if !update.data.len().is_multiple_of(size) {
         return Err(VectorError::BadData);
     }
     let (elem, range) = vector_slice(value, update.offset, (update.data.len() / size) as u32)?;

@@ -82,6 +82,10 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
             crate::atomic::write_text_request(out, key.raw, *code, *signed, *operand, *operand2);
             push_noreply(out, noreply);
         }
+        Command::Vector { key, call, .. } => {
+            // The line and its data block, CRLF included: nothing more to add.
+            return crate::vector::write_request(out, key.raw, call, noreply);
+        }
         Command::Touch { key, exptime } => {
             out.extend_from_slice(b"touch ");
             out.extend_from_slice(key.raw);

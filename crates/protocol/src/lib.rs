@@ -17,6 +17,7 @@ pub mod reply;
 mod request;
 pub mod text;
 pub mod udp;
+pub mod vector;
 
 pub use number::{strtol32, strtoul32, strtoull, write_i64, write_u64};
 pub use request::*;

@@ -133,6 +133,14 @@ pub enum Command<'a> {
         /// `cas`: the new value (`operand` is the expected one).
         operand2: u64,
     },
+    /// tierkv's vector commands (docs/protocol-extensions.md): `vnew`, `vupd`, `vget`, `vlen`.
+    Vector {
+        key: Key<'a>,
+        call: VectorCall<'a>,
+        /// `vnew`: the item's flags and exptime (0 and 0 from the text line).
+        flags: u32,
+        exptime: i64,
+    },
     /// touch, binary TOUCH.
     Touch {
         key: Key<'a>,
@@ -168,6 +176,37 @@ pub enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
     },
+}
+
+/// A vector's element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorElem {
+    I64,
+    U64,
+    F64,
+    F32,
+}
+
+/// What a vector update does to each element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorOpCode {
+    Add,
+    Min,
+    Max,
+    Set,
+}
+
+/// One vector command (see `Command::Vector`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorCall<'a> {
+    /// A vector of `len` zeroes.
+    New { elem: VectorElem, len: u32 },
+    /// `data` (little-endian elements) applied from element `offset`.
+    Update { op: VectorOpCode, elem: VectorElem, offset: u32, data: &'a [u8] },
+    /// Elements `offset..offset + count`, as bytes.
+    Get { offset: u32, count: u32 },
+    /// The type and length.
+    Len,
 }
 
 /// Which atomic operation (see `Command::Atomic`).

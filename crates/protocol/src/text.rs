@@ -9,7 +9,7 @@ use crate::meta::{parse_flags, MetaFlags, MAX_OPAQUE_BYTES};
 use crate::number::{strtol32, strtoul32, strtoull};
 use crate::{
     ArithInitial, Command, Decoded, ErrorReply, Key, KeySpan, Keys, Limits, ProtocolError, ReplyStyle, Request,
-    StoreMode,
+    StoreMode, VectorCall,
 };
 
 const BAD_FORMAT: &str = "bad command line format";
@@ -45,6 +45,7 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         b"decr" => line.arith(true, limits),
         b"touch" => line.touch(limits),
         b"atomic" => line.atomic(limits),
+        b"vnew" | b"vupd" | b"vget" | b"vlen" => line.vector(input, limits),
         b"flush_all" => line.flush_all(),
         b"stats" => line.ok(Command::Stats { args: rest_after(line.bytes, 1) }, false),
         b"version" => line.ok(Command::Version, false),
@@ -391,6 +392,35 @@ impl<'a> Line<'a> {
             }
             Err((message, noreply)) => self.client_error(message, noreply),
         }
+    }
+
+    /// tierkv's vector lines (see `crate::vector`).
+    fn vector(&self, input: &'a [u8], limits: &Limits) -> Decoded<'a> {
+        let (tokens, count) = self.tokens();
+        if !(2..=MAX_TOKENS).contains(&count) {
+            return self.error(ErrorReply::Error);
+        }
+        let noreply = noreply(&tokens[..count]);
+        let tokens = &tokens[..count - usize::from(noreply)];
+        if tokens[1].len() > limits.max_key_bytes {
+            return self.client_error(BAD_FORMAT, noreply);
+        }
+        let (call, length) = match crate::vector::parse(tokens) {
+            Ok(parsed) => parsed,
+            Err(message) => return self.client_error(message, noreply),
+        };
+        let (call, consumed) = match call {
+            VectorCall::Update { op, elem, offset, .. } => {
+                let fits = length <= limits.max_value_bytes;
+                match self.data_block(input, length, fits, None, noreply) {
+                    Ok(data) => (VectorCall::Update { op, elem, offset, data }, self.consumed + length + 2),
+                    Err(decoded) => return decoded,
+                }
+            }
+            other => (other, self.consumed),
+        };
+        let command = Command::Vector { key: Key::plain(tokens[1]), call, flags: 0, exptime: 0 };
+        Decoded::Request { request: Request { command, style: ReplyStyle::Text { noreply } }, consumed }
     }
 
     fn touch(&self, limits: &Limits) -> Decoded<'a> {

@@ -1,13 +1,15 @@
-//! tierkv's atomics in the server (docs/protocol-extensions.md). A run of consecutive atomics on
-//! one key and counter kind in one connection's batch is executed with one lookup and one
-//! write (KV-Direct's hot-key combining); each request still gets the reply it would have had
-//! alone, in order. `--no-atomic-combining` applies them one by one, for measuring.
+//! tierkv's atomics and vectors in the server (docs/protocol-extensions.md). A run of
+//! consecutive atomics on one key and counter kind, or of vector updates on one key, is
+//! executed with one lookup and one write (KV-Direct's hot-key combining); each request still
+//! gets the reply it would have had alone, in order. `--no-atomic-combining` applies them one
+//! by one, for measuring.
 
 use crate::outcome;
 use crate::stats::State;
 use tierkv_engine as engine;
 use tierkv_engine::Engine;
-use tierkv_protocol::{AtomicCode, Command, ErrorReply, ReplyStyle, Request};
+use tierkv_protocol::reply::{self, Status};
+use tierkv_protocol::{AtomicCode, Command, ErrorReply, ReplyStyle, Request, VectorCall, VectorElem, VectorOpCode};
 
 /// The engine's request for a protocol atomic.
 pub fn engine_request(code: AtomicCode, signed: bool, operand: u64, operand2: u64) -> engine::AtomicRequest {
@@ -33,9 +35,129 @@ fn key_and_kind<'a>(request: &Request<'a>) -> Option<(&'a [u8], bool)> {
     }
 }
 
-/// Whether `next` may join a run that `first` starts: atomics on the same key and kind.
+/// A text vector update's key.
+fn vector_update_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
+    match (request.command, request.style) {
+        (Command::Vector { key, call: VectorCall::Update { .. }, .. }, ReplyStyle::Text { .. }) => Some(key.raw),
+        _ => None,
+    }
+}
+
+/// Whether `request` can start a run.
+pub fn starts_run(request: &Request<'_>) -> bool {
+    key_and_kind(request).is_some() || vector_update_key(request).is_some()
+}
+
+/// Whether `next` may join a run that `first` starts: atomics on the same key and kind, or
+/// vector updates on the same key.
 pub fn joins(first: &Request<'_>, next: &Request<'_>) -> bool {
     matches!((key_and_kind(first), key_and_kind(next)), (Some(a), Some(b)) if a == b)
+        || matches!((vector_update_key(first), vector_update_key(next)), (Some(a), Some(b)) if a == b)
+}
+
+fn elem(e: VectorElem) -> engine::ElemType {
+    match e {
+        VectorElem::I64 => engine::ElemType::I64,
+        VectorElem::U64 => engine::ElemType::U64,
+        VectorElem::F64 => engine::ElemType::F64,
+        VectorElem::F32 => engine::ElemType::F32,
+    }
+}
+
+/// One vector command, or a run of vector updates on one key, each answered in order.
+fn execute_vectors(
+    partition: &mut engine::AnyPartition,
+    requests: &[&Request<'_>],
+    out: &mut Vec<u8>,
+    state: &mut State,
+    mark: &mut dyn FnMut(usize),
+) {
+    let mut updates = Vec::with_capacity(requests.len());
+    let mut key: &[u8] = &[];
+    for request in requests {
+        let Command::Vector { key: k, call, flags, exptime } = request.command else { continue };
+        key = k.raw;
+        state.counters.cmd_vector += 1;
+        match call {
+            VectorCall::Update { op, elem: e, offset, data } => {
+                let op = match op {
+                    VectorOpCode::Add => engine::VectorOp::Add,
+                    VectorOpCode::Min => engine::VectorOp::Min,
+                    VectorOpCode::Max => engine::VectorOp::Max,
+                    VectorOpCode::Set => engine::VectorOp::Set,
+                };
+                updates.push((request, engine::VectorUpdate { op, elem: elem(e), offset, data }));
+            }
+            VectorCall::New { elem: e, len } => {
+                match partition.vector_create(key, elem(e), len, flags, exptime) {
+                    Ok(_) => reply::status(out, Status::Stored),
+                    Err(error) => reply::error(out, &outcome::text_error(error, false)),
+                }
+                mark(out.len());
+            }
+            VectorCall::Get { .. } | VectorCall::Len => {
+                vector_read(partition, key, call, out);
+                mark(out.len());
+            }
+        }
+    }
+    if updates.is_empty() {
+        return;
+    }
+    let only: Vec<engine::VectorUpdate<'_>> = updates.iter().map(|(_, u)| *u).collect();
+    let mut results = Vec::with_capacity(only.len());
+    let failed = if state.settings.atomic_combining {
+        partition.vector_update_many(key, &only, &mut results).err()
+    } else {
+        only.iter().try_for_each(|u| partition.vector_update_many(key, std::slice::from_ref(u), &mut results)).err()
+    };
+    while results.len() < only.len() {
+        results.push(Err(failed.unwrap_or(engine::EngineError::OutOfMemory)));
+    }
+    if state.settings.atomic_combining && only.len() > 1 {
+        state.counters.atomic_lookups_saved += only.len() as u64 - 1;
+    }
+    for ((request, _), result) in updates.iter().zip(&results) {
+        if let ReplyStyle::Text { noreply: false } = request.style {
+            match result {
+                Ok(true) => reply::status(out, Status::Ok),
+                Ok(false) => reply::status(out, Status::NotFound),
+                Err(error) => reply::error(out, &outcome::text_error(*error, false)),
+            }
+        }
+        mark(out.len());
+    }
+}
+
+/// `vget` (a slice as a VALUE, memcached-shaped) and `vlen` (`VECTOR <type> <length>`).
+fn vector_read(partition: &mut engine::AnyPartition, key: &[u8], call: VectorCall<'_>, out: &mut Vec<u8>) {
+    let Ok(Some(item)) = partition.get(key) else {
+        return reply::status(out, if call == VectorCall::Len { Status::NotFound } else { Status::End });
+    };
+    match call {
+        VectorCall::Get { offset, count } => match engine::vector_slice(item.value, offset, count) {
+            Ok((_, range)) => {
+                out.extend_from_slice(b"VALUE ");
+                out.extend_from_slice(key);
+                out.extend_from_slice(format!(" 0 {}\r\n", range.len()).as_bytes());
+                out.extend_from_slice(&item.value[range]);
+                out.extend_from_slice(b"\r\nEND\r\n");
+            }
+            Err(error) => reply::error(out, &ErrorReply::Client(outcome::vector_error(error))),
+        },
+        _ => match engine::vector_header(item.value) {
+            Some((e, len)) => {
+                let name = match e {
+                    engine::ElemType::I64 => "i64",
+                    engine::ElemType::U64 => "u64",
+                    engine::ElemType::F64 => "f64",
+                    engine::ElemType::F32 => "f32",
+                };
+                out.extend_from_slice(format!("VECTOR {name} {len}\r\n").as_bytes());
+            }
+            None => reply::error(out, &ErrorReply::Client("not a vector")),
+        },
+    }
 }
 
 /// Executes `requests` (atomics on one key and kind, in order) and writes every reply.
@@ -57,6 +179,9 @@ pub fn execute_run_marked(
     state: &mut State,
     mark: &mut dyn FnMut(usize),
 ) {
+    if matches!(requests.first().map(|r| r.command), Some(Command::Vector { .. })) {
+        return execute_vectors(partition, requests, out, state, mark);
+    }
     let Some((key, _)) = requests.first().and_then(|r| key_and_kind(r)) else {
         for _ in requests {
             tierkv_protocol::reply::error(out, &ErrorReply::Error);

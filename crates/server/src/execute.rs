@@ -98,7 +98,10 @@ fn observe_store(
         Err(engine::EngineError::OutOfMemory) => "no_memory",
         Err(engine::EngineError::ItemTooLarge { .. }) => "too_large",
         Err(
-            engine::EngineError::EmptyKey | engine::EngineError::KeyTooLong { .. } | engine::EngineError::NonNumeric,
+            engine::EngineError::EmptyKey
+            | engine::EngineError::KeyTooLong { .. }
+            | engine::EngineError::NonNumeric
+            | engine::EngineError::Vector(_),
         ) => "not_stored",
     };
     let command = match request.mode {
@@ -262,7 +265,9 @@ fn execute_text(
             let arith = arith_request(delta, decrement, cas, initial);
             outcome::text(out, &Outcome::Arith(counted_arith(partition, key.raw, &arith, &mut state.counters)));
         }
-        Command::Atomic { .. } => crate::atomic_run::execute_run(partition, &[request], out, state),
+        Command::Atomic { .. } | Command::Vector { .. } => {
+            crate::atomic_run::execute_run(partition, &[request], out, state)
+        }
         Command::Touch { key, exptime } => match counted_touch(partition, key.raw, exptime, &mut state.counters) {
             true => reply::status(out, Status::Touched),
             false => reply::status(out, Status::NotFound),

@@ -32,9 +32,20 @@ pub fn text_error(error: EngineError, arith: bool) -> ErrorReply {
     match error {
         EngineError::EmptyKey | EngineError::KeyTooLong { .. } => ErrorReply::Client(BAD_FORMAT),
         EngineError::NonNumeric => ErrorReply::Client(NON_NUMERIC),
+        EngineError::Vector(error) => ErrorReply::Client(vector_error(error)),
         EngineError::ItemTooLarge { .. } | EngineError::OutOfMemory if arith => ErrorReply::Server(OUT_OF_MEMORY),
         EngineError::ItemTooLarge { .. } => ErrorReply::Server(TOO_LARGE),
         EngineError::OutOfMemory => ErrorReply::Server(OUT_OF_MEMORY_STORING),
+    }
+}
+
+/// The CLIENT_ERROR message of a refused vector request (docs/protocol-extensions.md).
+pub fn vector_error(error: tierkv_engine::VectorError) -> &'static str {
+    match error {
+        tierkv_engine::VectorError::NotAVector => "not a vector",
+        tierkv_engine::VectorError::TypeMismatch => "vector type mismatch",
+        tierkv_engine::VectorError::OutOfBounds => "vector slice out of bounds",
+        tierkv_engine::VectorError::BadData => "vector data is not whole elements",
     }
 }
 
@@ -43,6 +54,7 @@ pub fn binary_error(error: EngineError, arith: bool) -> u16 {
     match error {
         EngineError::EmptyKey | EngineError::KeyTooLong { .. } => status::EINVAL,
         EngineError::NonNumeric => status::DELTA_BADVAL,
+        EngineError::Vector(_) => status::EINVAL,
         EngineError::ItemTooLarge { .. } if arith => status::ENOMEM,
         EngineError::ItemTooLarge { .. } => status::E2BIG,
         EngineError::OutOfMemory => status::ENOMEM,

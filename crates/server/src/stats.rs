@@ -65,6 +65,7 @@ counters!(
     atomic_misses,
     atomic_lookups_saved,
     atomic_writes_saved,
+    cmd_vector,
 );
 
 impl Counters {
@@ -377,6 +378,7 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("atomic_combining", &if state.settings.atomic_combining { "yes" } else { "no" });
             put("atomic_lookups_saved", &total.counters.atomic_lookups_saved);
             put("atomic_writes_saved", &total.counters.atomic_writes_saved);
+            put("cmd_vector", &total.counters.cmd_vector);
         }
         Group::Reset => {}
     }

@@ -199,3 +199,88 @@ fn the_rust_client_pipelines_atomics_and_reads_their_answers() {
     assert_eq!(client.get(b"c").unwrap(), Some(b"101".to_vec()));
     assert_eq!(client.get(b"absent").unwrap(), None);
 }
+
+fn f32s(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn vupd(out: &mut Vec<u8>, key: &str, op: &str, elem: &str, offset: u32, data: &[u8]) {
+    out.extend_from_slice(format!("vupd {key} {op} {elem} {offset} {}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[test]
+fn vector_commands_answer_as_documented() {
+    let server = tierkv_with(&["-t", "2"]);
+    let mut script = b"vnew v f32 4\r\n".to_vec();
+    vupd(&mut script, "v", "add", "f32", 1, &f32s(&[1.5, 2.0]));
+    vupd(&mut script, "v", "max", "f32", 0, &f32s(&[-1.0, 1.0, 9.0, 0.5]));
+    vupd(&mut script, "v", "add", "i64", 0, &[0; 8]);
+    vupd(&mut script, "v", "add", "f32", 3, &f32s(&[1.0, 1.0]));
+    vupd(&mut script, "v", "add", "f32", 0, &[0; 3]);
+    vupd(&mut script, "none", "add", "f32", 0, &f32s(&[1.0]));
+    script.extend_from_slice(
+        b"vget v 1 2\r\nvlen v\r\nvlen none\r\nset p 0 0 1\r\nx\r\nvlen p\r\nvnew big u64 1000000\r\nvnew v f16 3\r\n",
+    );
+    let reply = exchange_to_sentinel(server.1, &script);
+    let mut expected =
+        b"STORED\r\nOK\r\nOK\r\nCLIENT_ERROR vector type mismatch\r\nCLIENT_ERROR vector slice out of bounds\r\n\
+CLIENT_ERROR vector data is not whole elements\r\nNOT_FOUND\r\nVALUE v 0 8\r\n"
+            .to_vec();
+    expected.extend_from_slice(&f32s(&[1.5, 9.0]));
+    expected.extend_from_slice(
+        b"\r\nEND\r\nVECTOR f32 4\r\nNOT_FOUND\r\nSTORED\r\nCLIENT_ERROR not a vector\r\n\
+SERVER_ERROR object too large for cache\r\nCLIENT_ERROR vector type must be i64, u64, f64 or f32\r\n",
+    );
+    assert!(reply.starts_with(&expected), "{}", String::from_utf8_lossy(&reply));
+}
+
+#[test]
+fn a_contended_vector_ends_at_the_sum_of_acknowledged_deltas() {
+    const LEN: usize = 64;
+    let server = tierkv_with(&["-t", "2"]);
+    let port = server.1;
+    assert!(exchange_to_sentinel(port, b"vnew pv f32 64\r\n").starts_with(b"STORED\r\n"));
+    let threads: Vec<_> = (0..6u32)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                let mut sums = vec![0f64; LEN];
+                for round in 0..40u32 {
+                    let mut batch = Vec::new();
+                    let mut pending = Vec::new();
+                    for i in 0..8u32 {
+                        // Integer-valued deltas whose partial sums stay far below 2^24: exact in f32.
+                        let offset = (t * 7 + round * 3 + i) % 48;
+                        let deltas: Vec<f32> = (0..16).map(|j| ((t + round + i + j) % 5) as f32 - 2.0).collect();
+                        vupd(&mut batch, "pv", "add", "f32", offset, &f32s(&deltas));
+                        pending.push((offset, deltas));
+                    }
+                    writer.write_all(&batch).unwrap();
+                    for (offset, deltas) in pending {
+                        let mut reply = String::new();
+                        reader.read_line(&mut reply).unwrap();
+                        assert_eq!(reply, "OK\r\n");
+                        for (j, d) in deltas.iter().enumerate() {
+                            sums[offset as usize + j] += f64::from(*d);
+                        }
+                    }
+                }
+                sums
+            })
+        })
+        .collect();
+    let mut expected = vec![0f64; LEN];
+    for t in threads {
+        for (e, s) in expected.iter_mut().zip(t.join().unwrap()) {
+            *e += s;
+        }
+    }
+    let reply = exchange_to_sentinel(port, b"vget pv 0 64\r\n");
+    let data = &reply[reply.iter().position(|&b| b == b'\n').unwrap() + 1..][..LEN * 4];
+    let got: Vec<f64> = data.chunks(4).map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap()))).collect();
+    assert_eq!(got, expected, "no update lost");
+}

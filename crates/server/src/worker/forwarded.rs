@@ -87,14 +87,14 @@ impl Core {
         // second decode.
         let head = &requests[start..entries[0].request_end];
         let binary_atomic = head.first() == Some(&0x80) && matches!(head.get(1), Some(&(0x60 | 0x61)));
-        if !head.starts_with(b"atomic ") && !binary_atomic {
+        if !head.starts_with(b"atomic ") && !head.starts_with(b"vupd ") && !binary_atomic {
             return None;
         }
         let decode = |from: usize, to: usize| match decode_request(&requests[from..to], &self.limits) {
             Decoded::Request { request, .. } => Some(request),
             _ => None,
         };
-        let first = decode(start, entries[0].request_end).filter(|r| matches!(r.command, Command::Atomic { .. }))?;
+        let first = decode(start, entries[0].request_end).filter(crate::atomic_run::starts_run)?;
         let mut run = vec![first];
         while run.len() < entries.len() && entries[run.len()].kind == Kind::Request {
             let next = decode(entries[run.len() - 1].request_end, entries[run.len()].request_end);
@@ -143,6 +143,7 @@ impl Core {
             | Command::Delete { key, .. }
             | Command::Arith { key, .. }
             | Command::Atomic { key, .. }
+            | Command::Vector { key, .. }
             | Command::Touch { key, .. }
             | Command::MetaDebug { key } => hashed(key),
             Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {

@@ -293,7 +293,10 @@ fn combine_atomics(
         return Some(0);
     }
     let Some(Decoded::Request { request, .. }) = &batch[0] else { return None };
-    if !matches!(request.command, Command::Atomic { .. }) || routes[0].0 != Route::Local {
+    if !matches!(request.command, Command::Atomic { .. } | Command::Vector { .. })
+        || routes[0].0 != Route::Local
+        || !crate::atomic_run::starts_run(request)
+    {
         return None;
     }
     let run = atomic_run_len(batch, &routes[..batch.len()]);
