@@ -5,7 +5,8 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 
-pub use tierkv_protocol::AtomicCode;
+use tierkv_protocol::VectorCall;
+pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
 
 /// One atomic request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,19 +113,7 @@ impl Client {
     /// `get <key>`: the value, or None.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
         self.writer.write_all(&[b"get ", key, b"\r\n"].concat())?;
-        let header = self.line()?;
-        if header == "END" {
-            return Ok(None);
-        }
-        let bytes: usize =
-            header.rsplit(' ').next().and_then(|n| n.parse().ok()).ok_or(ClientError::Protocol(header.clone()))?;
-        let mut value = vec![0u8; bytes + 2];
-        std::io::Read::read_exact(&mut self.reader, &mut value)?;
-        value.truncate(bytes);
-        match self.line()?.as_str() {
-            "END" => Ok(Some(value)),
-            other => Err(ClientError::Protocol(other.to_string())),
-        }
+        self.value_reply()
     }
 
     /// One atomic.
@@ -141,6 +130,72 @@ impl Client {
         }
         self.writer.write_all(&self.out)?;
         requests.iter().map(|r| self.reply(r.signed)).collect()
+    }
+
+    /// `vnew`: a vector of `len` zeroes; true when stored.
+    pub fn vector_new(&mut self, key: &[u8], elem: VectorElem, len: u32) -> Result<bool, ClientError> {
+        self.out.clear();
+        tierkv_protocol::vector::write_request(&mut self.out, key, &VectorCall::New { elem, len }, false);
+        self.writer.write_all(&self.out)?;
+        Ok(self.line()? == "STORED")
+    }
+
+    /// A pipeline of `vupd`s (op, type, offset, little-endian data) on `key`: Ok(true) applied,
+    /// Ok(false) no such key, Err(message) refused.
+    pub fn vector_updates(
+        &mut self,
+        key: &[u8],
+        updates: &[(VectorOpCode, VectorElem, u32, &[u8])],
+    ) -> Result<Vec<Result<bool, String>>, ClientError> {
+        self.out.clear();
+        for &(op, elem, offset, data) in updates {
+            tierkv_protocol::vector::write_request(
+                &mut self.out,
+                key,
+                &VectorCall::Update { op, elem, offset, data },
+                false,
+            );
+        }
+        self.writer.write_all(&self.out)?;
+        updates
+            .iter()
+            .map(|_| match self.line()?.as_str() {
+                "OK" => Ok(Ok(true)),
+                "NOT_FOUND" => Ok(Ok(false)),
+                other if other.starts_with("CLIENT_ERROR") || other.starts_with("SERVER_ERROR") => {
+                    Ok(Err(other.to_string()))
+                }
+                other => Err(ClientError::Protocol(other.to_string())),
+            })
+            .collect()
+    }
+
+    /// `vget`: elements `offset..offset + count` as little-endian bytes, or None for a miss.
+    pub fn vector_get(&mut self, key: &[u8], offset: u32, count: u32) -> Result<Option<Vec<u8>>, ClientError> {
+        self.out.clear();
+        tierkv_protocol::vector::write_request(&mut self.out, key, &VectorCall::Get { offset, count }, false);
+        self.writer.write_all(&self.out)?;
+        self.value_reply()
+    }
+
+    /// A `VALUE ... END` reply, or END for a miss.
+    fn value_reply(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
+        let header = self.line()?;
+        if header == "END" {
+            return Ok(None);
+        }
+        if !header.starts_with("VALUE ") {
+            return Err(ClientError::Protocol(header));
+        }
+        let bytes: usize =
+            header.rsplit(' ').next().and_then(|n| n.parse().ok()).ok_or(ClientError::Protocol(header.clone()))?;
+        let mut value = vec![0u8; bytes + 2];
+        std::io::Read::read_exact(&mut self.reader, &mut value)?;
+        value.truncate(bytes);
+        match self.line()?.as_str() {
+            "END" => Ok(Some(value)),
+            other => Err(ClientError::Protocol(other.to_string())),
+        }
     }
 
     fn reply(&mut self, signed: bool) -> Result<AtomicReply, ClientError> {
