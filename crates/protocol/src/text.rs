@@ -402,7 +402,8 @@ impl<'a> Line<'a> {
         }
         let noreply = noreply(&tokens[..count]);
         let tokens = &tokens[..count - usize::from(noreply)];
-        if tokens[1].len() > limits.max_key_bytes {
+        // "vlen noreply" has no key once its noreply is taken.
+        if tokens.len() < 2 || tokens[1].len() > limits.max_key_bytes {
             return self.client_error(BAD_FORMAT, noreply);
         }
         let (call, length) = match crate::vector::parse(tokens) {

@@ -508,3 +508,14 @@ fn every_meta_code_is_exact() {
     );
     assert_eq!(out, b"VA 2 s2 t30 f0 W\r\nhi\r\n");
 }
+
+#[test]
+fn extension_lines_with_only_noreply_are_client_errors() {
+    // Found by the text fuzz target: "vlen noreply" left no key once noreply was taken.
+    for verb in ["vnew", "vupd", "vget", "vlen", "atomic"] {
+        for line in [format!("{verb} noreply\r\n"), format!("{verb}\r\n")] {
+            let e = error(line.as_bytes());
+            assert!(matches!(e.reply, ErrorReply::Client(_) | ErrorReply::Error), "{line:?} -> {e:?}");
+        }
+    }
+}
