@@ -85,12 +85,6 @@ pub trait Engine {
         requests: &[AtomicRequest],
         out: &mut Vec<Result<AtomicOutcome, EngineError>>,
     ) -> Result<(), EngineError>;
-    /// One atomic request.
-    fn atomic(&mut self, key: &[u8], request: &AtomicRequest) -> Result<AtomicOutcome, EngineError> {
-        let mut out = Vec::with_capacity(1);
-        self.atomic_many(key, std::slice::from_ref(request), &mut out)?;
-        out.pop().unwrap_or(Ok(AtomicOutcome::NotFound))
-    }
     /// A vector of `len` zeroes of type `elem` (see `vectors`), replacing any item of the key.
     fn vector_create(
         &mut self,

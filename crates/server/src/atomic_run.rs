@@ -5,7 +5,7 @@
 //! by one, for measuring.
 
 use crate::outcome;
-use crate::stats::State;
+use crate::stats::{AtomicScratch, State};
 use tierkv_engine as engine;
 use tierkv_engine::Engine;
 use tierkv_protocol::reply::{self, Status};
@@ -189,16 +189,16 @@ pub fn execute_run_marked(
         }
         return;
     };
-    let engine_requests: Vec<engine::AtomicRequest> = requests
-        .iter()
-        .filter_map(|r| match r.command {
-            Command::Atomic { code, signed, operand, operand2, .. } => {
-                Some(engine_request(code, signed, operand, operand2))
-            }
-            _ => None,
-        })
-        .collect();
-    let mut results = Vec::with_capacity(engine_requests.len());
+    // The engine's requests and answers go to buffers kept in `state`: no allocation per run.
+    let AtomicScratch { requests: mut engine_requests, mut results } = std::mem::take(&mut state.atomic_scratch);
+    engine_requests.clear();
+    results.clear();
+    engine_requests.extend(requests.iter().filter_map(|r| match r.command {
+        Command::Atomic { code, signed, operand, operand2, .. } => {
+            Some(engine_request(code, signed, operand, operand2))
+        }
+        _ => None,
+    }));
     let combine = state.settings.atomic_combining && engine_requests.len() > 1;
     let failed = if combine {
         partition.atomic_many(key, &engine_requests, &mut results).err()
@@ -220,6 +220,7 @@ pub fn execute_run_marked(
         }
         mark(out.len());
     }
+    state.atomic_scratch = AtomicScratch { requests: engine_requests, results };
 }
 
 fn count(state: &mut State, results: &[Result<engine::AtomicOutcome, engine::EngineError>], combined: bool) {

@@ -108,7 +108,16 @@ pub struct State {
     /// The descriptor of the connection whose requests run now (-1: forwarded ones), for
     /// watch lines.
     pub fd: i32,
+    /// Buffers the atomics reuse from run to run (`atomic_run`).
+    pub atomic_scratch: AtomicScratch,
     started: u32,
+}
+
+/// Buffers a run of atomics reuses for its engine requests and answers (`atomic_run`).
+#[derive(Debug, Default)]
+pub struct AtomicScratch {
+    pub requests: Vec<tierkv_engine::AtomicRequest>,
+    pub results: Vec<Result<tierkv_engine::AtomicOutcome, tierkv_engine::EngineError>>,
 }
 
 impl State {
@@ -125,6 +134,7 @@ impl State {
             watchers: Arc::default(),
             observe: 0,
             fd: -1,
+            atomic_scratch: Default::default(),
             started: now,
         }
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use tierkv_bench::loadgen::process_cpu_seconds as cpu_seconds;
 use tierkv_bench::workload::Rng;
 
 #[derive(Parser, Debug)]
@@ -35,16 +36,6 @@ struct Args {
     pipeline: usize,
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-}
-
-/// The server's user + system CPU seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn key(args: &Args, rng: &mut Rng) -> String {
@@ -111,7 +102,7 @@ fn main() {
     let args = Arc::new(Args::parse());
     preload(&args);
     let stop = Arc::new(AtomicBool::new(false));
-    let cpu = cpu_seconds(args.pid);
+    let cpu = cpu_seconds(args.pid).unwrap_or(0.0);
     let began = Instant::now();
     let threads: Vec<_> = (0..args.connections)
         .map(|i| {
@@ -123,7 +114,7 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     let (ops, misses) = threads.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     let seconds = began.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(args.pid) - cpu;
+    let cpu = cpu_seconds(args.pid).unwrap_or(0.0) - cpu;
     let mut check = String::new();
     if args.keys == "hot" {
         let stream = TcpStream::connect(("127.0.0.1", args.port)).unwrap();

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use tierkv_bench::loadgen::process_cpu_seconds;
 use tierkv_bench::workload::{key_sequence, write_text_key, Distribution};
 use tierkv_engine::flash::{
     engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
@@ -60,15 +61,7 @@ struct Args {
 
 /// This process's user + system CPU seconds.
 fn cpu_seconds() -> f64 {
-    // SAFETY: rusage is plain data (all zeroes is a valid value); getrusage fills the struct it
-    // is given, and RUSAGE_SELF is always valid.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
+    process_cpu_seconds(std::process::id()).unwrap_or(0.0)
 }
 
 fn now(start: Instant) -> Now {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use tierkv_bench::loadgen::process_cpu_seconds as cpu_seconds;
 use tierkv_bench::workload::Rng;
 
 #[derive(Parser, Debug)]
@@ -36,13 +37,6 @@ struct Args {
     pipeline: usize,
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-}
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 struct Conn {
@@ -209,7 +203,7 @@ fn main() {
     let args = Arc::new(Args::parse());
     preload(&args);
     let stop = Arc::new(AtomicBool::new(false));
-    let cpu = cpu_seconds(args.pid);
+    let cpu = cpu_seconds(args.pid).unwrap_or(0.0);
     let began = Instant::now();
     let threads: Vec<_> = (0..args.connections)
         .map(|i| {
@@ -234,7 +228,7 @@ fn main() {
         (updates, pulls, sum, bytes) = (updates + u, pulls + p, sum + s, bytes + b);
     }
     let seconds = began.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(args.pid) - cpu;
+    let cpu = cpu_seconds(args.pid).unwrap_or(0.0) - cpu;
     let final_total = total(&args);
     println!(
         "{}: {:.0} updates/s, {:.0} pulls/s, server cpu {:.2} us per request, {:.0} bytes on the wire per request; total {final_total} vs acknowledged {sum}: {}",

@@ -73,9 +73,10 @@ impl Core {
         self.links.reply(from, batch);
     }
 
-    /// KV-Direct's hot-key combining across connections: consecutive forwarded atomics on one
-    /// key (from any connections) run with one lookup and one write, each entry keeping its own
-    /// reply span. Returns how many entries ran, if at least two.
+    /// KV-Direct's hot-key combining across connections: consecutive forwarded atomics (or
+    /// vector updates) on one key, from any connections, run with one lookup and one write, each
+    /// entry keeping its own reply span. Returns how many entries ran (one alone runs here too,
+    /// so it is decoded once), or None if the entry cannot start a run.
     fn forwarded_atomic_run(
         &mut self,
         entries: &mut [Entry],
@@ -95,26 +96,31 @@ impl Core {
             _ => None,
         };
         let first = decode(start, entries[0].request_end).filter(crate::atomic_run::starts_run)?;
-        let mut run = vec![first];
-        while run.len() < entries.len() && entries[run.len()].kind == Kind::Request {
-            let next = decode(entries[run.len() - 1].request_end, entries[run.len()].request_end);
-            match next.filter(|next| crate::atomic_run::joins(&first, next)) {
-                Some(next) => run.push(next),
+        // At most a chunk of entries (BATCH): the run is gathered on the stack.
+        let mut run = [first; BATCH];
+        let mut len = 1;
+        while len < entries.len() && entries[len].kind == Kind::Request {
+            match decode(entries[len - 1].request_end, entries[len].request_end)
+                .filter(|n| crate::atomic_run::joins(&first, n))
+            {
+                Some(next) => run[len] = next,
                 None => break,
             }
+            len += 1;
         }
-        if run.len() < 2 {
-            return None;
-        }
-        let refs: Vec<&Request<'_>> = run.iter().collect();
-        let mut ends = Vec::with_capacity(run.len());
-        crate::atomic_run::execute_run_marked(&mut self.partition, &refs, replies, &mut self.state, &mut |end| {
-            ends.push(end)
-        });
-        for (entry, end) in entries.iter_mut().zip(ends) {
-            entry.reply_end = end;
-        }
-        Some(run.len())
+        let refs: [&Request<'_>; BATCH] = std::array::from_fn(|i| &run[i]);
+        let mut marked = 0;
+        crate::atomic_run::execute_run_marked(
+            &mut self.partition,
+            &refs[..len],
+            replies,
+            &mut self.state,
+            &mut |end| {
+                entries[marked].reply_end = end;
+                marked += 1;
+            },
+        );
+        Some(len)
     }
 
     /// The worker that owns `key`.

@@ -310,17 +310,17 @@ fn combine_atomics(
 /// Executes a run of atomics on one key together; returns the input bytes they took.
 #[inline(never)]
 fn execute_atomic_run(connection: &mut Connection, core: &mut Core, run: &[Option<Decoded<'_>>]) -> usize {
-    let mut requests = Vec::with_capacity(run.len());
-    let mut consumed = 0;
-    for decoded in run {
-        if let Some(Decoded::Request { request, consumed: bytes }) = decoded {
-            requests.push(request);
-            consumed += bytes;
-        }
-    }
+    // A run is at most a batch: its requests are gathered on the stack.
+    let requests: [Option<(&Request<'_>, usize)>; BATCH] = std::array::from_fn(|i| match run.get(i) {
+        Some(Some(Decoded::Request { request, consumed })) => Some((request, *consumed)),
+        _ => None,
+    });
+    let Some((first, _)) = requests[0] else { return 0 };
+    let refs: [&Request<'_>; BATCH] = std::array::from_fn(|i| requests[i].map_or(first, |(request, _)| request));
+    let count = requests.iter().take_while(|r| r.is_some()).count();
     let out = connection.local_out(&mut core.pool);
-    crate::atomic_run::execute_run(&mut core.partition, &requests, out, &mut core.state);
-    consumed
+    crate::atomic_run::execute_run(&mut core.partition, &refs[..count], out, &mut core.state);
+    requests.iter().flatten().map(|(_, consumed)| consumed).sum()
 }
 
 /// What stopped a batch, without its borrow of the input: an invalid request's error, or
