@@ -48,7 +48,8 @@ python3 scripts/check_structure.py
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
+# --no-fail-fast: one failing test binary does not hide the others' results.
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 # A short run of every fuzz target over its committed corpus (FUZZ_SECONDS each, default 30).
 # New inputs go to a scratch directory, so the committed corpora stay as they are.
 fuzz_seconds=${FUZZ_SECONDS:-30}

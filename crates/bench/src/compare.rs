@@ -151,7 +151,17 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for round in 0..config.repeat.max(1) {
         for server in &config.servers {
-            run_server(server, round, config, &mut rows)?;
+            // One failed round (a server that stalled past the reply timeout, say) is run
+            // again on a fresh server once, so a single hiccup does not void a long comparison;
+            // the failure is reported either way.
+            let mut taken = Vec::new();
+            if let Err(first) = run_server(server, round, config, &mut taken) {
+                eprintln!("round {round} {server} failed: {first}; running the round again on a fresh server");
+                taken.clear();
+                run_server(server, round, config, &mut taken)
+                    .map_err(|again| format!("{server} failed twice in round {round}: {first}; then {again}"))?;
+            }
+            rows.append(&mut taken);
         }
     }
     write_files(config, &rows)?;

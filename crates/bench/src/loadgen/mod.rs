@@ -398,7 +398,13 @@ fn drive_until(
         poll.poll(&mut events, Some(timeout)).map_err(|e| e.to_string())?;
         let waiting = connections.iter().any(|c| !c.pending.is_empty());
         if events.is_empty() && waiting && last_progress.elapsed() > REPLY_TIMEOUT {
-            return Err(format!("no reply from {} within {} s", config.target, REPLY_TIMEOUT.as_secs()));
+            let missing: usize = connections.iter().map(|c| c.pending.len()).sum();
+            return Err(format!(
+                "no reply from {} within {} s ({missing} replies missing after {} answered)",
+                config.target,
+                REPLY_TIMEOUT.as_secs(),
+                result.operations
+            ));
         }
         if !waiting {
             last_progress = Instant::now();
