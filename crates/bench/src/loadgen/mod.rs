@@ -398,13 +398,7 @@ fn drive_until(
         poll.poll(&mut events, Some(timeout)).map_err(|e| e.to_string())?;
         let waiting = connections.iter().any(|c| !c.pending.is_empty());
         if events.is_empty() && waiting && last_progress.elapsed() > REPLY_TIMEOUT {
-            let missing: usize = connections.iter().map(|c| c.pending.len()).sum();
-            return Err(format!(
-                "no reply from {} within {} s ({missing} replies missing after {} answered)",
-                config.target,
-                REPLY_TIMEOUT.as_secs(),
-                result.operations
-            ));
+            return Err(stalled(config, &connections, &result));
         }
         if !waiting {
             last_progress = Instant::now();
@@ -451,6 +445,17 @@ fn drive_until(
     }
     result.elapsed = start.elapsed();
     Ok(result)
+}
+
+/// The error for a server that answered nothing for `REPLY_TIMEOUT` while replies were due.
+fn stalled(config: &RunConfig, connections: &[Connection], result: &RunResult) -> String {
+    let missing: usize = connections.iter().map(|c| c.pending.len()).sum();
+    format!(
+        "no reply from {} within {} s ({missing} replies missing after {} answered)",
+        config.target,
+        REPLY_TIMEOUT.as_secs(),
+        result.operations
+    )
 }
 
 /// Encodes the next round (up to `pipeline` requests, all meant for `now`) for a connection
