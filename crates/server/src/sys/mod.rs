@@ -69,12 +69,30 @@ pub fn listeners_on(address: std::net::SocketAddr) -> Option<usize> {
     };
     let local = format!("{local}:{:04X}", address.port());
     let text = std::fs::read_to_string(table).ok()?;
-    // Columns: slot, local address, remote address, state (0A: listening), ...
-    let listening = text.lines().skip(1).filter(|line| {
-        let mut fields = line.split_whitespace().skip(1);
-        fields.next() == Some(local.as_str()) && fields.nth(1) == Some("0A")
-    });
-    Some(listening.count())
+    Some(count_listening(&text, &local))
+}
+
+/// Listening sockets on `local` in a `/proc/net/tcp` table, each counted once by its inode:
+/// the kernel writes the table over several reads, and a socket moved in the table by
+/// concurrent activity between two reads appears twice.
+fn count_listening(table: &str, local: &str) -> usize {
+    // Columns: slot, local address, remote address, state (0A: listening), tx:rx, tr:when,
+    // retransmits, uid, timeout, inode, ...
+    let mut inodes: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // Most lines are other ports' connections: the local address rules them out first.
+            let mut fields = line.split_whitespace().skip(1);
+            if fields.next() != Some(local) || fields.nth(1) != Some("0A") {
+                return None;
+            }
+            fields.nth(5)
+        })
+        .collect();
+    inodes.sort_unstable();
+    inodes.dedup();
+    inodes.len()
 }
 
 /// Whether an accept failed for want of descriptors (the process's or the system's).
@@ -116,6 +134,29 @@ mod tests {
         let (pinned, refused, after) = thread.join().unwrap();
         assert!(pinned && !refused);
         assert_eq!(after.len(), 1);
+    }
+
+    #[test]
+    fn a_listener_the_table_shows_twice_counts_once() {
+        let header =
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        let row = |slot: u32, local: &str, state: &str, inode: u32| {
+            format!(
+                "{slot:4}: {local} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000  0  0 {inode} 1 0\n"
+            )
+        };
+        let table = [
+            header.to_string(),
+            row(0, "0100007F:2BCB", "0A", 501),
+            row(1, "0100007F:2BCB", "0A", 502),
+            row(2, "0100007F:2BCB", "0A", 501),
+            row(3, "0100007F:2BCB", "06", 0),
+            row(4, "0100007F:2BCC", "0A", 503),
+        ]
+        .concat();
+        assert_eq!(count_listening(&table, "0100007F:2BCB"), 2);
+        assert_eq!(count_listening(&table, "0100007F:2BCC"), 1);
+        assert_eq!(count_listening(&table, "0100007F:2BCD"), 0);
     }
 
     /// A listening SO_REUSEPORT socket on `ip` and `port` (0: any free port); None if `ip`
