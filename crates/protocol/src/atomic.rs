@@ -58,37 +58,48 @@ fn operand(token: &[u8], signed: bool, negative_ok: bool) -> Option<u64> {
 pub fn parse_text<'a>(tokens: &[&'a [u8]], max_key_bytes: usize) -> Result<AtomicLine<'a>, (&'static str, bool)> {
     let noreply = tokens.last() == Some(&&b"noreply"[..]);
     let args = &tokens[1..tokens.len() - usize::from(noreply)];
-    let bad = |message| Err((message, noreply));
     if args.len() < 4 {
-        return bad("bad command line format");
+        return Err(("bad command line format", noreply));
     }
+    match parse_args(args, max_key_bytes) {
+        Ok((line, used)) if used == args.len() => Ok(AtomicLine { noreply, ..line }),
+        Ok(_) => Err(("bad command line format", noreply)),
+        Err(message) => Err((message, noreply)),
+    }
+}
+
+/// How many tokens (key included) an atomic's arguments take, judged by its op token: five
+/// for `cas`, four for the others. `mx` reads its flags after them.
+pub fn argument_count(op: &[u8]) -> usize {
+    if op == b"cas" {
+        5
+    } else {
+        4
+    }
+}
+
+/// Reads `<key> <op> <type> <operand> [<operand2>]` from the front of `args` (at least four
+/// tokens); returns the line (noreply false) and how many tokens it used.
+pub fn parse_args<'a>(args: &[&'a [u8]], max_key_bytes: usize) -> Result<(AtomicLine<'a>, usize), &'static str> {
     let (key, op, kind) = (args[0], args[1], args[2]);
     if key.len() > max_key_bytes {
-        return bad("bad command line format");
+        return Err("bad command line format");
     }
     let Some(&(_, code)) = OPS.iter().find(|(name, _)| *name == op) else {
-        return bad("unknown atomic operation");
+        return Err("unknown atomic operation");
     };
     let signed = match kind {
         b"u64" => false,
         b"i64" => true,
-        _ => return bad("atomic type must be u64 or i64"),
+        _ => return Err("atomic type must be u64 or i64"),
     };
-    let wanted = if code == AtomicCode::Cas { 5 } else { 4 };
-    if args.len() != wanted {
-        return bad("bad command line format");
+    let wanted = argument_count(op);
+    if args.len() < wanted {
+        return Err("bad command line format");
     }
-    let Some(a) = operand(args[3], signed, code == AtomicCode::Add) else {
-        return bad("invalid numeric operand");
-    };
-    let b = match args.get(4) {
-        Some(token) => match operand(token, signed, false) {
-            Some(b) => b,
-            None => return bad("invalid numeric operand"),
-        },
-        None => 0,
-    };
-    Ok(AtomicLine { key, code, signed, operand: a, operand2: b, noreply })
+    let a = operand(args[3], signed, code == AtomicCode::Add).ok_or("invalid numeric operand")?;
+    let b = if wanted == 5 { operand(args[4], signed, false).ok_or("invalid numeric operand")? } else { 0 };
+    Ok((AtomicLine { key, code, signed, operand: a, operand2: b, noreply: false }, wanted))
 }
 
 /// The binary extras' op and type bytes, if valid.
@@ -111,7 +122,8 @@ pub fn name(code: AtomicCode) -> &'static [u8] {
     OPS[usize::from(binary_op(code))].0
 }
 
-fn write_number(out: &mut Vec<u8>, value: u64, signed: bool) {
+/// `value` in decimal, with a leading '-' when `signed` and negative.
+pub fn write_number(out: &mut Vec<u8>, value: u64, signed: bool) {
     if signed && (value as i64) < 0 {
         out.push(b'-');
         write_u64(out, (value as i64).unsigned_abs());
@@ -122,7 +134,22 @@ fn write_number(out: &mut Vec<u8>, value: u64, signed: bool) {
 
 /// The request line `atomic <key> <op> <type> <operand> [<operand2>]` (no noreply, no CRLF).
 pub fn write_text_request(out: &mut Vec<u8>, key: &[u8], code: AtomicCode, signed: bool, operand: u64, operand2: u64) {
-    out.extend_from_slice(b"atomic ");
+    write_request(out, b"atomic ", key, code, signed, operand, operand2);
+}
+
+/// The line `mx <key> <op> <type> <operand> [<operand2>]`, then ` <flags>` if any (no CRLF).
+pub fn write_meta_request(out: &mut Vec<u8>, key: &[u8], atomic: (AtomicCode, bool, u64, u64), flags: &[u8]) {
+    let (code, signed, operand, operand2) = atomic;
+    write_request(out, b"mx ", key, code, signed, operand, operand2);
+    if !flags.is_empty() {
+        out.push(b' ');
+        out.extend_from_slice(flags);
+    }
+}
+
+fn write_request(out: &mut Vec<u8>, verb: &[u8], key: &[u8], code: AtomicCode, signed: bool, a: u64, b: u64) {
+    let (operand, operand2) = (a, b);
+    out.extend_from_slice(verb);
     out.extend_from_slice(key);
     out.push(b' ');
     out.extend_from_slice(name(code));

@@ -127,6 +127,17 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
 }
 
 fn encode_meta(out: &mut Vec<u8>, command: &Command<'_>, flag_tokens: &[u8]) {
+    // tierkv's own meta commands put their arguments before the flags.
+    match *command {
+        Command::Atomic { key, code, signed, operand, operand2 } => {
+            crate::atomic::write_meta_request(out, key.raw, (code, signed, operand, operand2), flag_tokens);
+            return out.extend_from_slice(CRLF);
+        }
+        Command::Vector { key, call, .. } => {
+            return crate::vector::write_meta_request(out, key.raw, &call, flag_tokens)
+        }
+        _ => {}
+    }
     let (name, key, value): (&[u8], &[u8], Option<&[u8]>) = match command {
         Command::Get { keys, .. } => (b"mg", keys.iter().next().unwrap_or(b""), None),
         Command::Store { key, value, .. } => (b"ms", key.raw, Some(*value)),

@@ -139,6 +139,12 @@ fn letter_bit(letter: u8) -> Option<u64> {
 /// Parses the flag tokens of a meta command the way memcached 1.6's `_meta_flag_preparse` does.
 /// Errors carry memcached's reply text (after `CLIENT_ERROR `).
 pub fn parse_flags(tokens: &[u8]) -> Result<MetaFlags<'_>, &'static str> {
+    parse_flags_allowing(tokens, b"")
+}
+
+/// `parse_flags` for tierkv's own meta commands, which also take the letters in `extra` (each
+/// without a value, like `v`).
+pub fn parse_flags_allowing<'a>(tokens: &'a [u8], extra: &[u8]) -> Result<MetaFlags<'a>, &'static str> {
     let mut flags = MetaFlags { tokens, ..MetaFlags::default() };
     let mut seen = [false; 128];
     let mut error = None;
@@ -164,6 +170,7 @@ pub fn parse_flags(tokens: &[u8]) -> Result<MetaFlags<'_>, &'static str> {
             b'M' if token.len() != 2 => error = error.or(Some("incorrect length for M token")),
             b'M' | b'O' => {}
             b'b' | b'l' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h' | b'u' | b'q' | b'I' => {}
+            _ if extra.contains(&letter) => {}
             _ => return Err("invalid flag"),
         }
         flags.present |= letter_bit(letter).unwrap_or(0);

@@ -158,6 +158,8 @@ pub struct MetaReturn<'a> {
     pub won: bool,
     pub stale: bool,
     pub token_sent: bool,
+    /// tierkv's `mx`: the counter's value before the operation (`p`), and whether it is an i64.
+    pub previous: Option<(u64, bool)>,
 }
 
 /// A meta reply line: the code, `VA`'s length, then for each request flag in request order the
@@ -208,6 +210,12 @@ pub fn meta(
             b'f' => put_number(out, b'f', info.client_flags.map(i64::from)),
             b'l' => put_number(out, b'l', info.last_access.map(i64::from)),
             b'h' => put_number(out, b'h', info.fetched.map(i64::from)),
+            b'p' => {
+                if let Some((value, signed)) = info.previous {
+                    out.extend_from_slice(b" p");
+                    crate::atomic::write_number(out, value, signed);
+                }
+            }
             _ => {}
         }
     }
@@ -244,6 +252,10 @@ pub mod returned {
     pub const DELETE: &[u8] = b"Ok";
     /// ma.
     pub const ARITH: &[u8] = b"Oktc";
+    /// tierkv's `mx` (docs/protocol-extensions.md).
+    pub const ATOMIC: &[u8] = b"Okp";
+    /// tierkv's `mv`.
+    pub const VECTOR: &[u8] = b"Ok";
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 // it is large, but boxing it would allocate on the error path for no gain.
 #![allow(clippy::result_large_err)]
 
+mod extensions;
+
 use crate::meta::{parse_flags, MetaFlags, MAX_OPAQUE_BYTES};
 use crate::number::{strtol32, strtoul32, strtoull};
 use crate::{
@@ -57,6 +59,8 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         b"md" => line.meta_delete(limits),
         b"ma" => line.meta_arith(limits),
         b"me" => line.meta_debug(limits),
+        b"mx" => line.meta_atomic(limits),
+        b"mv" => line.meta_vector(input, limits),
         b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"lru" | b"watch" => {
             line.ok(Command::Admin { line: line.bytes }, false)
         }

@@ -60,15 +60,31 @@ pub fn parse(tokens: &[&[u8]]) -> Result<(VectorCall<'static>, usize), &'static 
 
 /// Appends a vector request line (and for `vupd` its data block).
 pub fn write_request(out: &mut Vec<u8>, key: &[u8], call: &VectorCall<'_>, noreply: bool) {
-    let verb: &[u8] = match call {
-        VectorCall::New { .. } => b"vnew",
-        VectorCall::Update { .. } => b"vupd",
-        VectorCall::Get { .. } => b"vget",
-        VectorCall::Len => b"vlen",
+    write(out, key, call, None, noreply);
+}
+
+/// Appends an `mv` request line with its meta `flags` (and for `upd` its data block).
+pub fn write_meta_request(out: &mut Vec<u8>, key: &[u8], call: &VectorCall<'_>, flags: &[u8]) {
+    write(out, key, call, Some(flags), false);
+}
+
+fn write(out: &mut Vec<u8>, key: &[u8], call: &VectorCall<'_>, meta: Option<&[u8]>, noreply: bool) {
+    let (verb, sub): (&[u8], &[u8]) = match call {
+        VectorCall::New { .. } => (b"vnew", b"new"),
+        VectorCall::Update { .. } => (b"vupd", b"upd"),
+        VectorCall::Get { .. } => (b"vget", b"get"),
+        VectorCall::Len => (b"vlen", b"len"),
     };
-    out.extend_from_slice(verb);
-    out.push(b' ');
-    out.extend_from_slice(key);
+    if meta.is_some() {
+        out.extend_from_slice(b"mv ");
+        out.extend_from_slice(key);
+        out.push(b' ');
+        out.extend_from_slice(sub);
+    } else {
+        out.extend_from_slice(verb);
+        out.push(b' ');
+        out.extend_from_slice(key);
+    }
     let text = match call {
         VectorCall::New { elem, len } => format!(" {} {len}", String::from_utf8_lossy(type_name(*elem))),
         VectorCall::Update { op, elem, offset, data } => format!(
@@ -81,6 +97,10 @@ pub fn write_request(out: &mut Vec<u8>, key: &[u8], call: &VectorCall<'_>, norep
         VectorCall::Len => String::new(),
     };
     out.extend_from_slice(text.as_bytes());
+    if let Some(flags) = meta.filter(|flags| !flags.is_empty()) {
+        out.push(b' ');
+        out.extend_from_slice(flags);
+    }
     if noreply {
         out.extend_from_slice(b" noreply");
     }

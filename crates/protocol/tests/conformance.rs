@@ -149,7 +149,7 @@ fn cross_protocol_requests_close_without_a_reply() {
         assert_eq!((e.reply, e.close, e.skip), (ErrorReply::Nothing, true, line.len()), "{line:?}");
     }
     // memcached answers ERROR for lines that start with one of its commands' letters.
-    for line in [&b"gxt / HTTP/1.1\r\n"[..], b"mx HTTP/1.1\r\n", b"H HTTP/1.1\r\n", b"foo bar\r\n"] {
+    for line in [&b"gxt / HTTP/1.1\r\n"[..], b"mz HTTP/1.1\r\n", b"H HTTP/1.1\r\n", b"foo bar\r\n"] {
         assert_eq!(error(line).reply, ErrorReply::Error, "{line:?}");
     }
     assert!(matches!(request(b"get foo HTTP/1.1\r\n").command, Command::Get { .. }), "still a get");

@@ -8,8 +8,10 @@ use crate::outcome;
 use crate::stats::{AtomicScratch, State};
 use tierkv_engine as engine;
 use tierkv_engine::Engine;
-use tierkv_protocol::reply::{self, Status};
-use tierkv_protocol::{AtomicCode, Command, ErrorReply, ReplyStyle, Request, VectorCall, VectorElem, VectorOpCode};
+use tierkv_protocol::reply::{self, MetaCode, MetaReturn, Status};
+use tierkv_protocol::{
+    AtomicCode, Command, ErrorReply, Key, ReplyStyle, Request, VectorCall, VectorElem, VectorOpCode,
+};
 
 /// The engine's request for a protocol atomic.
 pub fn engine_request(code: AtomicCode, signed: bool, operand: u64, operand2: u64) -> engine::AtomicRequest {
@@ -25,20 +27,22 @@ pub fn engine_request(code: AtomicCode, signed: bool, operand: u64, operand2: u6
     engine::AtomicRequest { op, kind: if signed { engine::CounterKind::I64 } else { engine::CounterKind::U64 } }
 }
 
-/// An atomic's key and kind, if `request` is one (text or binary).
-fn key_and_kind<'a>(request: &Request<'a>) -> Option<(&'a [u8], bool)> {
-    match (request.command, request.style) {
-        (Command::Atomic { key, signed, .. }, ReplyStyle::Text { .. } | ReplyStyle::Binary(_)) => {
-            Some((key.raw, signed))
-        }
+/// An atomic's key (as sent: two requests join only if they sent it alike) and kind, if
+/// `request` is one.
+fn key_and_kind<'a>(request: &Request<'a>) -> Option<(Key<'a>, bool)> {
+    match request.command {
+        Command::Atomic { key, signed, .. } => Some((key, signed)),
         _ => None,
     }
 }
 
-/// A text vector update's key.
-fn vector_update_key<'a>(request: &Request<'a>) -> Option<&'a [u8]> {
+/// A vector update's key (text or meta).
+fn vector_update_key<'a>(request: &Request<'a>) -> Option<Key<'a>> {
     match (request.command, request.style) {
-        (Command::Vector { key, call: VectorCall::Update { .. }, .. }, ReplyStyle::Text { .. }) => Some(key.raw),
+        (
+            Command::Vector { key, call: VectorCall::Update { .. }, .. },
+            ReplyStyle::Text { .. } | ReplyStyle::Meta(_),
+        ) => Some(key),
         _ => None,
     }
 }
@@ -72,11 +76,12 @@ fn execute_vectors(
     state: &mut State,
     mark: &mut dyn FnMut(usize),
 ) {
+    let Some(Command::Vector { key: sent, .. }) = requests.first().map(|r| r.command) else { return };
+    let mut buffer = [0u8; 256];
+    let key = sent.decode_into(&mut buffer).unwrap_or_default();
     let mut updates = Vec::with_capacity(requests.len());
-    let mut key: &[u8] = &[];
     for request in requests {
-        let Command::Vector { key: k, call, flags, exptime } = request.command else { continue };
-        key = k.raw;
+        let Command::Vector { call, flags, exptime, .. } = request.command else { continue };
         state.counters.cmd_vector += 1;
         match call {
             VectorCall::Update { op, elem: e, offset, data } => {
@@ -89,14 +94,15 @@ fn execute_vectors(
                 updates.push((request, engine::VectorUpdate { op, elem: elem(e), offset, data }));
             }
             VectorCall::New { elem: e, len } => {
-                match partition.vector_create(key, elem(e), len, flags, exptime) {
-                    Ok(_) => reply::status(out, Status::Stored),
-                    Err(error) => reply::error(out, &outcome::text_error(error, false)),
-                }
+                let answer = match partition.vector_create(key, elem(e), len, flags, exptime) {
+                    Ok(_) => Answer::Created,
+                    Err(error) => Answer::Refused(outcome::text_error(error, false)),
+                };
+                answer.write(out, &request.style, key);
                 mark(out.len());
             }
             VectorCall::Get { .. } | VectorCall::Len => {
-                vector_read(partition, key, call, out);
+                vector_read(partition, key, call, &request.style, out);
                 mark(out.len());
             }
         }
@@ -118,46 +124,107 @@ fn execute_vectors(
         state.counters.atomic_lookups_saved += only.len() as u64 - 1;
     }
     for ((request, _), result) in updates.iter().zip(&results) {
-        if let ReplyStyle::Text { noreply: false } = request.style {
-            match result {
-                Ok(true) => reply::status(out, Status::Ok),
-                Ok(false) => reply::status(out, Status::NotFound),
-                Err(error) => reply::error(out, &outcome::text_error(*error, false)),
-            }
-        }
+        let answer = match result {
+            Ok(true) => Answer::Updated,
+            Ok(false) => Answer::Missing(VectorVerb::Update),
+            Err(error) => Answer::Refused(outcome::text_error(*error, false)),
+        };
+        answer.write(out, &request.style, key);
         mark(out.len());
     }
 }
 
-/// `vget` (a slice as a VALUE, memcached-shaped) and `vlen` (`VECTOR <type> <length>`).
-fn vector_read(partition: &mut engine::AnyPartition, key: &[u8], call: VectorCall<'_>, out: &mut Vec<u8>) {
-    let Ok(Some(item)) = partition.get(key) else {
-        return reply::status(out, if call == VectorCall::Len { Status::NotFound } else { Status::End });
-    };
-    match call {
-        VectorCall::Get { offset, count } => match engine::vector_slice(item.value, offset, count) {
-            Ok((_, range)) => {
-                out.extend_from_slice(b"VALUE ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(format!(" 0 {}\r\n", range.len()).as_bytes());
-                out.extend_from_slice(&item.value[range]);
-                out.extend_from_slice(b"\r\nEND\r\n");
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum VectorVerb {
+    Update,
+    Get,
+    Len,
+}
+
+/// What a vector command answers, before it is shaped for its protocol.
+enum Answer<'v> {
+    Created,
+    Updated,
+    /// No such key: for an update (text NOT_FOUND, meta NF), a `get` (END, EN) or a `len`
+    /// (NOT_FOUND, EN).
+    Missing(VectorVerb),
+    Slice(&'v [u8]),
+    Length(engine::ElemType, u32),
+    Refused(ErrorReply),
+}
+
+impl Answer<'_> {
+    /// Text: STORED, OK, NOT_FOUND, `VALUE <key> 0 <bytes>`/END, `VECTOR <type> <length>`
+    /// (`noreply` drops every reply). Meta: HD, NF, EN, `VA` with the slice or with
+    /// `<type> <length>` (`q` drops HD and EN).
+    fn write(&self, out: &mut Vec<u8>, style: &ReplyStyle<'_>, key: &[u8]) {
+        let length_text;
+        let (meta_code, value) = match (self, style) {
+            (_, ReplyStyle::Text { noreply: true }) | (_, ReplyStyle::Binary(_)) => return,
+            (Answer::Refused(error), _) => return reply::error(out, error),
+            (Answer::Created, ReplyStyle::Text { .. }) => return reply::status(out, Status::Stored),
+            (Answer::Updated, ReplyStyle::Text { .. }) => return reply::status(out, Status::Ok),
+            (Answer::Missing(verb), ReplyStyle::Text { .. }) => {
+                return reply::status(out, if *verb == VectorVerb::Get { Status::End } else { Status::NotFound })
             }
-            Err(error) => reply::error(out, &ErrorReply::Client(outcome::vector_error(error))),
+            (Answer::Slice(data), ReplyStyle::Text { .. }) => {
+                reply::value(out, key, 0, data, None);
+                return reply::status(out, Status::End);
+            }
+            (Answer::Length(e, len), ReplyStyle::Text { .. }) => {
+                let line = format!("VECTOR {} {len}\r\n", elem_name(*e));
+                return out.extend_from_slice(line.as_bytes());
+            }
+            (Answer::Created | Answer::Updated, ReplyStyle::Meta(_)) => (MetaCode::Hd, None),
+            (Answer::Missing(VectorVerb::Update), ReplyStyle::Meta(_)) => (MetaCode::Nf, None),
+            (Answer::Missing(_), ReplyStyle::Meta(_)) => (MetaCode::En, None),
+            (Answer::Slice(data), ReplyStyle::Meta(_)) => (MetaCode::Va, Some(*data)),
+            (Answer::Length(e, len), ReplyStyle::Meta(_)) => {
+                length_text = format!("{} {len}", elem_name(*e));
+                (MetaCode::Va, Some(length_text.as_bytes()))
+            }
+        };
+        let ReplyStyle::Meta(flags) = style else { return };
+        if flags.quiet() && matches!(meta_code, MetaCode::Hd | MetaCode::En) {
+            return;
+        }
+        let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+        reply::meta(out, meta_code, flags, reply::returned::VECTOR, &info, value);
+    }
+}
+
+fn elem_name(e: engine::ElemType) -> &'static str {
+    match e {
+        engine::ElemType::I64 => "i64",
+        engine::ElemType::U64 => "u64",
+        engine::ElemType::F64 => "f64",
+        engine::ElemType::F32 => "f32",
+    }
+}
+
+/// `get` (a slice) and `len` (type and length) of a vector.
+fn vector_read(
+    partition: &mut engine::AnyPartition,
+    key: &[u8],
+    call: VectorCall<'_>,
+    style: &ReplyStyle<'_>,
+    out: &mut Vec<u8>,
+) {
+    let Ok(Some(item)) = partition.get(key) else {
+        let verb = if call == VectorCall::Len { VectorVerb::Len } else { VectorVerb::Get };
+        return Answer::Missing(verb).write(out, style, key);
+    };
+    let answer = match call {
+        VectorCall::Get { offset, count } => match engine::vector_slice(item.value, offset, count) {
+            Ok((_, range)) => Answer::Slice(&item.value[range]),
+            Err(error) => Answer::Refused(ErrorReply::Client(outcome::vector_error(error))),
         },
         _ => match engine::vector_header(item.value) {
-            Some((e, len)) => {
-                let name = match e {
-                    engine::ElemType::I64 => "i64",
-                    engine::ElemType::U64 => "u64",
-                    engine::ElemType::F64 => "f64",
-                    engine::ElemType::F32 => "f32",
-                };
-                out.extend_from_slice(format!("VECTOR {name} {len}\r\n").as_bytes());
-            }
-            None => reply::error(out, &ErrorReply::Client("not a vector")),
+            Some((e, len)) => Answer::Length(e, len),
+            None => Answer::Refused(ErrorReply::Client("not a vector")),
         },
-    }
+    };
+    answer.write(out, style, key);
 }
 
 /// Executes `requests` (atomics on one key and kind, in order) and writes every reply.
@@ -182,13 +249,15 @@ pub fn execute_run_marked(
     if matches!(requests.first().map(|r| r.command), Some(Command::Vector { .. })) {
         return execute_vectors(partition, requests, out, state, mark);
     }
-    let Some((key, _)) = requests.first().and_then(|r| key_and_kind(r)) else {
+    let Some((sent, _)) = requests.first().and_then(|r| key_and_kind(r)) else {
         for _ in requests {
             tierkv_protocol::reply::error(out, &ErrorReply::Error);
             mark(out.len());
         }
         return;
     };
+    let mut buffer = [0u8; 256];
+    let key = sent.decode_into(&mut buffer).unwrap_or_default();
     // The engine's requests and answers go to buffers kept in `state`: no allocation per run.
     let AtomicScratch { requests: mut engine_requests, mut results } = std::mem::take(&mut state.atomic_scratch);
     engine_requests.clear();
@@ -216,7 +285,7 @@ pub fn execute_run_marked(
             ReplyStyle::Text { noreply: false } => outcome::text_atomic(out, signed, result),
             ReplyStyle::Text { noreply: true } => {}
             ReplyStyle::Binary(info) => outcome::binary_atomic(out, &info, result),
-            ReplyStyle::Meta(_) => tierkv_protocol::reply::error(out, &ErrorReply::Error),
+            ReplyStyle::Meta(flags) => outcome::meta_atomic(out, &flags, key, signed, result),
         }
         mark(out.len());
     }

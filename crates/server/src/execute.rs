@@ -380,6 +380,7 @@ fn meta_get(
                 won,
                 stale: item.stale,
                 token_sent: item.token_sent,
+                previous: None,
             };
             let (code, value) =
                 if flags.return_value() { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
@@ -438,6 +439,10 @@ fn execute_meta(
                 _ => None,
             };
             outcome::meta(out, flags, key, &Outcome::Arith(result), ttl);
+        }
+        Command::Atomic { .. } | Command::Vector { .. } => {
+            let request = Request { command: *command, style: ReplyStyle::Meta(*flags) };
+            crate::atomic_run::execute_run(partition, &[&request], out, state);
         }
         Command::MetaDebug { key } => {
             let key = key.decode_into(&mut key_buffer).unwrap_or_default();

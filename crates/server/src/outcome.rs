@@ -148,6 +148,39 @@ pub fn text_atomic(out: &mut Vec<u8>, signed: bool, result: &Result<AtomicOutcom
     }
 }
 
+/// The meta reply to a tierkv atomic (`mx`): HD, or VA with the new value (`v`), EX when a
+/// `cas` finds another value, NF; `p` returns the value before (for EX, the current one).
+/// `q` drops HD and VA.
+pub fn meta_atomic(
+    out: &mut Vec<u8>,
+    flags: &MetaFlags<'_>,
+    key: &[u8],
+    signed: bool,
+    result: &Result<AtomicOutcome, EngineError>,
+) {
+    let mut info = MetaReturn { key: Some(key), ..MetaReturn::default() };
+    let mut digits = Vec::new();
+    let code = match *result {
+        Ok(AtomicOutcome::Done { .. }) if flags.quiet() => return,
+        Ok(AtomicOutcome::Done { old, new }) => {
+            info.previous = Some((old, signed));
+            if flags.return_value() {
+                tierkv_protocol::atomic::write_number(&mut digits, new, signed);
+                MetaCode::Va
+            } else {
+                MetaCode::Hd
+            }
+        }
+        Ok(AtomicOutcome::Mismatch { current }) => {
+            info.previous = Some((current, signed));
+            MetaCode::Ex
+        }
+        Ok(AtomicOutcome::NotFound) => MetaCode::Nf,
+        Err(_) => return text_atomic(out, signed, result),
+    };
+    reply::meta(out, code, flags, returned::ATOMIC, &info, Some(&digits));
+}
+
 /// The binary reply to a tierkv atomic: old and new value (big-endian) on success, the
 /// current value with KEY_EEXISTS when a `cas` finds another; quiet requests drop a success.
 pub fn binary_atomic(out: &mut Vec<u8>, info: &BinaryRequestInfo, result: &Result<AtomicOutcome, EngineError>) {
