@@ -4,20 +4,35 @@
 
 use std::net::SocketAddr;
 
+/// A socket's address: an IP address and port, or a Unix socket's path (empty for a
+/// connected client, which has none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Inet(SocketAddr),
+    Unix(String),
+}
+
 /// What `stats conns` shows of one socket.
 pub struct Summary {
     pub fd: i32,
     /// The peer (clients) or the bound address (listeners).
-    pub addr: SocketAddr,
+    pub addr: Endpoint,
     /// The address the client connected to (None for listeners).
-    pub listen_addr: Option<SocketAddr>,
+    pub listen_addr: Option<Endpoint>,
     pub udp: bool,
     /// memcached's connection state name.
     pub state: &'static str,
     pub secs_since_last_cmd: u32,
 }
 
-fn address(addr: &SocketAddr, udp: bool) -> String {
+/// memcached's `get_conn_text`: `tcp:1.2.3.4:5`, `tcp6:[::1]:5`, `udp:...`, `unix:/path`, and
+/// `unix:<AF 1>` for a Unix client (no address).
+fn address(endpoint: &Endpoint, udp: bool) -> String {
+    let addr = match endpoint {
+        Endpoint::Inet(addr) => addr,
+        Endpoint::Unix(path) if path.len() < 2 => return "unix:<AF 1>".to_string(),
+        Endpoint::Unix(path) => return format!("unix:{path}"),
+    };
     let protocol = match (udp, addr.is_ipv6()) {
         (false, false) => "tcp",
         (false, true) => "tcp6",
@@ -48,8 +63,8 @@ mod tests {
         let mut out = Vec::new();
         let client = Summary {
             fd: 24,
-            addr: "127.0.0.1:48292".parse().unwrap(),
-            listen_addr: Some("127.0.0.1:21211".parse().unwrap()),
+            addr: Endpoint::Inet("127.0.0.1:48292".parse().unwrap()),
+            listen_addr: Some(Endpoint::Inet("127.0.0.1:21211".parse().unwrap())),
             udp: false,
             state: "conn_parse_cmd",
             secs_since_last_cmd: 0,
@@ -58,5 +73,8 @@ mod tests {
         let expected = "STAT 24:addr tcp:127.0.0.1:48292\r\nSTAT 24:listen_addr tcp:127.0.0.1:21211\r\n\
                         STAT 24:state conn_parse_cmd\r\nSTAT 24:secs_since_last_cmd 0\r\n";
         assert_eq!(String::from_utf8(out).unwrap(), expected);
+        assert_eq!(address(&Endpoint::Unix("/run/tierkv.sock".into()), false), "unix:/run/tierkv.sock");
+        assert_eq!(address(&Endpoint::Unix(String::new()), false), "unix:<AF 1>");
+        assert_eq!(address(&Endpoint::Inet("[::1]:5".parse().unwrap()), true), "udp6:[::1]:5");
     }
 }

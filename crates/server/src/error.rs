@@ -11,6 +11,8 @@ pub enum ServeError {
     Socket { flag: &'static str, address: SocketAddr, error: io::Error },
     /// Another process listens on the same address and port (SO_REUSEPORT would share it).
     PortShared { address: SocketAddr, others: usize },
+    /// The Unix socket (`-s`) cannot be made.
+    Unix { path: std::path::PathBuf, error: io::Error },
     /// The open-files limit cannot be read.
     OpenFilesUnknown(io::Error),
     /// `-c` needs more descriptors than the hard limit (or the raise) allows.
@@ -37,6 +39,9 @@ impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServeError::Socket { flag, address, error } => write!(f, "{flag}: cannot listen on {address}: {error}"),
+            ServeError::Unix { path, error } => {
+                write!(f, "-s/--unix-socket: cannot listen on {}: {error}", path.display())
+            }
             ServeError::PortShared { address, others } => write!(
                 f,
                 "-p/--port: {others} other listening socket(s) on {address}: another server started on this port"

@@ -22,6 +22,7 @@ mod error;
 mod execute;
 mod forward;
 mod limits;
+mod net;
 mod outcome;
 mod stats;
 mod sys;

@@ -57,6 +57,13 @@ pub struct Config {
     /// megabytes; past it, connections with replies waiting stop being read [default: 4 + -m/64].
     #[arg(long = "conn-memory", value_name = "MB", help_heading = "Connections")]
     pub conn_memory: Option<usize>,
+    /// memcached's -s: listen on this Unix domain socket instead of TCP and UDP (a stale
+    /// socket file there is replaced) [default: off].
+    #[arg(short = 's', long = "unix-socket", value_name = "PATH", help_heading = "Connections")]
+    pub unix_socket: Option<PathBuf>,
+    /// memcached's -a: the Unix socket's permissions, in octal [default: 0700].
+    #[arg(short = 'a', long = "unix-mask", value_name = "MASK", help_heading = "Connections")]
+    pub unix_mask: Option<String>,
     /// Close connections idle this many seconds; 0 = never [default: 0].
     #[arg(long = "idle-timeout", value_name = "SECONDS", help_heading = "Connections")]
     pub idle_timeout: Option<u32>,
@@ -172,6 +179,8 @@ pub struct Settings {
     pub direct_ports: Option<u16>,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
+    /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
+    pub unix_socket: Option<(PathBuf, u32)>,
     /// Cache (evicting) or store (refusing writes when full).
     pub mode: tierkv_engine::Mode,
     /// The whole item memory (`-m`) at start; each partition gets an equal share.
@@ -259,7 +268,9 @@ impl Config {
         // memcached's -o idle_timeout stands for --idle-timeout (and wins over the file's).
         let idle_timeout = extended_options(&self.extended)?.or(self.idle_timeout).unwrap_or(0);
         self.check_direct_ports(threads, address.port())?;
+        let unix_socket = self.unix_socket()?;
         Ok(Settings {
+            unix_socket,
             address,
             threads,
             direct_ports: self.direct_ports,
@@ -313,6 +324,32 @@ impl Config {
             return Err(ConfigError::flag("-I/--max-item-size", message));
         }
         Ok((memory_mib << 20, memory_max_mib << 20, max_item_bytes))
+    }
+
+    /// `-s` and `-a`: the path and the octal mask. A Unix socket replaces TCP and UDP (as in
+    /// memcached), so the flags that only mean something for those are refused beside it.
+    fn unix_socket(&self) -> Result<Option<(PathBuf, u32)>, ConfigError> {
+        let Some(path) = &self.unix_socket else {
+            return match &self.unix_mask {
+                Some(_) => Err(ConfigError::flag("-a/--unix-mask", "needs -s/--unix-socket")),
+                None => Ok(None),
+            };
+        };
+        let text = self.unix_mask.as_deref().unwrap_or("0700");
+        let mask = u32::from_str_radix(text, 8).ok().filter(|&mask| mask <= 0o777).ok_or_else(|| {
+            ConfigError::flag("-a/--unix-mask", format!("{text:?} must be octal permissions, 0 to 777"))
+        })?;
+        let beside = |flag: &str| ConfigError::flag(flag, "cannot be used with -s/--unix-socket (no TCP or UDP then)");
+        if self.direct_ports.is_some() {
+            return Err(beside("--direct-ports"));
+        }
+        if self.udp_port.is_some_and(|port| port != 0) {
+            return Err(beside("-U/--udp-port"));
+        }
+        if path.as_os_str().is_empty() || path.as_os_str().len() > 107 {
+            return Err(ConfigError::flag("-s/--unix-socket", format!("{:?} must be 1 to 107 bytes", path)));
+        }
+        Ok(Some((path.clone(), mask)))
     }
 
     /// Worker i's port (base + i) must exist and take no other port of the server.

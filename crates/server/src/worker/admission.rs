@@ -8,8 +8,8 @@
 use super::{Connection, Worker};
 use crate::config::Settings;
 use crate::error::ServeError;
+use crate::net::Listener;
 use crate::sys;
-use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
@@ -47,9 +47,9 @@ const TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
 
 impl Worker {
     /// Accepts every pending connection on `listener`.
-    pub(super) fn accept(&mut self, listener: &TcpListener, poll: &Poll) {
+    pub(super) fn accept(&mut self, listener: &Listener, poll: &Poll) {
         loop {
-            let (mut stream, _) = match listener.accept() {
+            let mut stream = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -75,7 +75,7 @@ impl Worker {
                 self.connections.push(None);
                 self.connections.len() - 1
             });
-            let _ = stream.set_nodelay(true);
+            stream.set_nodelay();
             if poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE).is_err() {
                 self.free.push(slot);
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
@@ -84,8 +84,8 @@ impl Worker {
                 continue;
             }
             self.next_generation += 1;
-            if let Ok(peer) = stream.peer_addr() {
-                self.shared.proven.enter(peer.ip());
+            if let Some(ip) = stream.peer_ip() {
+                self.shared.proven.enter(ip);
             }
             let mut connection = Connection::new(Some(stream), None, self.next_generation);
             connection.last_command = self.core.partition.now();
@@ -97,12 +97,12 @@ impl Worker {
 
     /// Out of descriptors: frees the spare, accepts one waiting client on it, refuses it with
     /// memcached's error and takes the spare back. False if there was no spare or no client.
-    fn refuse_one(&mut self, listener: &TcpListener) -> bool {
+    fn refuse_one(&mut self, listener: &Listener) -> bool {
         if self.spare.take().is_none() {
             return false;
         }
         let refused = match listener.accept() {
-            Ok((mut stream, _)) => {
+            Ok(mut stream) => {
                 let _ = stream.write(TOO_MANY);
                 self.core.state.counters.rejected_connections += 1;
                 true

@@ -14,7 +14,11 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     admission::raise_open_files(settings)?;
     let workers = settings.threads;
     let address = settings.address;
-    let mains = bind_shared(address, workers)?;
+    let mains: Vec<Listener> = match &settings.unix_socket {
+        Some((path, mask)) => crate::net::bind_unix(path, *mask, workers)
+            .map_err(|error| ServeError::Unix { path: path.clone(), error })?,
+        None => bind_shared(address, workers)?.into_iter().map(Listener::Tcp).collect(),
+    };
     let mut polls = Vec::with_capacity(workers);
     let mut peers = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -39,7 +43,7 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
             Some(base) => {
                 let port = base + id as u16;
                 let at = SocketAddr::new(address.ip(), port);
-                Some(TcpListener::bind(at).map_err(ServeError::socket("--direct-ports", at))?)
+                Some(Listener::Tcp(TcpListener::bind(at).map_err(ServeError::socket("--direct-ports", at))?))
             }
             None => None,
         };
@@ -58,7 +62,8 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     }
     if settings.verbose > 0 {
         eprintln!(
-            "tierkv: listening on {address} with {} MiB in {workers} partitions{}",
+            "tierkv: listening on {} with {} MiB in {workers} partitions{}",
+            settings.unix_socket.as_ref().map_or(address.to_string(), |(path, _)| path.display().to_string()),
             settings.memory_bytes >> 20,
             settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default()
         );
@@ -293,8 +298,8 @@ impl Worker {
 /// Registers a worker's listening and UDP sockets for readable events.
 fn register_sockets(
     poll: &Poll,
-    main: &mut TcpListener,
-    direct: Option<&mut TcpListener>,
+    main: &mut Listener,
+    direct: Option<&mut Listener>,
     udp: &mut [Option<mio::net::UdpSocket>; 2],
 ) -> Result<(), ServeError> {
     let registry = poll.registry();

@@ -48,8 +48,8 @@ impl Worker {
             }
             if let Some(stream) = connection.stream.as_mut() {
                 let _ = poll.registry().deregister(stream);
-                if let Ok(peer) = stream.peer_addr() {
-                    self.shared.proven.leave(peer.ip());
+                if let Some(ip) = stream.peer_ip() {
+                    self.shared.proven.leave(ip);
                 }
                 self.core.state.curr_connections -= 1;
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);

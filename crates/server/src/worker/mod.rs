@@ -18,9 +18,10 @@ use crate::error::ServeError;
 use crate::execute::{execute, get_value, stats_reply, Progress};
 use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::*;
+use crate::net::{Listener, Stream};
 use crate::stats::{Group, Snapshot, State};
 use crate::sys::signals::{install_signal_handlers, STOP};
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -71,7 +72,7 @@ struct Gather {
 
 struct Connection {
     /// The TCP socket; None for the reply to one UDP request (it has `udp`).
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     udp: Option<UdpReply>,
     /// For UDP: where each message ends in `output`.
     marks: Vec<usize>,
@@ -136,7 +137,7 @@ struct UdpReply {
 }
 
 impl Connection {
-    fn new(stream: Option<TcpStream>, udp: Option<UdpReply>, generation: u64) -> Connection {
+    fn new(stream: Option<Stream>, udp: Option<UdpReply>, generation: u64) -> Connection {
         let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         Connection {
             stream,
@@ -209,8 +210,8 @@ impl Connection {
 struct Start {
     id: usize,
     poll: Poll,
-    main: TcpListener,
-    direct: Option<TcpListener>,
+    main: Listener,
+    direct: Option<Listener>,
     /// UDP on the shared port and on this worker's direct port.
     udp: [Option<mio::net::UdpSocket>; 2],
     links: Links,
@@ -303,7 +304,7 @@ struct Worker {
     /// Slots of this worker's watching connections (served every loop turn).
     watching: Vec<usize>,
     /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).
-    listeners: Vec<(i32, SocketAddr, bool)>,
+    listeners: Vec<(i32, crate::conns::Endpoint, bool)>,
     /// When the worker started (Unix seconds): listeners' `secs_since_last_cmd`.
     started: u32,
     /// A descriptor kept in reserve for refusing clients when none is left (`admission`).

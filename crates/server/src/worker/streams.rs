@@ -3,6 +3,7 @@
 //! listing that only the worker owning the connections can write.
 
 use super::*;
+use crate::conns::Endpoint;
 
 /// Makes the connection a watcher of `streams` with memcached's replies; false if refused.
 pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams: u8) -> bool {
@@ -99,13 +100,13 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
 
 /// A worker's listening sockets as `stats conns` lists them: descriptor, address, UDP.
 pub(super) fn listener_addresses(
-    main: &TcpListener,
-    direct: Option<&TcpListener>,
+    main: &Listener,
+    direct: Option<&Listener>,
     udp: &[Option<mio::net::UdpSocket>; 2],
-) -> Vec<(i32, SocketAddr, bool)> {
+) -> Vec<(i32, Endpoint, bool)> {
     use std::os::fd::AsRawFd;
-    let tcp = std::iter::once(main).chain(direct).filter_map(|l| Some((l.as_raw_fd(), l.local_addr().ok()?, false)));
-    let udp = udp.iter().flatten().filter_map(|s| Some((s.as_raw_fd(), s.local_addr().ok()?, true)));
+    let tcp = std::iter::once(main).chain(direct).filter_map(|l| Some((l.as_raw_fd(), l.endpoint()?, false)));
+    let udp = udp.iter().flatten().filter_map(|s| Some((s.as_raw_fd(), Endpoint::Inet(s.local_addr().ok()?), true)));
     tcp.chain(udp).collect()
 }
 
@@ -115,7 +116,8 @@ impl Worker {
         use crate::conns::{lines, Summary};
         let now = unix_now();
         let mut out = Vec::new();
-        for &(fd, addr, udp) in &self.listeners {
+        for (fd, addr, udp) in &self.listeners {
+            let (fd, addr, udp) = (*fd, addr.clone(), *udp);
             let state = if udp { "conn_read" } else { "conn_listening" };
             let since = now.saturating_sub(self.started);
             lines(&Summary { fd, addr, listen_addr: None, udp, state, secs_since_last_cmd: since }, &mut out);
@@ -123,7 +125,7 @@ impl Worker {
         for (slot, connection) in self.connections.iter().enumerate() {
             let Some(connection) = connection else { continue };
             let Some(stream) = &connection.stream else { continue };
-            let (Ok(addr), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else { continue };
+            let (Some(addr), Some(local)) = (stream.peer(), stream.local()) else { continue };
             let state = if requester == Some(slot) {
                 "conn_parse_cmd"
             } else if connection.closing {

@@ -1,0 +1,178 @@
+//! The byte streams a worker serves, whatever carries them: TCP, a Unix domain socket (`-s`),
+//! and later TLS over TCP. A worker reads and writes a `Stream` and accepts from a `Listener`
+//! without knowing which; everything transport-specific (addresses for `stats conns`, Nagle,
+//! the socket file's permissions) lives here.
+//!
+//! It must not parse requests or hold connection state beyond what the transport needs.
+
+use crate::conns::Endpoint;
+use mio::event::Source;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+use std::io::{self, Read, Write};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// A client connection.
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// The client's address as `stats conns` shows it.
+    pub fn peer(&self) -> Option<Endpoint> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok().map(Endpoint::Inet),
+            // A connected Unix client has no address (memcached shows `<AF 1>`).
+            Stream::Unix(_) => Some(Endpoint::Unix(String::new())),
+        }
+    }
+
+    /// The address the client connected to.
+    pub fn local(&self) -> Option<Endpoint> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok().map(Endpoint::Inet),
+            Stream::Unix(s) => s.local_addr().ok().map(|a| Endpoint::Unix(path_text(a.as_pathname()))),
+        }
+    }
+
+    /// The client's IP address (None for a Unix socket): TCP clients prove their address.
+    pub fn peer_ip(&self) -> Option<IpAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// Turns Nagle off on TCP (replies leave as soon as they are written).
+    pub fn set_nodelay(&self) {
+        if let Stream::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+}
+
+fn path_text(path: Option<&Path>) -> String {
+    path.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Delegates `$call` to the socket inside a `Stream` or `Listener`.
+macro_rules! each_socket {
+    ($value:expr, $socket:ident => $call:expr) => {
+        match $value {
+            Self::Tcp($socket) => $call,
+            Self::Unix($socket, ..) => $call,
+        }
+    };
+}
+
+impl Source for Stream {
+    fn register(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        each_socket!(self, s => s.register(registry, token, interests))
+    }
+
+    fn reregister(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        each_socket!(self, s => s.reregister(registry, token, interests))
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        each_socket!(self, s => s.deregister(registry))
+    }
+}
+
+/// A listening socket: TCP (the main port or a direct port) or the Unix socket.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// The socket and its path.
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Takes one waiting client.
+    pub fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
+            Listener::Unix(l, _) => l.accept().map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+
+    /// The bound address as `stats conns` shows it.
+    pub fn endpoint(&self) -> Option<Endpoint> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok().map(Endpoint::Inet),
+            Listener::Unix(_, path) => Some(Endpoint::Unix(path.display().to_string())),
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        each_socket!(self, l => l.as_raw_fd())
+    }
+}
+
+impl Source for Listener {
+    fn register(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        each_socket!(self, l => l.register(registry, token, interests))
+    }
+
+    fn reregister(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
+        each_socket!(self, l => l.reregister(registry, token, interests))
+    }
+
+    fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
+        each_socket!(self, l => l.deregister(registry))
+    }
+}
+
+/// memcached's `-s`: listens on the Unix socket at `path`, replacing a stale socket file left
+/// there (never another kind of file), with permissions `mask` (`-a`, octal). Returns `count`
+/// handles on the one socket, one per worker: a Unix socket cannot be shared with
+/// SO_REUSEPORT, so every worker accepts from the same socket.
+pub fn bind_unix(path: &Path, mask: u32, count: usize) -> io::Result<Vec<Listener>> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
+        std::fs::remove_file(path)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mask & 0o777))?;
+    listener.set_nonblocking(true)?;
+    let mut handles = Vec::with_capacity(count);
+    for _ in 1..count {
+        handles.push(Listener::Unix(UnixListener::from_std(listener.try_clone()?), path.to_path_buf()));
+    }
+    handles.push(Listener::Unix(UnixListener::from_std(listener), path.to_path_buf()));
+    Ok(handles)
+}
