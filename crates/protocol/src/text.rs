@@ -61,7 +61,7 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
         b"me" => line.meta_debug(limits),
         b"mx" => line.meta_atomic(limits),
         b"mv" => line.meta_vector(input, limits),
-        b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"lru" | b"watch" => {
+        b"shutdown" | b"slabs" | b"cache_memlimit" | b"lru_crawler" | b"lru" | b"watch" | b"refresh_certs" => {
             line.ok(Command::Admin { line: line.bytes }, false)
         }
         _ if is_cross_protocol(command, line.bytes) => {

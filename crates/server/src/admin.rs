@@ -22,6 +22,17 @@ pub const SLAB_CLASSES: u32 = 64;
 /// over the connection).
 pub const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
 
+/// memcached's `refresh_certs`: loads the TLS certificates again; the old ones stay on failure.
+fn refresh_certs(state: &State, out: &mut Vec<u8>) {
+    match &state.tls {
+        None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
+        Some(tls) => match tls.refresh(tierkv_engine::unix_now().into()) {
+            Ok(()) => reply::status(out, Status::Ok),
+            Err(message) => out.extend_from_slice(format!("{message}\r\n").as_bytes()),
+        },
+    }
+}
+
 /// Executes an administrative command line and appends memcached's reply.
 pub fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out: &mut Vec<u8>) -> After {
     let mut tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|token| !token.is_empty()).collect();
@@ -45,6 +56,10 @@ pub fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out
             After::Continue
         }
         b"watch" => watch(&tokens, state, out),
+        b"refresh_certs" => {
+            refresh_certs(state, out);
+            After::Continue
+        }
         _ => {
             reply::error(out, &ErrorReply::Error);
             After::Continue

@@ -11,6 +11,8 @@ pub enum ServeError {
     Socket { flag: &'static str, address: SocketAddr, error: io::Error },
     /// Another process listens on the same address and port (SO_REUSEPORT would share it).
     PortShared { address: SocketAddr, others: usize },
+    /// The TLS certificates (`-Z`) cannot be loaded.
+    Tls(String),
     /// The Unix socket (`-s`) cannot be made.
     Unix { path: std::path::PathBuf, error: io::Error },
     /// The open-files limit cannot be read.
@@ -39,6 +41,7 @@ impl fmt::Display for ServeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServeError::Socket { flag, address, error } => write!(f, "{flag}: cannot listen on {address}: {error}"),
+            ServeError::Tls(message) => write!(f, "-Z/--enable-ssl: {message}"),
             ServeError::Unix { path, error } => {
                 write!(f, "-s/--unix-socket: cannot listen on {}: {error}", path.display())
             }

@@ -110,6 +110,8 @@ pub struct State {
     pub fd: i32,
     /// Buffers the atomics reuse from run to run (`atomic_run`).
     pub atomic_scratch: AtomicScratch,
+    /// `-Z`: the TLS context (`refresh_certs`, the ssl stats).
+    pub tls: Option<Arc<crate::net::tls::TlsContext>>,
     started: u32,
 }
 
@@ -135,6 +137,7 @@ impl State {
             observe: 0,
             fd: -1,
             atomic_scratch: Default::default(),
+            tls: None,
             started: now,
         }
     }
@@ -147,6 +150,11 @@ impl State {
     /// The same state with a `stats detail` table and watchers shared with other workers.
     pub fn sharing(self, detail: Arc<crate::detail::Detail>, watchers: Arc<crate::watch::Watchers>) -> State {
         State { detail, watchers, ..self }
+    }
+
+    /// The same state with the server's TLS context.
+    pub fn sharing_tls(self, tls: Option<Arc<crate::net::tls::TlsContext>>) -> State {
+        State { tls, ..self }
     }
 
     /// Reads again what is observed (once a turn, and when it changes here).
@@ -509,6 +517,13 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("store_no_memory", &c.store_no_memory);
     put("auth_cmds", &0);
     put("auth_errors", &0);
+    if let Some(tls) = &state.tls {
+        put("ssl_new_sessions", &tls.new_sessions.load(Ordering::Relaxed));
+        put("ssl_handshake_errors", &tls.handshake_errors.load(Ordering::Relaxed));
+        put("ssl_proto_errors", &tls.proto_errors.load(Ordering::Relaxed));
+        let since = u64::from(tierkv_engine::unix_now()).saturating_sub(tls.loaded_at.load(Ordering::Relaxed));
+        put("time_since_server_cert_refresh", &since);
+    }
     if state.settings.idle_timeout > 0 {
         put("idle_kicks", &c.idle_kicks);
     }
@@ -543,7 +558,10 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("inter", &s.address.ip());
     put("verbosity", &state.verbosity.load(Ordering::Relaxed));
     put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
-    put("domain_socket", &"NULL");
+    match &s.unix_socket {
+        Some((path, _)) => put("domain_socket", &path.display()),
+        None => put("domain_socket", &"NULL"),
+    }
     put("shutdown_command", &yes_no(s.admin.shutdown));
     put("num_threads", &s.threads);
     put("detail_enabled", &yes_no(state.detail.enabled()));
@@ -558,7 +576,23 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("dump_enabled", &yes_no(s.admin.dump));
     put("hash_algorithm", &"xxh3");
     put("idle_timeout", &state.settings.idle_timeout);
-    put("ssl_enabled", &"no");
+    ssl_settings(s.tls.as_ref(), put);
+}
+
+/// memcached's `ssl_*` settings lines (1.6.18, built with TLS).
+fn ssl_settings(tls: Option<&crate::net::tls::TlsSettings>, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    let path = |p: Option<&std::path::PathBuf>| p.map_or("(null)".to_string(), |p| p.display().to_string());
+    put("ssl_enabled", &yes_no(tls.is_some()));
+    put("ssl_chain_cert", &path(tls.map(|t| &t.chain_cert)));
+    put("ssl_key", &path(tls.map(|t| &t.key)));
+    put("ssl_verify_mode", &tls.map_or(0, |t| t.verify_mode));
+    put("ssl_keyformat", &1);
+    put("ssl_ciphers", &"NULL");
+    put("ssl_ca_cert", &tls.and_then(|t| t.ca_cert.as_ref()).map_or("NULL".to_string(), |p| p.display().to_string()));
+    put("ssl_wbuf_size", &16384);
+    put("ssl_session_cache", &"no");
+    put("ssl_kernel_tls", &"no");
+    put("ssl_min_version", &"tlsv1.2");
 }
 
 #[cfg(test)]

@@ -68,7 +68,8 @@ pub struct Config {
     #[arg(long = "idle-timeout", value_name = "SECONDS", help_heading = "Connections")]
     pub idle_timeout: Option<u32>,
     /// memcached's extended options, comma separated: `idle_timeout=SECONDS` is
-    /// --idle-timeout; tierkv knows no other.
+    /// --idle-timeout, `ssl_chain_cert`, `ssl_key`, `ssl_ca_cert` and `ssl_verify_mode` are
+    /// the --tls-* flags; tierkv knows no other.
     #[arg(short = 'o', long = "extended", value_name = "OPTIONS")]
     pub extended: Vec<String>,
     /// Largest item: bytes, or a number with k or m (memcached's -I) [default: 1m].
@@ -108,30 +109,61 @@ pub struct Config {
     /// memcached's -D: the character that ends a key's prefix for `stats detail` [default: :].
     #[arg(short = 'D', long = "prefix-delimiter", help_heading = "Admin commands")]
     pub prefix_delimiter: Option<String>,
+    /// memcached's -Z: serve every connection over TLS (needs a certificate and its key).
+    #[arg(short = 'Z', long = "enable-ssl", help_heading = "TLS")]
+    pub enable_ssl: bool,
+    /// The server's certificate chain, PEM (memcached's -o ssl_chain_cert).
+    #[arg(long = "tls-cert", value_name = "FILE", help_heading = "TLS")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, PEM (memcached's -o ssl_key).
+    #[arg(long = "tls-key", value_name = "FILE", help_heading = "TLS")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates that client certificates are checked against, PEM (-o ssl_ca_cert).
+    #[arg(long = "tls-ca", value_name = "FILE", help_heading = "TLS")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificates (-o ssl_verify_mode): 0 not asked for, 1 checked when sent, 2 and 3
+    /// required [default: 0].
+    #[arg(long = "tls-verify-mode", value_name = "0-3", help_heading = "TLS")]
+    pub tls_verify_mode: Option<String>,
     /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
     /// under a heading, its name in that heading's section: `[udp] port`).
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
 }
 
-/// memcached's `-o` options tierkv knows: `idle_timeout=N` (the flag it stands for).
-fn extended_options(options: &[String]) -> Result<Option<u32>, ConfigError> {
-    let mut idle_timeout = None;
+/// memcached's `-o` options tierkv knows, each standing for one of its flags.
+#[derive(Default)]
+struct Extended {
+    idle_timeout: Option<u32>,
+    ssl_chain_cert: Option<PathBuf>,
+    ssl_key: Option<PathBuf>,
+    ssl_ca_cert: Option<PathBuf>,
+    ssl_verify_mode: Option<String>,
+}
+
+/// Reads the `-o` lists (several `-o`, each a comma-separated list).
+fn extended_options(options: &[String]) -> Result<Extended, ConfigError> {
+    let mut extended = Extended::default();
     for option in options.iter().flat_map(|options| options.split(',')).filter(|option| !option.is_empty()) {
         match option.split_once('=') {
             Some(("idle_timeout", seconds)) => {
                 let seconds = seconds.parse().map_err(|_| {
                     ConfigError::flag("-o idle_timeout", format!("{seconds:?} must be a number of seconds"))
                 })?;
-                idle_timeout = Some(seconds);
+                extended.idle_timeout = Some(seconds);
             }
+            Some(("ssl_chain_cert", path)) => extended.ssl_chain_cert = Some(path.into()),
+            Some(("ssl_key", path)) => extended.ssl_key = Some(path.into()),
+            Some(("ssl_ca_cert", path)) => extended.ssl_ca_cert = Some(path.into()),
+            Some(("ssl_verify_mode", mode)) => extended.ssl_verify_mode = Some(mode.to_string()),
             _ => {
-                let message = "unknown option (tierkv knows idle_timeout=SECONDS)".to_string();
+                let message = "unknown option (tierkv knows idle_timeout, ssl_chain_cert, ssl_key, ssl_ca_cert and \
+                               ssl_verify_mode)";
                 return Err(ConfigError::flag(format!("-o {option:?}"), message));
             }
         }
     }
-    Ok(idle_timeout)
+    Ok(extended)
 }
 
 /// Why start-up stopped: a flag (or file key) with a bad value, the file itself, or the
@@ -181,6 +213,8 @@ pub struct Settings {
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
     pub unix_socket: Option<(PathBuf, u32)>,
+    /// `-Z`: every connection is TLS.
+    pub tls: Option<crate::net::tls::TlsSettings>,
     /// Cache (evicting) or store (refusing writes when full).
     pub mode: tierkv_engine::Mode,
     /// The whole item memory (`-m`) at start; each partition gets an equal share.
@@ -265,12 +299,15 @@ impl Config {
                 format!("{conn_memory_mib} must be 1 to 1048576 megabytes"),
             ));
         }
-        // memcached's -o idle_timeout stands for --idle-timeout (and wins over the file's).
-        let idle_timeout = extended_options(&self.extended)?.or(self.idle_timeout).unwrap_or(0);
+        // memcached's -o options stand for tierkv's flags (and win over the file's).
+        let extended = extended_options(&self.extended)?;
+        let idle_timeout = extended.idle_timeout.or(self.idle_timeout).unwrap_or(0);
+        let tls = self.tls(extended)?;
         self.check_direct_ports(threads, address.port())?;
         let unix_socket = self.unix_socket()?;
         Ok(Settings {
             unix_socket,
+            tls,
             address,
             threads,
             direct_ports: self.direct_ports,
@@ -350,6 +387,37 @@ impl Config {
             return Err(ConfigError::flag("-s/--unix-socket", format!("{:?} must be 1 to 107 bytes", path)));
         }
         Ok(Some((path.clone(), mask)))
+    }
+
+    /// `-Z` with its certificate, key, CA and verification mode (from `-o` or the flags).
+    fn tls(&self, extended: Extended) -> Result<Option<crate::net::tls::TlsSettings>, ConfigError> {
+        let chain_cert = extended.ssl_chain_cert.or_else(|| self.tls_cert.clone());
+        let key = extended.ssl_key.or_else(|| self.tls_key.clone());
+        let ca_cert = extended.ssl_ca_cert.or_else(|| self.tls_ca.clone());
+        let mode_text = extended.ssl_verify_mode.or_else(|| self.tls_verify_mode.clone());
+        if !self.enable_ssl {
+            return match (&chain_cert, &key, &ca_cert, &mode_text) {
+                (None, None, None, None) => Ok(None),
+                _ => Err(ConfigError::flag("--tls-cert/--tls-key/--tls-ca/--tls-verify-mode", "need -Z/--enable-ssl")),
+            };
+        }
+        let (Some(chain_cert), Some(key)) = (chain_cert, key) else {
+            return Err(ConfigError::flag(
+                "-Z/--enable-ssl",
+                "needs a certificate and its key (--tls-cert and --tls-key, or -o ssl_chain_cert=FILE,ssl_key=FILE)",
+            ));
+        };
+        let verify_mode = match mode_text.as_deref().unwrap_or("0").parse::<u8>() {
+            Ok(mode @ 0..=3) => mode,
+            _ => return Err(ConfigError::flag("--tls-verify-mode", format!("{mode_text:?} must be 0, 1, 2 or 3"))),
+        };
+        if verify_mode > 0 && ca_cert.is_none() {
+            return Err(ConfigError::flag("--tls-verify-mode", format!("{verify_mode} needs --tls-ca (ssl_ca_cert)")));
+        }
+        if self.udp_port.is_some_and(|port| port != 0) {
+            return Err(ConfigError::flag("-U/--udp-port", "cannot be used with -Z/--enable-ssl (UDP has no TLS)"));
+        }
+        Ok(Some(crate::net::tls::TlsSettings { chain_cert, key, ca_cert, verify_mode }))
     }
 
     /// Worker i's port (base + i) must exist and take no other port of the server.

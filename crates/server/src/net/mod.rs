@@ -1,5 +1,5 @@
 //! The byte streams a worker serves, whatever carries them: TCP, a Unix domain socket (`-s`),
-//! and later TLS over TCP. A worker reads and writes a `Stream` and accepts from a `Listener`
+//! or TLS over TCP (`-Z`, `tls.rs`). A worker reads and writes a `Stream` and accepts from a `Listener`
 //! without knowing which; everything transport-specific (addresses for `stats conns`, Nagle,
 //! the socket file's permissions) lives here.
 //!
@@ -14,10 +14,13 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
+pub mod tls;
+
 /// A client connection.
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<tls::TlsStream>),
 }
 
 impl Stream {
@@ -25,6 +28,7 @@ impl Stream {
     pub fn peer(&self) -> Option<Endpoint> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(Endpoint::Inet),
+            Stream::Tls(s) => s.sock.peer(),
             // A connected Unix client has no address (memcached shows `<AF 1>`).
             Stream::Unix(_) => Some(Endpoint::Unix(String::new())),
         }
@@ -34,6 +38,7 @@ impl Stream {
     pub fn local(&self) -> Option<Endpoint> {
         match self {
             Stream::Tcp(s) => s.local_addr().ok().map(Endpoint::Inet),
+            Stream::Tls(s) => s.sock.local(),
             Stream::Unix(s) => s.local_addr().ok().map(|a| Endpoint::Unix(path_text(a.as_pathname()))),
         }
     }
@@ -42,15 +47,31 @@ impl Stream {
     pub fn peer_ip(&self) -> Option<IpAddr> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+            Stream::Tls(s) => s.sock.peer_ip(),
             Stream::Unix(_) => None,
         }
     }
 
     /// Turns Nagle off on TCP (replies leave as soon as they are written).
     pub fn set_nodelay(&self) {
-        if let Stream::Tcp(s) = self {
-            let _ = s.set_nodelay(true);
+        match self {
+            Stream::Tcp(s) => _ = s.set_nodelay(true),
+            Stream::Tls(s) => s.sock.set_nodelay(),
+            Stream::Unix(_) => {}
         }
+    }
+
+    /// Wraps an accepted socket in TLS.
+    pub fn into_tls(self, acceptor: &mut tls::Acceptor) -> io::Result<Stream> {
+        match self {
+            Stream::Tls(_) => Ok(self),
+            sock => Ok(Stream::Tls(Box::new(acceptor.accept(sock)?))),
+        }
+    }
+
+    /// Whether bytes already written are still waiting to leave (TLS records rustls holds).
+    pub fn pending_output(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.pending_output())
     }
 }
 
@@ -63,6 +84,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -72,11 +94,16 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
 
+    /// Sends what earlier writes left inside the stream (TLS records); nothing for sockets.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -85,11 +112,12 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.sock.as_raw_fd(),
         }
     }
 }
 
-/// Delegates `$call` to the socket inside a `Stream` or `Listener`.
+/// Delegates `$call` to the socket inside a `Listener`.
 macro_rules! each_socket {
     ($value:expr, $socket:ident => $call:expr) => {
         match $value {
@@ -101,15 +129,27 @@ macro_rules! each_socket {
 
 impl Source for Stream {
     fn register(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
-        each_socket!(self, s => s.register(registry, token, interests))
+        match self {
+            Stream::Tcp(s) => s.register(registry, token, interests),
+            Stream::Unix(s) => s.register(registry, token, interests),
+            Stream::Tls(s) => s.sock.register(registry, token, interests),
+        }
     }
 
     fn reregister(&mut self, registry: &Registry, token: Token, interests: Interest) -> io::Result<()> {
-        each_socket!(self, s => s.reregister(registry, token, interests))
+        match self {
+            Stream::Tcp(s) => s.reregister(registry, token, interests),
+            Stream::Unix(s) => s.reregister(registry, token, interests),
+            Stream::Tls(s) => s.sock.reregister(registry, token, interests),
+        }
     }
 
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
-        each_socket!(self, s => s.deregister(registry))
+        match self {
+            Stream::Tcp(s) => s.deregister(registry),
+            Stream::Unix(s) => s.deregister(registry),
+            Stream::Tls(s) => s.sock.deregister(registry),
+        }
     }
 }
 

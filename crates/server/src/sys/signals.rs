@@ -1,18 +1,27 @@
 //! SIGINT and SIGTERM stop the server cleanly: the handler sets a flag every worker checks at
-//! least once a second.
+//! least once a second. SIGHUP asks for the TLS certificates to be loaded again (memcached's
+//! reload signal), through another flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by SIGINT/SIGTERM; the loop checks it every turn (at least once a second).
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn request_stop(_signal: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+/// Set by SIGHUP; the first worker takes it and reloads the certificates.
+pub static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn request_stop(signal: libc::c_int) {
+    if signal == libc::SIGHUP {
+        RELOAD.store(true, Ordering::Relaxed);
+    } else {
+        STOP.store(true, Ordering::Relaxed);
+    }
 }
 
-/// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write.
+/// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write, and
+/// SIGHUP ask for a reload instead of killing it.
 pub fn install_signal_handlers() -> std::io::Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
         // sigaction struct is zero-initialised plain data with the handler and an empty mask.
         let installed = unsafe {

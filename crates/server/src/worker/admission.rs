@@ -13,7 +13,7 @@ use crate::sys;
 use mio::{Interest, Poll, Token};
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
-use tierkv_engine::Engine;
+use tierkv_engine::{unix_now, Engine};
 
 /// Descriptors the server needs beyond one per connection: listeners, epoll and wake-up
 /// descriptors, UDP sockets and spare descriptors per worker, standard streams, pid file.
@@ -76,6 +76,16 @@ impl Worker {
                 self.connections.len() - 1
             });
             stream.set_nodelay();
+            if let Some(acceptor) = self.acceptor.as_mut() {
+                stream = match stream.into_tls(acceptor) {
+                    Ok(stream) => stream,
+                    Err(_) => {
+                        self.free.push(slot);
+                        self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+            }
             if poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE).is_err() {
                 self.free.push(slot);
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
@@ -92,6 +102,16 @@ impl Worker {
             self.connections[slot] = Some(connection);
             self.core.state.curr_connections += 1;
             self.core.state.counters.total_connections += 1;
+        }
+    }
+
+    /// SIGHUP: loads the TLS certificates again (the old ones stay if that fails).
+    pub(super) fn reload_certificates(&mut self) {
+        let Some(tls) = &self.shared.tls else { return };
+        match tls.refresh(unix_now().into()) {
+            Ok(()) if self.core.state.settings.verbose > 0 => eprintln!("tierkv: TLS certificates reloaded"),
+            Ok(()) => {}
+            Err(message) => eprintln!("tierkv: SIGHUP: {message}; the previous certificates stay"),
         }
     }
 

@@ -6,6 +6,7 @@
 //! `forwarded`, datagrams to `udp_session`.
 
 use super::*;
+use crate::net::tls::{Acceptor, TlsContext};
 use tierkv_engine::Engine;
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
@@ -36,6 +37,10 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         watchers: Arc::default(),
         proven: Proven::default(),
+        tls: match &settings.tls {
+            Some(tls) => Some(Arc::new(TlsContext::new(tls.clone(), unix_now().into()).map_err(ServeError::Tls)?)),
+            None => None,
+        },
     });
     let mut starts = Vec::with_capacity(workers);
     for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
@@ -159,6 +164,9 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             Err(e) => return Err(ServeError::System { what: "poll for events", error: e }),
         }
         worker.core.partition.set_clock(unix_now());
+        if id == 0 && RELOAD.swap(false, Ordering::Relaxed) {
+            worker.reload_certificates();
+        }
         // After every receive: a request forwarded after `stats detail on` sees it on.
         worker.core.state.refresh_observe();
         let core = &mut worker.core;
@@ -256,6 +264,7 @@ impl Worker {
         };
         let partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
+        let acceptor = shared.tls.clone().map(Acceptor::new);
         Ok(Worker {
             core: Core {
                 id,
@@ -263,7 +272,8 @@ impl Worker {
                 partition,
                 state: State::new(settings, unix_now())
                     .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
-                    .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers)),
+                    .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers))
+                    .sharing_tls(shared.tls.clone()),
                 limits,
                 links,
                 pool: Vec::new(),
@@ -287,6 +297,7 @@ impl Worker {
             udp_again: [false; 2],
             watching: Vec::new(),
             listeners: Vec::new(),
+            acceptor,
             started: unix_now(),
             spare: admission::spare_descriptor(),
             accept_again: false,

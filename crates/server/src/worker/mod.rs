@@ -20,7 +20,7 @@ use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::*;
 use crate::net::{Listener, Stream};
 use crate::stats::{Group, Snapshot, State};
-use crate::sys::signals::{install_signal_handlers, STOP};
+use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read, Write};
@@ -227,6 +227,8 @@ struct Shared {
     detail: Arc<crate::detail::Detail>,
     watchers: Arc<crate::watch::Watchers>,
     proven: Proven,
+    /// `-Z`: the certificates every worker accepts with.
+    tls: Option<Arc<crate::net::tls::TlsContext>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
@@ -304,6 +306,8 @@ struct Worker {
     /// Slots of this worker's watching connections (served every loop turn).
     watching: Vec<usize>,
     /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).
+    /// `-Z`: this worker's handle on the TLS configuration.
+    acceptor: Option<crate::net::tls::Acceptor>,
     listeners: Vec<(i32, crate::conns::Endpoint, bool)>,
     /// When the worker started (Unix seconds): listeners' `secs_since_last_cmd`.
     started: u32,

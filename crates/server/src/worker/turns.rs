@@ -29,7 +29,8 @@ pub(super) fn serve_connection(
     }
     if connection.closing {
         // A closing connection stays until its last replies are out.
-        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
+        let sent = connection.output.is_empty() && !connection.stream.as_ref().is_some_and(Stream::pending_output);
+        return if sent && connection.settled() { Turn::Close } else { Turn::Wait };
     }
     // A client that does not read its replies is not read from either, until it catches up
     // (a writable event brings it back here); under memory pressure, none that has replies
@@ -378,6 +379,12 @@ fn begin_stream(connection: &mut Connection, core: &mut Core, after: After) -> O
 /// when it is complete, not here.)
 pub(super) fn flush(connection: &mut Connection, state: &mut State) -> bool {
     let Some(stream) = connection.stream.as_mut() else { return true };
+    // TLS: the records of earlier writes leave first (a no-op for sockets).
+    if let Err(e) = stream.flush() {
+        if e.kind() != io::ErrorKind::WouldBlock {
+            return false;
+        }
+    }
     let mut written = 0;
     while written < connection.output.len() {
         match stream.write(&connection.output[written..]) {
