@@ -16,9 +16,10 @@ need_component clippy clippy
 
 # Debian packages: g++ for the fuzz targets (libfuzzer-sys), memcached and redis-server for the
 # side-by-side tests and benchmarks, memccapable (libmemcached-tools) for the conformance test,
-# nutcracker (twemproxy) for the scale-out test.
+# nutcracker (twemproxy) for the scale-out test, openssl for the TLS tests' certificates.
 missing=()
-for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:libmemcached-tools nutcracker:nutcracker; do
+for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:libmemcached-tools nutcracker:nutcracker \
+    openssl:openssl; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

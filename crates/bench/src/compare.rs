@@ -190,6 +190,7 @@ fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec
             threads: 1,
             direct: None,
             udp: false,
+            tls: None,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
         loadgen::preload(&base)?;

@@ -304,6 +304,7 @@ fn the_bench_steers_every_key_to_its_owner_with_direct() {
         threads: 1,
         direct: Some((0..topology.partitions).map(|p| topology.address_of(p)).collect()),
         udp: false,
+        tls: None,
     };
     let direct = measure(&config, None).unwrap();
     assert!(direct.operations > 1000);

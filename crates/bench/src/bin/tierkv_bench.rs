@@ -91,6 +91,10 @@ struct RunArgs {
     /// one request in flight; text or binary protocol. The preload still uses TCP.
     #[arg(long)]
     udp: bool,
+    /// TLS (the target runs with -Z): trust the CAs in this PEM file; the server's certificate
+    /// must name the target's IP address.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -258,15 +262,25 @@ fn run(args: RunArgs) {
         threads: args.threads.clamp(1, 64),
         direct: None,
         udp: args.udp,
+        tls: args.tls_ca.as_deref().map(|ca| tierkv_bench::loadgen::tls::client_config(ca).unwrap_or_else(|e| fail(e))),
     };
-    let topology = tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2));
+    if config.tls.is_some() && (args.udp || args.direct) {
+        fail("--tls-ca runs over TCP to the main port: drop --udp and --direct");
+    }
+    // A TLS target is not asked for its topology (that query is plain text).
+    let topology = match config.tls {
+        None => Some(tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2))),
+        Some(_) => None,
+    };
     let direct = match (&topology, args.direct) {
-        (Ok(topology), true) if topology.direct_port_base.is_some() => {
+        (Some(Ok(topology)), true) if topology.direct_port_base.is_some() => {
             Some((0..topology.partitions).map(|p| topology.address_of(p)).collect())
         }
-        (Ok(_), true) => fail(format!("--direct: {target} has no direct ports (start tierkv with --direct-ports)")),
-        (Err(e), true) => fail(format!("--direct: {e}")),
-        (_, false) => None,
+        (Some(Ok(_)), true) => {
+            fail(format!("--direct: {target} has no direct ports (start tierkv with --direct-ports)"))
+        }
+        (Some(Err(e)), true) => fail(format!("--direct: {e}")),
+        _ => None,
     };
     let config = RunConfig { direct, ..config };
     let rates: Vec<Option<f64>> =
@@ -279,7 +293,7 @@ fn run(args: RunArgs) {
         measure_and_report(&args, &config);
     }
     // For a tierkv target: how many requests its workers forwarded to each other.
-    if let Ok(before) = topology {
+    if let Some(Ok(before)) = topology {
         if let Ok(after) = tierkv_client::Topology::fetch(target, std::time::Duration::from_secs(2)) {
             eprintln!(
                 "{target}: {} partitions, {} requests forwarded between workers",

@@ -10,11 +10,13 @@ use mio::{Events, Interest, Poll, Token};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tierkv_protocol::client::{decode_reply, quick, Reply, ReplyDecoded};
 use tierkv_protocol::reply::{MetaCode, Status};
 use tierkv_protocol::{binary, Limits};
 
+pub mod tls;
 mod udp;
 use udp::*;
 
@@ -53,6 +55,8 @@ pub struct RunConfig {
     /// memcached's UDP protocol instead of TCP: every connection is a UDP socket with one
     /// request (one datagram) in flight (text or binary protocol; the preload uses TCP).
     pub udp: bool,
+    /// TLS (a server started with `-Z`): the client configuration every connection uses.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What a run measured.
@@ -91,6 +95,8 @@ struct Connection {
     pending: VecDeque<(Kind, Instant)>,
     /// A text GET hit whose END has not arrived yet.
     awaiting_end: bool,
+    /// The TLS session, when the target serves TLS.
+    tls: Option<Box<rustls::ClientConnection>>,
 }
 
 /// Values: slices of one random pool.
@@ -282,6 +288,11 @@ fn connect_all(config: &RunConfig, routes: &[SocketAddr], poll: &Poll) -> Result
         let std_stream = std::net::TcpStream::connect_timeout(&target, Duration::from_secs(2))
             .map_err(|e| format!("cannot connect to {target}: {e}"))?;
         std_stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut std_stream = std_stream;
+        let tls = match &config.tls {
+            Some(tls) => Some(tls::handshake(tls, target.ip(), &mut std_stream)?),
+            None => None,
+        };
         std_stream.set_nonblocking(true).map_err(|e| e.to_string())?;
         let mut stream = TcpStream::from_std(std_stream);
         poll.registry()
@@ -294,6 +305,7 @@ fn connect_all(config: &RunConfig, routes: &[SocketAddr], poll: &Poll) -> Result
             input: Vec::with_capacity(64 * 1024),
             pending: VecDeque::with_capacity(config.pipeline),
             awaiting_end: false,
+            tls,
         });
     }
     Ok(connections)
@@ -557,6 +569,9 @@ impl OpenLoop {
 }
 
 fn flush(connection: &mut Connection) -> io::Result<()> {
+    if let Some(session) = connection.tls.as_mut() {
+        return tls::flush(session, &mut connection.stream, &connection.output, &mut connection.written);
+    }
     while connection.written < connection.output.len() {
         match connection.stream.write(&connection.output[connection.written..]) {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "connection closed")),
@@ -571,6 +586,9 @@ fn flush(connection: &mut Connection) -> io::Result<()> {
 
 /// Reads what is available; true if the peer closed the connection.
 fn fill(connection: &mut Connection, buffer: &mut [u8]) -> io::Result<bool> {
+    if let Some(session) = connection.tls.as_mut() {
+        return tls::fill(session, &mut connection.stream, buffer, &mut connection.input);
+    }
     loop {
         match connection.stream.read(buffer) {
             Ok(0) => return Ok(true),
