@@ -8,6 +8,7 @@
 //! how many bytes to skip.
 
 pub mod atomic;
+pub mod auth;
 pub mod base64;
 pub mod binary;
 pub mod client;
@@ -35,11 +36,20 @@ pub struct Limits {
     pub max_line_bytes: usize,
     /// Most tokens after the key of a meta command (memcached: 20 tokens in all).
     pub max_meta_flags: usize,
+    /// Binary requests are taken (memcached turns the binary protocol off with `-Y`: a
+    /// request starting with its magic byte is then read as a text line).
+    pub binary: bool,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_key_bytes: 250, max_value_bytes: 1024 * 1024, max_line_bytes: 2048, max_meta_flags: 17 }
+        Limits {
+            max_key_bytes: 250,
+            max_value_bytes: 1024 * 1024,
+            max_line_bytes: 2048,
+            max_meta_flags: 17,
+            binary: true,
+        }
     }
 }
 
@@ -140,7 +150,7 @@ impl ProtocolError {
 pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
     match input.first() {
         None => Decoded::Incomplete { needed: 1 },
-        Some(&binary::REQUEST_MAGIC) => binary::decode_request(input, limits),
+        Some(&binary::REQUEST_MAGIC) if limits.binary => binary::decode_request(input, limits),
         Some(_) => text::decode_request(input, limits),
     }
 }

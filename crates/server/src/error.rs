@@ -13,6 +13,8 @@ pub enum ServeError {
     PortShared { address: SocketAddr, others: usize },
     /// The TLS certificates (`-Z`) cannot be loaded.
     Tls(String),
+    /// The authentication file (`-Y`) cannot be read.
+    Auth(String),
     /// The Unix socket (`-s`) cannot be made.
     Unix { path: std::path::PathBuf, error: io::Error },
     /// The open-files limit cannot be read.
@@ -42,6 +44,7 @@ impl fmt::Display for ServeError {
         match self {
             ServeError::Socket { flag, address, error } => write!(f, "{flag}: cannot listen on {address}: {error}"),
             ServeError::Tls(message) => write!(f, "-Z/--enable-ssl: {message}"),
+            ServeError::Auth(message) => write!(f, "-Y/--auth-file: {message}"),
             ServeError::Unix { path, error } => {
                 write!(f, "-s/--unix-socket: cannot listen on {}: {error}", path.display())
             }

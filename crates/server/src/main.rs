@@ -14,6 +14,7 @@ mod after;
 #[cfg(test)]
 mod alloc_tests;
 mod atomic_run;
+mod auth;
 mod config;
 mod conns;
 mod detail;

@@ -66,6 +66,8 @@ counters!(
     atomic_lookups_saved,
     atomic_writes_saved,
     cmd_vector,
+    auth_cmds,
+    auth_errors,
 );
 
 impl Counters {
@@ -112,6 +114,8 @@ pub struct State {
     pub atomic_scratch: AtomicScratch,
     /// `-Z`: the TLS context (`refresh_certs`, the ssl stats).
     pub tls: Option<Arc<crate::net::tls::TlsContext>>,
+    /// `-Y`: the users allowed in.
+    pub auth: Option<Arc<crate::auth::AuthTable>>,
     started: u32,
 }
 
@@ -138,6 +142,7 @@ impl State {
             fd: -1,
             atomic_scratch: Default::default(),
             tls: None,
+            auth: None,
             started: now,
         }
     }
@@ -152,9 +157,13 @@ impl State {
         State { detail, watchers, ..self }
     }
 
-    /// The same state with the server's TLS context.
-    pub fn sharing_tls(self, tls: Option<Arc<crate::net::tls::TlsContext>>) -> State {
-        State { tls, ..self }
+    /// The same state with the server's TLS context and authentication table.
+    pub fn sharing_security(
+        self,
+        tls: Option<Arc<crate::net::tls::TlsContext>>,
+        auth: Option<Arc<crate::auth::AuthTable>>,
+    ) -> State {
+        State { tls, auth, ..self }
     }
 
     /// Reads again what is observed (once a turn, and when it changes here).
@@ -515,8 +524,8 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("touch_misses", &c.touch_misses);
     put("store_too_large", &c.store_too_large);
     put("store_no_memory", &c.store_no_memory);
-    put("auth_cmds", &0);
-    put("auth_errors", &0);
+    put("auth_cmds", &c.auth_cmds);
+    put("auth_errors", &c.auth_errors);
     if let Some(tls) = &state.tls {
         put("ssl_new_sessions", &tls.new_sessions.load(Ordering::Relaxed));
         put("ssl_handshake_errors", &tls.handshake_errors.load(Ordering::Relaxed));
@@ -567,9 +576,12 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("detail_enabled", &yes_no(state.detail.enabled()));
     put("cas_enabled", &"yes");
     put("tcp_backlog", &1024);
-    put("binding_protocol", &"auto-negotiate");
+    put("binding_protocol", &if s.auth_file.is_some() { "ascii" } else { "auto-negotiate" });
     put("auth_enabled_sasl", &"no");
-    put("auth_enabled_ascii", &"no");
+    match &s.auth_file {
+        Some(path) => put("auth_enabled_ascii", &path.display()),
+        None => put("auth_enabled_ascii", &"no"),
+    }
     put("item_size_max", &partition.max_item_bytes());
     put("maxconns_fast", &"yes");
     put("flush_enabled", &yes_no(s.admin.flush));

@@ -109,6 +109,11 @@ pub struct Config {
     /// memcached's -D: the character that ends a key's prefix for `stats detail` [default: :].
     #[arg(short = 'D', long = "prefix-delimiter", help_heading = "Admin commands")]
     pub prefix_delimiter: Option<String>,
+    /// memcached's -Y: clients must authenticate first with `set <any key> 0 0 <bytes>` whose
+    /// data is `<user> <password>`, checked against this file of `user:password` lines; the
+    /// binary protocol is off.
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE", help_heading = "Connections")]
+    pub auth_file: Option<PathBuf>,
     /// memcached's -Z: serve every connection over TLS (needs a certificate and its key).
     #[arg(short = 'Z', long = "enable-ssl", help_heading = "TLS")]
     pub enable_ssl: bool,
@@ -213,6 +218,8 @@ pub struct Settings {
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
     pub unix_socket: Option<(PathBuf, u32)>,
+    /// `-Y`: the ASCII authentication file.
+    pub auth_file: Option<PathBuf>,
     /// `-Z`: every connection is TLS.
     pub tls: Option<crate::net::tls::TlsSettings>,
     /// Cache (evicting) or store (refusing writes when full).
@@ -305,7 +312,14 @@ impl Config {
         let tls = self.tls(extended)?;
         self.check_direct_ports(threads, address.port())?;
         let unix_socket = self.unix_socket()?;
+        if self.auth_file.is_some() && self.udp_port.is_some_and(|port| port != 0) {
+            return Err(ConfigError::flag(
+                "-U/--udp-port",
+                "cannot be used with -Y/--auth-file (UDP has no authentication)",
+            ));
+        }
         Ok(Settings {
+            auth_file: self.auth_file.clone(),
             unix_socket,
             tls,
             address,

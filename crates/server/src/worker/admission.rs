@@ -98,6 +98,7 @@ impl Worker {
                 self.shared.proven.enter(ip);
             }
             let mut connection = Connection::new(Some(stream), None, self.next_generation);
+            connection.authenticated = self.shared.auth.is_none();
             connection.last_command = self.core.partition.now();
             self.connections[slot] = Some(connection);
             self.core.state.curr_connections += 1;

@@ -37,6 +37,10 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         watchers: Arc::default(),
         proven: Proven::default(),
+        auth: match &settings.auth_file {
+            Some(path) => Some(Arc::new(crate::auth::AuthTable::load(path).map_err(ServeError::Auth)?)),
+            None => None,
+        },
         tls: match &settings.tls {
             Some(tls) => Some(Arc::new(TlsContext::new(tls.clone(), unix_now().into()).map_err(ServeError::Tls)?)),
             None => None,
@@ -265,6 +269,8 @@ impl Worker {
         let partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
+        // memcached's -Y turns the binary protocol off.
+        let limits = Limits { binary: shared.auth.is_none(), ..limits };
         Ok(Worker {
             core: Core {
                 id,
@@ -273,7 +279,7 @@ impl Worker {
                 state: State::new(settings, unix_now())
                     .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
                     .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers))
-                    .sharing_tls(shared.tls.clone()),
+                    .sharing_security(shared.tls.clone(), shared.auth.clone()),
                 limits,
                 links,
                 pool: Vec::new(),

@@ -35,6 +35,7 @@ use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command,
 use tierkv_protocol::{Key, Keys, ReplyStyle, Request};
 
 mod admission;
+mod auth;
 mod budget;
 mod dispatch;
 mod event_loop;
@@ -46,6 +47,7 @@ mod streams;
 mod turns;
 mod udp_session;
 
+use auth::authenticate;
 use budget::*;
 use dispatch::*;
 pub use event_loop::serve;
@@ -105,6 +107,8 @@ struct Connection {
     watching: Option<u64>,
     /// The peer closed its side (or the socket failed): read to the end of stream.
     hangup: bool,
+    /// `-Y`: false until the client has authenticated (true without `-Y`).
+    authenticated: bool,
     closing: bool,
     /// Replies it may have waiting before its requests stop (set each turn: smaller under
     /// memory pressure).
@@ -140,6 +144,7 @@ impl Connection {
     fn new(stream: Option<Stream>, udp: Option<UdpReply>, generation: u64) -> Connection {
         let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         Connection {
+            authenticated: true,
             stream,
             udp,
             marks: Vec::new(),
@@ -229,6 +234,8 @@ struct Shared {
     proven: Proven,
     /// `-Z`: the certificates every worker accepts with.
     tls: Option<Arc<crate::net::tls::TlsContext>>,
+    /// `-Y`: the users allowed in.
+    auth: Option<Arc<crate::auth::AuthTable>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the

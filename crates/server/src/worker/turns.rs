@@ -59,7 +59,8 @@ pub(super) fn serve_connection(
         connection.last_command = core.partition.now();
     }
     let input_before = connection.input.len();
-    let stopped_early = process(connection, slot, core);
+    // -Y: nothing is served before the client has authenticated.
+    let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
         return Turn::Close;
@@ -86,7 +87,8 @@ pub(super) fn serve_connection(
     }
     release_idle_buffers(connection, if pressure { PRESSED_KEEP_BYTES } else { KEEP_BUFFER_BYTES });
     if connection.closing {
-        return if connection.output.is_empty() && connection.settled() { Turn::Close } else { Turn::Wait };
+        let sent = connection.output.is_empty() && !connection.stream.as_ref().is_some_and(Stream::pending_output);
+        return if sent && connection.settled() { Turn::Close } else { Turn::Wait };
     }
     // With replies still pending the socket is full and a writable event will come; a blocked
     // connection is served again when replies arrive; otherwise leftover requests or unread
