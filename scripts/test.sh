@@ -28,6 +28,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 
+# Prometheus (and its promtool) for the metrics test; its recommends (a node exporter, ...) are
+# not needed.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "test.sh: installing prometheus" >&2
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+fi
+
 # pymemcache for the text-protocol client test.
 PYMEMCACHE_VERSION=4.0.0
 if ! python3 -c "import pymemcache, sys; sys.exit(pymemcache.__version__ != '$PYMEMCACHE_VERSION')" 2>/dev/null; then

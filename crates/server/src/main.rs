@@ -23,6 +23,7 @@ mod error;
 mod execute;
 mod forward;
 mod limits;
+mod metrics;
 mod net;
 mod outcome;
 mod stats;

@@ -19,9 +19,11 @@ macro_rules! counters {
         }
 
         impl Counters {
-            const FIELDS: usize = [$(stringify!($name)),*].len();
+            pub const FIELDS: usize = [$(stringify!($name)),*].len();
+            /// The counters' names, in `words` order.
+            pub const NAMES: [&'static str; Self::FIELDS] = [$(stringify!($name)),*];
 
-            fn words(&self) -> [u64; Self::FIELDS] {
+            pub fn words(&self) -> [u64; Self::FIELDS] {
                 [$(self.$name),*]
             }
 

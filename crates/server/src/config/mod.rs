@@ -114,6 +114,12 @@ pub struct Config {
     /// binary protocol is off.
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE", help_heading = "Connections")]
     pub auth_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on this TCP port at /metrics [default: off].
+    #[arg(long = "metrics-port", value_name = "PORT", help_heading = "Metrics")]
+    pub metrics_port: Option<u16>,
+    /// The interface the metrics port listens on [default: 127.0.0.1].
+    #[arg(long = "metrics-listen", value_name = "IP", help_heading = "Metrics")]
+    pub metrics_listen: Option<String>,
     /// memcached's -Z: serve every connection over TLS (needs a certificate and its key).
     #[arg(short = 'Z', long = "enable-ssl", help_heading = "TLS")]
     pub enable_ssl: bool,
@@ -220,6 +226,8 @@ pub struct Settings {
     pub unix_socket: Option<(PathBuf, u32)>,
     /// `-Y`: the ASCII authentication file.
     pub auth_file: Option<PathBuf>,
+    /// `--metrics-port`: where Prometheus scrapes /metrics.
+    pub metrics: Option<std::net::SocketAddr>,
     /// `-Z`: every connection is TLS.
     pub tls: Option<crate::net::tls::TlsSettings>,
     /// Cache (evicting) or store (refusing writes when full).
@@ -318,7 +326,9 @@ impl Config {
                 "cannot be used with -Y/--auth-file (UDP has no authentication)",
             ));
         }
+        let metrics = self.metrics()?;
         Ok(Settings {
+            metrics,
             auth_file: self.auth_file.clone(),
             unix_socket,
             tls,
@@ -401,6 +411,24 @@ impl Config {
             return Err(ConfigError::flag("-s/--unix-socket", format!("{:?} must be 1 to 107 bytes", path)));
         }
         Ok(Some((path.clone(), mask)))
+    }
+
+    /// `--metrics-port` and `--metrics-listen`.
+    fn metrics(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        let Some(port) = self.metrics_port else {
+            return match &self.metrics_listen {
+                Some(_) => Err(ConfigError::flag("--metrics-listen", "needs --metrics-port")),
+                None => Ok(None),
+            };
+        };
+        let listen = self.metrics_listen.as_deref().unwrap_or("127.0.0.1");
+        let ip: std::net::IpAddr = listen
+            .parse()
+            .map_err(|_| ConfigError::flag("--metrics-listen", format!("{listen:?} is not an IP address")))?;
+        if port == 0 {
+            return Err(ConfigError::flag("--metrics-port", "must be 1 to 65535"));
+        }
+        Ok(Some(std::net::SocketAddr::new(ip, port)))
     }
 
     /// `-Z` with its certificate, key, CA and verification mode (from `-o` or the flags).

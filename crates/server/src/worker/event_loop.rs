@@ -30,22 +30,7 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     }
     let links = crate::forward::connect(&Arc::new(peers));
     let cpus = crate::sys::allowed_cpus();
-    let shared = Arc::new(Shared {
-        open_connections: AtomicUsize::new(0),
-        verbosity: State::new(settings, 0).verbosity,
-        memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
-        detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
-        watchers: Arc::default(),
-        proven: Proven::default(),
-        auth: match &settings.auth_file {
-            Some(path) => Some(Arc::new(crate::auth::AuthTable::load(path).map_err(ServeError::Auth)?)),
-            None => None,
-        },
-        tls: match &settings.tls {
-            Some(tls) => Some(Arc::new(TlsContext::new(tls.clone(), unix_now().into()).map_err(ServeError::Tls)?)),
-            None => None,
-        },
-    });
+    let shared = Arc::new(shared_state(settings)?);
     let mut starts = Vec::with_capacity(workers);
     for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
         let direct = match settings.direct_ports {
@@ -105,6 +90,40 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
         eprintln!("tierkv: stopped");
     }
     result
+}
+
+/// What every worker shares: counts, tunables, and the security and metrics set up once
+/// (certificates, users, the metrics server), each failing start-up with its flag named.
+fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
+    let memory_limit = Arc::new(AtomicUsize::new(settings.memory_bytes));
+    let tls = match &settings.tls {
+        Some(tls) => Some(Arc::new(TlsContext::new(tls.clone(), unix_now().into()).map_err(ServeError::Tls)?)),
+        None => None,
+    };
+    let auth = match &settings.auth_file {
+        Some(path) => Some(Arc::new(crate::auth::AuthTable::load(path).map_err(ServeError::Auth)?)),
+        None => None,
+    };
+    let metrics = match settings.metrics {
+        Some(at) => {
+            let published = crate::metrics::Published::new(settings.threads, Arc::clone(&memory_limit), tls.clone());
+            let published = Arc::new(published);
+            crate::metrics::serve(at, Arc::clone(&published)).map_err(ServeError::socket("--metrics-port", at))?;
+            Some(published)
+        }
+        None => None,
+    };
+    Ok(Shared {
+        open_connections: AtomicUsize::new(0),
+        verbosity: State::new(settings, 0).verbosity,
+        memory_limit,
+        detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
+        watchers: Arc::default(),
+        proven: Proven::default(),
+        auth,
+        tls,
+        metrics,
+    })
 }
 
 /// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
@@ -171,6 +190,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         if id == 0 && RELOAD.swap(false, Ordering::Relaxed) {
             worker.reload_certificates();
         }
+        worker.publish_metrics();
         // After every receive: a request forwarded after `stats detail on` sees it on.
         worker.core.state.refresh_observe();
         let core = &mut worker.core;
@@ -269,6 +289,7 @@ impl Worker {
         let partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
+        let latency = shared.metrics.as_ref().map(|_| Default::default());
         // memcached's -Y turns the binary protocol off.
         let limits = Limits { binary: shared.auth.is_none(), ..limits };
         Ok(Worker {
@@ -304,6 +325,8 @@ impl Worker {
             watching: Vec::new(),
             listeners: Vec::new(),
             acceptor,
+            latency,
+            published_at: 0,
             started: unix_now(),
             spare: admission::spare_descriptor(),
             accept_again: false,

@@ -22,7 +22,20 @@ impl Worker {
     pub(super) fn turn(&mut self, slot: usize, poll: &Poll) {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
         connection.starved = false;
+        // --metrics-port: two clock reads a turn, shared out over the turn's requests.
+        let timing = self.latency.is_some().then(|| {
+            let c = &self.core.state.counters;
+            (std::time::Instant::now(), c.cmd_get + c.cmd_touch, c.cmd_set)
+        });
         let turn = serve_connection(connection, slot, &mut self.core, self.input_limit, &mut self.chunk);
+        if let (Some((start, reads, writes)), Some(latency)) = (timing, self.latency.as_mut()) {
+            let c = &self.core.state.counters;
+            let (reads, writes) = ((c.cmd_get + c.cmd_touch).saturating_sub(reads), c.cmd_set.saturating_sub(writes));
+            let seconds = start.elapsed().as_secs_f64();
+            let all = (reads + writes).max(1) as f64;
+            latency[0].record(reads, seconds * reads as f64 / all);
+            latency[1].record(writes, seconds * writes as f64 / all);
+        }
         self.core.budget.account(connection);
         if connection.blocked {
             self.blocked.push(slot);
@@ -36,6 +49,18 @@ impl Worker {
             Turn::Again => self.again.push(slot),
             Turn::Close => self.close(slot, poll),
         }
+    }
+
+    /// `--metrics-port`: publishes this worker's figures, at most once a second.
+    pub(super) fn publish_metrics(&mut self) {
+        let (Some(published), Some(latency)) = (&self.shared.metrics, &self.latency) else { return };
+        let now = tierkv_engine::Engine::now(&self.core.partition);
+        if now == self.published_at {
+            return;
+        }
+        self.published_at = now;
+        let snapshot = self.core.state.snapshot(&self.core.partition);
+        published.publish(self.core.id, crate::metrics::WorkerFigures { snapshot, latency: *latency });
     }
 
     pub(super) fn close(&mut self, slot: usize, poll: &Poll) {

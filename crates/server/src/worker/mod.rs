@@ -236,6 +236,8 @@ struct Shared {
     tls: Option<Arc<crate::net::tls::TlsContext>>,
     /// `-Y`: the users allowed in.
     auth: Option<Arc<crate::auth::AuthTable>>,
+    /// `--metrics-port`: where workers publish their figures.
+    metrics: Option<Arc<crate::metrics::Published>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
@@ -313,6 +315,10 @@ struct Worker {
     /// Slots of this worker's watching connections (served every loop turn).
     watching: Vec<usize>,
     /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).
+    /// `--metrics-port`: request latency per command class, and when the figures were last
+    /// published (unix seconds).
+    latency: Option<[crate::metrics::Histogram; crate::metrics::CLASSES.len()]>,
+    published_at: u32,
     /// `-Z`: this worker's handle on the TLS configuration.
     acceptor: Option<crate::net::tls::Acceptor>,
     listeners: Vec<(i32, crate::conns::Endpoint, bool)>,

@@ -1,0 +1,142 @@
+//! Prometheus metrics (`--metrics-port`): the page parses with `promtool check metrics`, a
+//! real Prometheus scrapes it, and every PromQL expression of the shipped Grafana dashboard
+//! (docs/grafana-dashboard.json) returns data; other paths get 404; bad flags stop start-up.
+
+mod common;
+
+use common::{free_port, start, Server, TIERKV};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn tierkv_with_metrics() -> (Server, u16) {
+    let (port, metrics) = (free_port(), free_port());
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--metrics-port", &metrics.to_string()]);
+    (start(command, port), metrics)
+}
+
+/// One HTTP GET: status line and body.
+fn http_get(port: u16, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// Sets and gets on the server until `stop` (so rates are not zero).
+fn traffic(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut buffer = [0u8; 65536];
+        let mut i = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let mut batch = String::new();
+            for j in 0..20 {
+                batch.push_str(&format!("set k{} 0 0 2\r\nvv\r\nget k{} miss{j}\r\n", i % 500, (i * 7) % 500));
+                i += 1;
+            }
+            stream.write_all(batch.as_bytes()).unwrap();
+            let mut ends = 0;
+            while ends < 20 {
+                let n = stream.read(&mut buffer).unwrap();
+                ends += String::from_utf8_lossy(&buffer[..n]).matches("END\r\n").count();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+struct Prometheus(Child, std::path::PathBuf);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn prometheus(target: u16, port: u16) -> Prometheus {
+    let dir = std::env::temp_dir().join(format!("tierkv-prometheus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: tierkv\n    \
+         static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+    );
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus is installed (Debian's prometheus; bash scripts/test.sh installs it)");
+    Prometheus(child, dir)
+}
+
+#[test]
+fn prometheus_scrapes_the_page_and_the_dashboard_queries_return_data() {
+    let (server, metrics) = tierkv_with_metrics();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = traffic(server.1, Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = http_get(metrics, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    for family in ["tierkv_cmd_get_total{worker=\"1\"}", "tierkv_request_duration_seconds_bucket", "tierkv_curr_items"]
+    {
+        assert!(body.contains(family), "{family} in {body}");
+    }
+    let (parsed, complaints) =
+        Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).output_with_stdin(&body);
+    assert!(parsed, "promtool check metrics: {complaints}");
+    assert_eq!(http_get(metrics, "/").0, "HTTP/1.1 404 Not Found");
+
+    let prometheus_port = free_port();
+    let _prometheus = prometheus(metrics, prometheus_port);
+    let dashboard = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/grafana-dashboard.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/promql_check.py");
+    let output =
+        Command::new("python3").args([script, dashboard, &prometheus_port.to_string(), "90"]).output().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{text}");
+}
+
+trait WithStdin {
+    fn output_with_stdin(&mut self, input: &str) -> (bool, String);
+}
+
+impl WithStdin for Command {
+    fn output_with_stdin(&mut self, input: &str) -> (bool, String) {
+        let mut child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("promtool is installed");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.success() && text.trim().is_empty(), text)
+    }
+}
+
+#[test]
+fn metrics_flags_are_checked() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    for (args, expected) in [
+        (vec!["--metrics-listen", "127.0.0.1"], "--metrics-listen"),
+        (vec!["--metrics-port", "9100", "--metrics-listen", "nowhere"], "--metrics-listen"),
+        (vec!["--metrics-port", &taken_port], "--metrics-port"),
+    ] {
+        let output = Command::new(TIERKV).args(["-p", &free_port().to_string()]).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
