@@ -18,8 +18,9 @@ need_component clippy clippy
 # side-by-side tests and benchmarks, memccapable (libmemcached-tools) for the conformance test,
 # nutcracker (twemproxy) for the scale-out test, openssl for the TLS tests' certificates.
 missing=()
+# systemd-analyze (systemd) for the unit file's test.
 for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:libmemcached-tools nutcracker:nutcracker \
-    openssl:openssl; do
+    openssl:openssl systemd-analyze:systemd; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
