@@ -18,9 +18,10 @@ need_component clippy clippy
 # side-by-side tests and benchmarks, memccapable (libmemcached-tools) for the conformance test,
 # nutcracker (twemproxy) for the scale-out test, openssl for the TLS tests' certificates.
 missing=()
-# systemd-analyze (systemd) for the unit file's test.
+# systemd-analyze (systemd) for the unit file's test, saslpasswd2 (sasl2-bin) for memcached's
+# side of the SASL differential test.
 for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:libmemcached-tools nutcracker:nutcracker \
-    openssl:openssl systemd-analyze:systemd; do
+    openssl:openssl systemd-analyze:systemd saslpasswd2:sasl2-bin; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -42,6 +43,14 @@ PYMEMCACHE_VERSION=4.0.0
 if ! python3 -c "import pymemcache, sys; sys.exit(pymemcache.__version__ != '$PYMEMCACHE_VERSION')" 2>/dev/null; then
     echo "test.sh: installing pymemcache $PYMEMCACHE_VERSION" >&2
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "pymemcache==$PYMEMCACHE_VERSION"
+fi
+
+# python-binary-memcached for the binary SASL client test.
+BMEMCACHED_VERSION=0.33.0
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('python-binary-memcached') != '$BMEMCACHED_VERSION')" 2>/dev/null; then
+    echo "test.sh: installing python-binary-memcached $BMEMCACHED_VERSION" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+        "python-binary-memcached==$BMEMCACHED_VERSION"
 fi
 
 CARGO_FUZZ_VERSION=0.13.2

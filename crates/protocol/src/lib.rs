@@ -39,6 +39,9 @@ pub struct Limits {
     /// Binary requests are taken (memcached turns the binary protocol off with `-Y`: a
     /// request starting with its magic byte is then read as a text line).
     pub binary: bool,
+    /// Text requests are taken (memcached's `-S` serves binary only: a text request closes
+    /// the connection without a reply).
+    pub text: bool,
 }
 
 impl Default for Limits {
@@ -49,6 +52,7 @@ impl Default for Limits {
             max_line_bytes: 2048,
             max_meta_flags: 17,
             binary: true,
+            text: true,
         }
     }
 }
@@ -151,6 +155,9 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
     match input.first() {
         None => Decoded::Incomplete { needed: 1 },
         Some(&binary::REQUEST_MAGIC) if limits.binary => binary::decode_request(input, limits),
-        Some(_) => text::decode_request(input, limits),
+        Some(_) if limits.text => text::decode_request(input, limits),
+        // memcached reads a whole binary header before it finds the magic byte wrong.
+        Some(_) if input.len() < binary::HEADER_BYTES => Decoded::Incomplete { needed: binary::HEADER_BYTES },
+        Some(_) => Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, input.len())),
     }
 }

@@ -1,5 +1,6 @@
-//! Who may use the server: memcached's ASCII authentication file (`-Y FILE`: `user:password`
-//! lines) and the check of one attempt against it. The check reads every entry over a fixed
+//! Who may use the server: a file of `user:password` lines (memcached's ASCII authentication
+//! file for `-Y`, and for `-S` the file memcached's sasl-pwdb build reads from
+//! `MEMCACHED_SASL_PWDB`) and the check of one attempt against it, plain or SASL PLAIN. The check reads every entry over a fixed
 //! number of bytes whatever the input, so its time says nothing about the passwords.
 //!
 //! It must not parse requests (`tierkv_protocol::auth` does) or hold connection state.
@@ -60,6 +61,56 @@ impl AuthTable {
     }
 }
 
+impl AuthTable {
+    /// A SASL PLAIN message, `[authzid] NUL user NUL password` (RFC 4616), checked.
+    pub fn check_plain(&self, message: &[u8]) -> bool {
+        let mut parts = message.splitn(3, |&b| b == 0);
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(_authzid), Some(user), Some(password)) => self.check(user, password),
+            _ => false,
+        }
+    }
+}
+
+/// SASL mechanisms `-S` offers.
+const MECHANISMS: &[u8] = b"PLAIN";
+
+/// What one SASL request did (for `auth_cmds` and `auth_errors`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslOutcome {
+    /// LIST_MECHS: no attempt.
+    Listed,
+    Authenticated,
+    Refused,
+}
+
+/// memcached's binary SASL (`-S`): answers a SASL opcode (LIST_MECHS, AUTH with PLAIN, STEP).
+pub fn sasl(
+    table: &AuthTable,
+    opcode: u8,
+    mechanism: &[u8],
+    message: &[u8],
+    info: &tierkv_protocol::BinaryRequestInfo,
+    out: &mut Vec<u8>,
+) -> SaslOutcome {
+    use tierkv_protocol::binary::{self, opcode as op, status};
+    match opcode {
+        op::SASL_LIST_MECHS => {
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], MECHANISMS);
+            SaslOutcome::Listed
+        }
+        op::SASL_AUTH if mechanism == MECHANISMS && table.check_plain(message) => {
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], b"Authenticated");
+            SaslOutcome::Authenticated
+        }
+        // A wrong password, another mechanism, or a STEP (PLAIN has one step only).
+        _ => {
+            binary::write_error(out, info, status::AUTH_ERROR);
+            SaslOutcome::Refused
+        }
+    }
+}
+
 fn pad(bytes: &[u8]) -> [u8; MAX_CREDENTIAL_BYTES] {
     let mut padded = [0u8; MAX_CREDENTIAL_BYTES];
     padded[..bytes.len()].copy_from_slice(bytes);
@@ -84,6 +135,8 @@ mod tests {
         assert!(t.check(b"alice", b"secret") && t.check(b"bob", b"a:b"));
         assert!(!t.check(b"alice", b"secre") && !t.check(b"alice", b"secret\0") && !t.check(b"alic", b"secret"));
         assert!(!t.check(b"bob", b"secret") && !t.check(b"", b"") && !t.check(&[b'a'; 300], b"x"));
+        assert!(t.check_plain(b"\0alice\0secret") && t.check_plain(b"admin\0bob\0a:b"));
+        assert!(!t.check_plain(b"alice\0secret") && !t.check_plain(b"\0alice\0nope") && !t.check_plain(b""));
     }
 
     #[test]

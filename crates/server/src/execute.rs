@@ -549,7 +549,14 @@ fn execute_binary(
             }
             None => error(out, status::KEY_ENOENT),
         },
-        // No authentication is configured: memcached answers SASL opcodes with UNKNOWN_COMMAND.
+        // -S: SASL again on an authenticated connection; without it memcached answers SASL
+        // opcodes with UNKNOWN_COMMAND.
+        Command::Sasl { opcode, key, value } if state.settings.sasl => {
+            if let Some(table) = state.auth.clone() {
+                let outcome = crate::auth::sasl(&table, opcode, key, value, info, out);
+                state.counters.sasl(outcome);
+            }
+        }
         _ => error(out, status::UNKNOWN_COMMAND),
     }
     After::Continue

@@ -73,6 +73,13 @@ counters!(
 );
 
 impl Counters {
+    /// One SASL request's outcome.
+    pub fn sasl(&mut self, outcome: crate::auth::SaslOutcome) {
+        use crate::auth::SaslOutcome;
+        self.auth_cmds += u64::from(outcome != SaslOutcome::Listed);
+        self.auth_errors += u64::from(outcome == SaslOutcome::Refused);
+    }
+
     /// One key read, as memcached counts it: a get-and-touch is a touch, not a get.
     pub fn read(&mut self, touch: bool, hit: bool) {
         let (commands, hits, misses) = if touch {
@@ -578,11 +585,16 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("detail_enabled", &yes_no(state.detail.enabled()));
     put("cas_enabled", &"yes");
     put("tcp_backlog", &1024);
-    put("binding_protocol", &if s.auth_file.is_some() { "ascii" } else { "auto-negotiate" });
-    put("auth_enabled_sasl", &"no");
+    let binding = match (&s.auth_file, s.sasl) {
+        (_, true) => "binary",
+        (Some(_), false) => "ascii",
+        (None, false) => "auto-negotiate",
+    };
+    put("binding_protocol", &binding);
+    put("auth_enabled_sasl", &yes_no(s.sasl));
     match &s.auth_file {
-        Some(path) => put("auth_enabled_ascii", &path.display()),
-        None => put("auth_enabled_ascii", &"no"),
+        Some(path) if !s.sasl => put("auth_enabled_ascii", &path.display()),
+        _ => put("auth_enabled_ascii", &"no"),
     }
     put("item_size_max", &partition.max_item_bytes());
     put("maxconns_fast", &"yes");

@@ -114,6 +114,14 @@ pub struct Config {
     /// binary protocol is off.
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE", help_heading = "Connections")]
     pub auth_file: Option<PathBuf>,
+    /// memcached's -S: binary protocol only, and clients must authenticate with SASL PLAIN
+    /// against the `user:password` file of --sasl-pwdb (or of $MEMCACHED_SASL_PWDB, as
+    /// memcached built with sasl-pwdb reads it).
+    #[arg(short = 'S', long = "enable-sasl", help_heading = "Connections")]
+    pub enable_sasl: bool,
+    /// The `user:password` file for -S [default: $MEMCACHED_SASL_PWDB].
+    #[arg(long = "sasl-pwdb", value_name = "FILE", help_heading = "Connections")]
+    pub sasl_pwdb: Option<PathBuf>,
     /// Serve Prometheus metrics on this TCP port at /metrics [default: off].
     #[arg(long = "metrics-port", value_name = "PORT", help_heading = "Metrics")]
     pub metrics_port: Option<u16>,
@@ -224,8 +232,10 @@ pub struct Settings {
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
     pub unix_socket: Option<(PathBuf, u32)>,
-    /// `-Y`: the ASCII authentication file.
+    /// `-Y`: the ASCII authentication file; with `-S`, the SASL password file.
     pub auth_file: Option<PathBuf>,
+    /// `-S`: binary SASL authentication (the users are in `auth_file`).
+    pub sasl: bool,
     /// `--metrics-port`: where Prometheus scrapes /metrics.
     pub metrics: Option<std::net::SocketAddr>,
     /// `-Z`: every connection is TLS.
@@ -320,16 +330,12 @@ impl Config {
         let tls = self.tls(extended)?;
         self.check_direct_ports(threads, address.port())?;
         let unix_socket = self.unix_socket()?;
-        if self.auth_file.is_some() && self.udp_port.is_some_and(|port| port != 0) {
-            return Err(ConfigError::flag(
-                "-U/--udp-port",
-                "cannot be used with -Y/--auth-file (UDP has no authentication)",
-            ));
-        }
+        let auth_file = self.auth_file()?;
         let metrics = self.metrics()?;
         Ok(Settings {
             metrics,
-            auth_file: self.auth_file.clone(),
+            auth_file,
+            sasl: self.enable_sasl,
             unix_socket,
             tls,
             address,
@@ -411,6 +417,33 @@ impl Config {
             return Err(ConfigError::flag("-s/--unix-socket", format!("{:?} must be 1 to 107 bytes", path)));
         }
         Ok(Some((path.clone(), mask)))
+    }
+
+    /// The users file of `-Y` or `-S` (from `--sasl-pwdb` or `$MEMCACHED_SASL_PWDB`), with
+    /// memcached's refusals: not both, and no UDP beside either.
+    fn auth_file(&self) -> Result<Option<PathBuf>, ConfigError> {
+        if self.sasl_pwdb.is_some() && !self.enable_sasl {
+            return Err(ConfigError::flag("--sasl-pwdb", "needs -S/--enable-sasl"));
+        }
+        let missing = || {
+            ConfigError::flag("-S/--enable-sasl", "needs a user:password file (--sasl-pwdb or $MEMCACHED_SASL_PWDB)")
+        };
+        let file = match (self.enable_sasl, &self.auth_file) {
+            (true, Some(_)) => return Err(ConfigError::flag("-S/--enable-sasl", "cannot be used with -Y/--auth-file")),
+            (true, None) => Some(
+                self.sasl_pwdb
+                    .clone()
+                    .or_else(|| std::env::var_os("MEMCACHED_SASL_PWDB").map(PathBuf::from))
+                    .ok_or_else(missing)?,
+            ),
+            (false, file) => file.clone(),
+        };
+        if file.is_some() && self.udp_port.is_some_and(|port| port != 0) {
+            let flag = if self.enable_sasl { "-S/--enable-sasl" } else { "-Y/--auth-file" };
+            let message = format!("cannot be used with {flag} (UDP has no authentication)");
+            return Err(ConfigError::flag("-U/--udp-port", message));
+        }
+        Ok(file)
     }
 
     /// `--metrics-port` and `--metrics-listen`.

@@ -1,5 +1,5 @@
-//! memcached's ASCII authentication (`-Y`) on a connection: before the client has
-//! authenticated, its input goes here instead of to the request decoder. Each attempt is
+//! memcached's authentication on a connection, ASCII (`-Y`) or binary SASL (`-S`): before the
+//! client has authenticated, its input goes here instead of to the request decoder. Each attempt is
 //! answered and counted (`auth_cmds`, `auth_errors`); once one succeeds, the rest of the input
 //! is served as usual.
 
@@ -13,6 +13,9 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
         connection.authenticated = true;
         return true;
     };
+    if core.state.settings.sasl {
+        return sasl_authenticate(connection, core, &table);
+    }
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
     while !connection.authenticated && at < input.len() {
@@ -39,6 +42,60 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
                 at += consumed;
             }
         }
+    }
+    connection.input = input;
+    connection.input.drain(..at);
+    connection.authenticated
+}
+
+/// `-S` before authentication: SASL requests and VERSION are answered; any other binary
+/// request gets AUTH_ERROR and the connection closes, as does a text request (the connection
+/// speaks binary only).
+fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate::auth::AuthTable) -> bool {
+    use tierkv_protocol::binary::{self, opcode as op, status, REQUEST_MAGIC};
+    use tierkv_protocol::{Command, Decoded, ReplyStyle};
+    let input = std::mem::take(&mut connection.input);
+    let mut at = 0;
+    while !connection.authenticated && !connection.closing && at < input.len() {
+        // memcached reads a whole header before it looks at the magic byte.
+        if input.len() - at < binary::HEADER_BYTES {
+            break;
+        }
+        if input[at] != REQUEST_MAGIC {
+            connection.closing = true;
+            at = input.len();
+            break;
+        }
+        let (request, consumed) = match binary::decode_request(&input[at..], &core.limits) {
+            Decoded::Incomplete { .. } => break,
+            Decoded::Error(_) => {
+                connection.closing = true;
+                at = input.len();
+                break;
+            }
+            Decoded::Request { request, consumed } => (request, consumed),
+        };
+        at += consumed;
+        let ReplyStyle::Binary(info) = request.style else { continue };
+        let mut out = std::mem::take(connection.local_out(&mut core.pool));
+        match request.command {
+            Command::Sasl { opcode, key, value } if opcode != op::SASL_STEP || !key.is_empty() => {
+                let outcome = crate::auth::sasl(table, opcode, key, value, &info, &mut out);
+                core.state.counters.sasl(outcome);
+                connection.authenticated = outcome == crate::auth::SaslOutcome::Authenticated;
+            }
+            Command::Version => {
+                binary::write_response(&mut out, &info, status::SUCCESS, 0, &[], &[], crate::VERSION.as_bytes())
+            }
+            _ => {
+                binary::write_error(&mut out, &info, status::AUTH_ERROR);
+                connection.closing = true;
+            }
+        }
+        *connection.local_out(&mut core.pool) = out;
+    }
+    if connection.closing {
+        at = input.len();
     }
     connection.input = input;
     connection.input.drain(..at);

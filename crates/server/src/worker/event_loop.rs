@@ -290,8 +290,8 @@ impl Worker {
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
         let latency = shared.metrics.as_ref().map(|_| Default::default());
-        // memcached's -Y turns the binary protocol off.
-        let limits = Limits { binary: shared.auth.is_none(), ..limits };
+        // memcached's -Y turns the binary protocol off, its -S the text protocol.
+        let limits = Limits { binary: shared.auth.is_none() || settings.sasl, text: !settings.sasl, ..limits };
         Ok(Worker {
             core: Core {
                 id,
