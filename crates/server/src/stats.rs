@@ -584,7 +584,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("num_threads", &s.threads);
     put("detail_enabled", &yes_no(state.detail.enabled()));
     put("cas_enabled", &"yes");
-    put("tcp_backlog", &1024);
+    put("tcp_backlog", &s.backlog);
     let binding = match (&s.auth_file, s.sasl) {
         (_, true) => "binary",
         (Some(_), false) => "ascii",

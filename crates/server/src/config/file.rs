@@ -25,7 +25,7 @@ where
             command = command.mut_arg(id, |arg| arg.default_value(value));
         }
     }
-    let matches = command.try_get_matches_from(&args).map_err(ConfigError::Usage)?;
+    let matches = command.try_get_matches_from(&args).map_err(|error| super::memcached_only(error, &args))?;
     Config::from_arg_matches(&matches).map_err(ConfigError::Usage)
 }
 

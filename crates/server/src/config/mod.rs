@@ -50,6 +50,13 @@ pub struct Config {
     /// address space reserved for it (memory is used only as the log grows) [default: -m].
     #[arg(long = "memory-max", value_name = "MB", help_heading = "Memory")]
     pub memory_max: Option<usize>,
+    /// memcached's -b: the listen backlog, connections waiting to be accepted [default: 1024].
+    #[arg(short = 'b', long = "listen-backlog", value_name = "N", help_heading = "Connections")]
+    pub listen_backlog: Option<u32>,
+    /// memcached's -R: accepted for memcached.conf compatibility; tierkv bounds a connection's
+    /// turn by its batches and output instead (see the README).
+    #[arg(short = 'R', long = "max-reqs-per-event", value_name = "N", help_heading = "Connections")]
+    pub max_reqs_per_event: Option<u32>,
     /// Most simultaneous connections [default: 1024].
     #[arg(short = 'c', long = "conn-limit", help_heading = "Connections")]
     pub conn_limit: Option<usize>,
@@ -185,6 +192,41 @@ fn extended_options(options: &[String]) -> Result<Extended, ConfigError> {
     Ok(extended)
 }
 
+/// memcached's flags tierkv does not take, each with why (short, long, reason).
+const MEMCACHED_ONLY: [(char, &str, &str); 10] = [
+    ('r', "enable-coredumps", "core dumps follow the system's settings (ulimit -c, systemd's LimitCORE)"),
+    ('k', "lock-memory", "tierkv does not lock its memory; keep the host from swapping instead"),
+    ('i', "license", "tierkv's license is MIT OR Apache-2.0 (Cargo.toml)"),
+    ('f', "slab-growth-factor", "tierkv has no slab classes: each worker's items live in one log"),
+    ('n', "slab-min-size", "tierkv has no slab classes: each worker's items live in one log"),
+    ('L', "enable-largepages", "tierkv asks for transparent huge pages for its logs by itself"),
+    ('C', "disable-cas", "tierkv always keeps a CAS value in each item's header"),
+    ('B', "protocol", "tierkv takes each request in the protocol it arrives in; -Y and -S choose one"),
+    ('e', "memory-file", "tierkv keeps items across restarts with its flash tier, not a memory file"),
+    ('N', "napi_ids", "tierkv spreads connections over its workers with SO_REUSEPORT"),
+];
+
+/// A command line clap refused: when it holds a memcached flag tierkv does not take, an error
+/// that names the flag and says why, instead of clap's "unexpected argument".
+pub fn memcached_only(error: clap::Error, args: &[std::ffi::OsString]) -> ConfigError {
+    if error.kind() != clap::error::ErrorKind::UnknownArgument {
+        return ConfigError::Usage(error);
+    }
+    for arg in args.iter().skip(1).filter_map(|arg| arg.to_str()) {
+        let found = MEMCACHED_ONLY.iter().find(|(short, long, _)| {
+            let short_form =
+                arg.strip_prefix('-').is_some_and(|rest| rest.starts_with(*short) && !rest.starts_with('-'));
+            let long_form =
+                arg.strip_prefix("--").is_some_and(|rest| rest == *long || rest.starts_with(&format!("{long}=")));
+            short_form || long_form
+        });
+        if let Some((short, long, reason)) = found {
+            return ConfigError::flag(format!("-{short}/--{long}"), format!("is memcached's, not tierkv's: {reason}"));
+        }
+    }
+    ConfigError::Usage(error)
+}
+
 /// Why start-up stopped: a flag (or file key) with a bad value, the file itself, or the
 /// command line's syntax (clap's own message and exit code, help and version included).
 #[derive(Debug)]
@@ -232,6 +274,8 @@ pub struct Settings {
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
     pub unix_socket: Option<(PathBuf, u32)>,
+    /// `-b`: the listen backlog.
+    pub backlog: u32,
     /// `-Y`: the ASCII authentication file; with `-S`, the SASL password file.
     pub auth_file: Option<PathBuf>,
     /// `-S`: binary SASL authentication (the users are in `auth_file`).
@@ -332,7 +376,15 @@ impl Config {
         let unix_socket = self.unix_socket()?;
         let auth_file = self.auth_file()?;
         let metrics = self.metrics()?;
+        let backlog = self.listen_backlog.unwrap_or(1024);
+        if backlog == 0 || backlog > 65535 {
+            return Err(ConfigError::flag("-b/--listen-backlog", format!("{backlog} must be 1 to 65535")));
+        }
+        if self.max_reqs_per_event == Some(0) {
+            return Err(ConfigError::flag("-R/--max-reqs-per-event", "must be at least 1"));
+        }
         Ok(Settings {
+            backlog,
             metrics,
             auth_file,
             sasl: self.enable_sasl,
@@ -546,6 +598,12 @@ impl Config {
         let mut notes = Vec::new();
         if let Some(user) = &self.user {
             notes.push(format!("-u/--user {user}: ignored; tierkv runs as the user that starts it"));
+        }
+        if let Some(n) = self.max_reqs_per_event {
+            notes.push(format!(
+                "-R/--max-reqs-per-event {n}: ignored; tierkv takes a connection's requests in batches of 16 and \
+                 ends its turn at the output limit, so one client cannot starve the others"
+            ));
         }
         if self.daemon {
             notes.push("-d/--daemon: ignored; tierkv stays in the foreground (use a service manager)".to_string());

@@ -154,3 +154,31 @@ fn the_file_may_group_flags_in_the_sections_of_their_headings() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn memcached_flags_tierkv_does_not_take_say_why() {
+    for (args, flag) in [
+        (&["-f", "1.25"][..], "-f/--slab-growth-factor is memcached's, not tierkv's: "),
+        (&["--slab-min-size=48"], "-n/--slab-min-size is memcached's"),
+        (&["-C"], "-C/--disable-cas is memcached's"),
+        (&["-vv", "-L"], "-L/--enable-largepages is memcached's"),
+        (&["-B", "binary"], "-B/--protocol is memcached's"),
+        (&["-e", "/tmp/m"], "-e/--memory-file is memcached's"),
+        (&["-k"], "-k/--lock-memory is memcached's"),
+    ] {
+        let error = settings_of(args).unwrap_err();
+        assert!(error.starts_with(flag), "{args:?}: {error}");
+    }
+    // A flag nobody knows keeps clap's own message.
+    assert!(settings_of(&["-z"]).unwrap_err().contains("unexpected argument '-z'"));
+}
+
+#[test]
+fn backlog_and_requests_per_event() {
+    assert_eq!(settings_of(&[]).unwrap().backlog, 1024);
+    assert_eq!(settings_of(&["-b", "64"]).unwrap().backlog, 64);
+    assert!(settings_of(&["-b", "0"]).unwrap_err().starts_with("-b/--listen-backlog 0 must be"));
+    let noted = settings_of(&["-R", "20"]).unwrap();
+    assert!(noted.notes.iter().any(|note| note.starts_with("-R/--max-reqs-per-event 20: ignored")));
+    assert!(settings_of(&["-R", "0"]).unwrap_err().starts_with("-R/--max-reqs-per-event"));
+}

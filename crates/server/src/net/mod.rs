@@ -202,11 +202,14 @@ impl Source for Listener {
 /// there (never another kind of file), with permissions `mask` (`-a`, octal). Returns `count`
 /// handles on the one socket, one per worker: a Unix socket cannot be shared with
 /// SO_REUSEPORT, so every worker accepts from the same socket.
-pub fn bind_unix(path: &Path, mask: u32, count: usize) -> io::Result<Vec<Listener>> {
+pub fn bind_unix(path: &Path, mask: u32, count: usize, backlog: i32) -> io::Result<Vec<Listener>> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
         std::fs::remove_file(path)?;
     }
-    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket.bind(&socket2::SockAddr::unix(path)?)?;
+    socket.listen(backlog)?;
+    let listener: std::os::unix::net::UnixListener = std::os::fd::OwnedFd::from(socket).into();
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mask & 0o777))?;
     listener.set_nonblocking(true)?;
     let mut handles = Vec::with_capacity(count);

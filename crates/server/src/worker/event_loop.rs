@@ -16,9 +16,9 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     let workers = settings.threads;
     let address = settings.address;
     let mains: Vec<Listener> = match &settings.unix_socket {
-        Some((path, mask)) => crate::net::bind_unix(path, *mask, workers)
+        Some((path, mask)) => crate::net::bind_unix(path, *mask, workers, settings.backlog as i32)
             .map_err(|error| ServeError::Unix { path: path.clone(), error })?,
-        None => bind_shared(address, workers)?.into_iter().map(Listener::Tcp).collect(),
+        None => bind_shared(address, workers, settings.backlog as i32)?.into_iter().map(Listener::Tcp).collect(),
     };
     let mut polls = Vec::with_capacity(workers);
     let mut peers = Vec::with_capacity(workers);
@@ -131,7 +131,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
 /// (SO_REUSEPORT would otherwise let a second server share it silently). Another server that
 /// probed in the moment between that check and these binds is caught by counting the port's
 /// listeners afterwards: of two servers racing, the later one always sees both and stops.
-pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpListener>, ServeError> {
+pub(super) fn bind_shared(address: SocketAddr, count: usize, backlog: i32) -> Result<Vec<TcpListener>, ServeError> {
     let fail = ServeError::socket("-p/--port", address);
     // The probe binds without listening: a client that connected to a listening probe would
     // think the server up, then be refused in the moment before the real sockets listen.
@@ -150,7 +150,7 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize) -> Result<Vec<TcpLi
             socket.set_reuse_port(true).map_err(fail)?;
             socket.set_nonblocking(true).map_err(fail)?;
             socket.bind(&address.into()).map_err(fail)?;
-            socket.listen(1024).map_err(fail)?;
+            socket.listen(backlog).map_err(fail)?;
             Ok(TcpListener::from_std(socket.into()))
         })
         .collect::<Result<Vec<_>, _>>()
