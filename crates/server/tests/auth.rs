@@ -123,3 +123,21 @@ fn a_bad_auth_file_or_udp_stops_start_up() {
     std::fs::remove_file(&bad).unwrap();
     std::fs::remove_file(&good).unwrap();
 }
+
+#[test]
+fn every_way_in_asks_for_authentication() {
+    let file = auth_file("ways-in");
+    let (port, base) = (free_port(), common::free_ports(2));
+    let mut command = Command::new(TIERKV);
+    command
+        .args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--direct-ports", &base.to_string(), "-Y"])
+        .arg(&file);
+    let _server = start(command, port);
+    for way_in in [port, base, base + 1] {
+        let replies = conversation(way_in, &[b"get k\r\n", b"set a 0 0 12\r\nalice secret\r\n", b"version\r\n"]);
+        assert_eq!(replies[0], "CLIENT_ERROR unauthenticated\r\n", "port {way_in}");
+        assert_eq!(replies[1], "STORED\r\n");
+        assert!(replies[2].starts_with("VERSION "));
+    }
+    std::fs::remove_file(&file).unwrap();
+}

@@ -236,3 +236,18 @@ fn tls_flags_are_checked_at_start_up() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn direct_ports_are_tls_too() {
+    let dir = certificates("direct");
+    let base = common::free_ports(2);
+    let server = tls_server(&dir, &["--direct-ports", &base.to_string()]);
+    for port in [server.1, base, base + 1] {
+        assert_eq!(
+            s_client(port, "set d 0 0 1\r\nx\r\nget d\r\n"),
+            "STORED\r\nVALUE d 0 1\r\nx\r\nEND\r\n",
+            "port {port}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -25,6 +25,11 @@ impl Drop for Server {
     }
 }
 
+/// `count` consecutive free ports, the first returned.
+pub fn free_ports(count: u16) -> u16 {
+    tierkv_bench::ports::free_ports(count).unwrap()
+}
+
 pub fn free_port() -> u16 {
     tierkv_bench::ports::free_port().unwrap()
 }
