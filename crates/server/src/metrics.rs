@@ -101,8 +101,13 @@ fn help(name: &str) -> &'static str {
 }
 
 /// The gauges of a snapshot: name, help, value.
-fn gauges(s: &Snapshot) -> [(&'static str, &'static str, u64); 6] {
+fn gauges(s: &Snapshot) -> [(&'static str, &'static str, u64); 11] {
     [
+        ("total_items", "Items stored since the last stats reset.", s.total_items),
+        ("allocated_bytes", "Bytes of memory the partition has allocated.", s.allocated_bytes),
+        ("free_bytes", "Store mode: free arena bytes.", s.free_bytes),
+        ("spare_buckets", "Store mode: spare index buckets.", s.spare_buckets),
+        ("spare_buckets_free", "Store mode: spare index buckets not in use.", s.spare_buckets_free),
         ("curr_connections", "Open client connections.", s.curr_connections),
         ("curr_items", "Items stored now.", s.curr_items),
         ("bytes", "Bytes of item memory in use.", s.bytes),
@@ -121,6 +126,16 @@ pub fn render(published: &Published) -> String {
     };
     head(&mut text, "uptime_seconds", "gauge", "Seconds since the server started.");
     text.push_str(&format!("tierkv_uptime_seconds {}\n", published.started.elapsed().as_secs()));
+    let ((user_s, user_us), (system_s, system_us)) = crate::sys::cpu_time();
+    for (name, help, seconds) in [
+        ("rusage_user_seconds_total", "CPU time in user mode.", user_s as f64 + user_us as f64 / 1e6),
+        ("rusage_system_seconds_total", "CPU time in the kernel.", system_s as f64 + system_us as f64 / 1e6),
+    ] {
+        head(&mut text, name, "counter", help);
+        text.push_str(&format!("tierkv_{name} {seconds}\n"));
+    }
+    head(&mut text, "threads", "gauge", "Worker threads (-t).");
+    text.push_str(&format!("tierkv_threads {}\n", workers.len()));
     head(&mut text, "limit_maxbytes", "gauge", "Item memory limit in bytes (-m, cache_memlimit).");
     let limit = published.limit_maxbytes.load(std::sync::atomic::Ordering::Relaxed);
     text.push_str(&format!("tierkv_limit_maxbytes {limit}\n"));
