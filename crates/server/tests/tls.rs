@@ -10,8 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A new P-256 key without a passphrase, in `openssl req` arguments.
+const NEW_EC_KEY: [&str; 5] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+
+/// Runs openssl in `dir`; the argument "NEW_EC_KEY" stands for `NEW_EC_KEY`'s five.
 fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl is installed");
+    let args: Vec<&str> =
+        args.iter().flat_map(|&a| if a == "NEW_EC_KEY" { NEW_EC_KEY.to_vec() } else { vec![a] }).collect();
+    let output = Command::new("openssl").current_dir(dir).args(&args).output().expect("openssl is installed");
     assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
 }
 
@@ -21,23 +27,7 @@ fn make_cert(dir: &Path, ca: &str, name: &str, extensions: &str) {
     let (key, csr, pem, ext) =
         (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("{name}.ext"));
     let subject = format!("/CN={name}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &subject,
-        ],
-    );
+    openssl(dir, &["req", "NEW_EC_KEY", "-keyout", &key, "-out", &csr, "-subj", &subject]);
     let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
     openssl(
         dir,
@@ -70,26 +60,7 @@ fn certificates(name: &str) -> PathBuf {
     for ca in ["ca", "otherca"] {
         let subject = format!("/CN=tierkv test {ca}");
         let (key, pem) = (format!("{ca}.key"), format!("{ca}.pem"));
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &pem,
-                "-days",
-                "2",
-                "-subj",
-                &subject,
-            ],
-        );
+        openssl(&dir, &["req", "-x509", "NEW_EC_KEY", "-keyout", &key, "-out", &pem, "-days", "2", "-subj", &subject]);
     }
     let server = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
     make_cert(&dir, "ca", "server", server);
