@@ -24,6 +24,8 @@ for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:li
     openssl:openssl systemd-analyze:systemd saslpasswd2:sasl2-bin; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
+# memcached -S needs the PLAIN mechanism (libsasl2-modules, only a recommendation of libsasl2-2).
+dpkg -s libsasl2-modules >/dev/null 2>&1 || missing+=(libsasl2-modules)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     apt-get update
