@@ -26,11 +26,11 @@ pub struct Summary {
 }
 
 /// memcached's `get_conn_text`: `tcp:1.2.3.4:5`, `tcp6:[::1]:5`, `udp:...`, `unix:/path`, and
-/// `unix:<AF 1>` for a Unix client (no address).
+/// `?:<AF 0>` for a Unix client (accept gives it an empty address of family 0).
 fn address(endpoint: &Endpoint, udp: bool) -> String {
     let addr = match endpoint {
         Endpoint::Inet(addr) => addr,
-        Endpoint::Unix(path) if path.len() < 2 => return "unix:<AF 1>".to_string(),
+        Endpoint::Unix(path) if path.len() < 2 => return "?:<AF 0>".to_string(),
         Endpoint::Unix(path) => return format!("unix:{path}"),
     };
     let protocol = match (udp, addr.is_ipv6()) {
@@ -74,7 +74,7 @@ mod tests {
                         STAT 24:state conn_parse_cmd\r\nSTAT 24:secs_since_last_cmd 0\r\n";
         assert_eq!(String::from_utf8(out).unwrap(), expected);
         assert_eq!(address(&Endpoint::Unix("/run/tierkv.sock".into()), false), "unix:/run/tierkv.sock");
-        assert_eq!(address(&Endpoint::Unix(String::new()), false), "unix:<AF 1>");
+        assert_eq!(address(&Endpoint::Unix(String::new()), false), "?:<AF 0>");
         assert_eq!(address(&Endpoint::Inet("[::1]:5".parse().unwrap()), true), "udp6:[::1]:5");
     }
 }

@@ -580,6 +580,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
         Some((path, _)) => put("domain_socket", &path.display()),
         None => put("domain_socket", &"NULL"),
     }
+    put("umask", &format!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask)));
     put("shutdown_command", &yes_no(s.admin.shutdown));
     put("num_threads", &s.threads);
     put("detail_enabled", &yes_no(state.detail.enabled()));

@@ -81,6 +81,13 @@ fn ascii_authentication_answers_as_memcached_does() {
     for steps in &conversations {
         assert_eq!(conversation(ours.1, steps), conversation(theirs.1, steps), "{steps:?}");
     }
+    // The settings that say authentication is on, after logging in.
+    let settings = |port: u16| -> Vec<String> {
+        let replies = conversation(port, &[b"set a 0 0 12\r\nalice secret\r\n", b"stats settings\r\n"]);
+        let wanted = ["STAT binding_protocol ", "STAT auth_enabled_sasl ", "STAT auth_enabled_ascii "];
+        replies[1].lines().filter(|l| wanted.iter().any(|w| l.starts_with(w))).map(String::from).collect()
+    };
+    assert_eq!(settings(ours.1), settings(theirs.1));
     std::fs::remove_file(&file).unwrap();
 }
 

@@ -222,6 +222,8 @@ fn administrative_commands_answer_as_memcached_does() {
         // memcached's number parsing: low 32 bits, signs, class 0.
         "lru_crawler crawl 0\r\ncache_memlimit 4294967360\r\ncache_memlimit +64\r\nlru_crawler tocrawl -1\r\n",
         "slabs automove 4294967297\r\nlru temp_ttl -5\r\nlru_crawler sleep 1000000\r\n",
+        // Without -Z.
+        "refresh_certs\r\n",
     );
     same_as_memcached(script.as_bytes(), false);
     // -A allows shutdown: the server stops (and answers nothing).

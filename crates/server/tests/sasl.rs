@@ -106,6 +106,25 @@ fn binary_sasl_answers_as_memcached_does() {
     for steps in &conversations {
         assert_eq!(conversation(ours.1, steps), conversation(theirs.1, steps), "{steps:?}");
     }
+    // After logging in, `stats settings` (binary STAT) says how authentication is set up.
+    let settings = |port: u16| -> Vec<(String, String)> {
+        let replies = conversation(port, &[auth(b"secret"), request(opcode::STAT, b"settings", b"")]);
+        let (reply, mut at, mut found) = (&replies[1], 0, Vec::new());
+        while at + 24 <= reply.len() {
+            let key_len = u16::from_be_bytes([reply[at + 2], reply[at + 3]]) as usize;
+            let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
+            let key = String::from_utf8_lossy(&reply[at + 24..at + 24 + key_len]).into_owned();
+            let value = String::from_utf8_lossy(&reply[at + 24 + key_len..at + 24 + body]).into_owned();
+            if ["binding_protocol", "auth_enabled_sasl", "auth_enabled_ascii"].contains(&key.as_str()) {
+                found.push((key, value));
+            }
+            at += 24 + body;
+        }
+        found
+    };
+    let mine = settings(ours.1);
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    assert_eq!(mine, settings(theirs.1));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

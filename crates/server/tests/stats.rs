@@ -127,6 +127,33 @@ fn settings_follow_flags_and_verbosity() {
             assert_eq!(switches(ours.1), ["yes", "no", "no"]);
         }
     }
+    // The lines for sockets, authentication and TLS, without and with -b.
+    const NAMES: [&str; 16] = [
+        "domain_socket",
+        "umask",
+        "tcp_backlog",
+        "binding_protocol",
+        "auth_enabled_sasl",
+        "auth_enabled_ascii",
+        "ssl_enabled",
+        "ssl_chain_cert",
+        "ssl_key",
+        "ssl_verify_mode",
+        "ssl_keyformat",
+        "ssl_ciphers",
+        "ssl_ca_cert",
+        "ssl_wbuf_size",
+        "ssl_session_cache",
+        "ssl_min_version",
+    ];
+    for flags in [&[][..], &["-b", "64"][..]] {
+        let (ours, theirs) = (tierkv_with(flags), memcached_with(flags));
+        let lines = |port: u16| {
+            let settings = parse(&exchange(port, b"stats settings\r\n"));
+            NAMES.map(|name| format!("{name} {}", settings.get(name).map_or("(missing)", |v| v.as_str())))
+        };
+        assert_eq!(lines(ours.1), lines(theirs.1), "flags {flags:?}");
+    }
 }
 
 #[test]

@@ -222,3 +222,30 @@ fn direct_ports_are_tls_too() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn tls_settings_lines_match_memcached_s() {
+    let dir = certificates("settings");
+    let ca = format!("ssl_ca_cert={},ssl_verify_mode=1", dir.join("ca.pem").display());
+    let ours = tls_server(&dir, &["-o", &ca]);
+    let port = free_port();
+    let options = format!(
+        "ssl_chain_cert={},ssl_key={},{ca}",
+        dir.join("server.pem").display(),
+        dir.join("server.key").display()
+    );
+    let mut command = Command::new("memcached");
+    command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-Z", "-o", &options]);
+    // SAFETY: geteuid only reads the process's user id.
+    if unsafe { libc::geteuid() } == 0 {
+        command.args(["-u", "root"]);
+    }
+    let theirs = start(command, port);
+    let ssl_lines = |port: u16| -> Vec<String> {
+        s_client(port, "stats settings\r\n").lines().filter(|l| l.starts_with("STAT ssl_")).map(String::from).collect()
+    };
+    let (mine, reference) = (ssl_lines(ours.1), ssl_lines(theirs.1));
+    assert_eq!(mine.len(), 11, "{mine:?}");
+    assert_eq!(mine, reference);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

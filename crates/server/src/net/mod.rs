@@ -29,7 +29,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(Endpoint::Inet),
             Stream::Tls(s) => s.sock.peer(),
-            // A connected Unix client has no address (memcached shows `<AF 1>`).
+            // A connected Unix client has no address (memcached shows `?:<AF 0>`).
             Stream::Unix(_) => Some(Endpoint::Unix(String::new())),
         }
     }
