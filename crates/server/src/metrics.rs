@@ -139,11 +139,11 @@ pub fn render(published: &Published) -> String {
     head(&mut text, "limit_maxbytes", "gauge", "Item memory limit in bytes (-m, cache_memlimit).");
     let limit = published.limit_maxbytes.load(std::sync::atomic::Ordering::Relaxed);
     text.push_str(&format!("tierkv_limit_maxbytes {limit}\n"));
+    let counters: Vec<_> = workers.iter().map(|w| w.snapshot.counters.words()).collect();
     for (index, name) in Counters::NAMES.iter().enumerate() {
         head(&mut text, &format!("{name}_total"), "counter", help(name));
-        for (id, worker) in workers.iter().enumerate() {
-            let value = worker.snapshot.counters.words()[index];
-            text.push_str(&format!("tierkv_{name}_total{{worker=\"{id}\"}} {value}\n"));
+        for (id, words) in counters.iter().enumerate() {
+            text.push_str(&format!("tierkv_{name}_total{{worker=\"{id}\"}} {}\n", words[index]));
         }
     }
     let gauge_rows: Vec<_> = workers.iter().map(|w| gauges(&w.snapshot)).collect();

@@ -52,7 +52,7 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
 /// request gets AUTH_ERROR and the connection closes, as does a text request (the connection
 /// speaks binary only).
 fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate::auth::AuthTable) -> bool {
-    use tierkv_protocol::binary::{self, opcode as op, status, REQUEST_MAGIC};
+    use tierkv_protocol::binary::{self, status, REQUEST_MAGIC};
     use tierkv_protocol::{Command, Decoded, ReplyStyle};
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
@@ -77,22 +77,24 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
         };
         at += consumed;
         let ReplyStyle::Binary(info) = request.style else { continue };
-        let mut out = std::mem::take(connection.local_out(&mut core.pool));
-        match request.command {
-            Command::Sasl { opcode, key, value } if opcode != op::SASL_STEP || !key.is_empty() => {
-                let outcome = crate::auth::sasl(table, opcode, key, value, &info, &mut out);
+        let out = connection.local_out(&mut core.pool);
+        let (authenticated, close) = match request.command {
+            Command::Sasl { opcode, key, value } => {
+                let outcome = crate::auth::sasl(table, opcode, key, value, &info, out);
                 core.state.counters.sasl(outcome);
-                connection.authenticated = outcome == crate::auth::SaslOutcome::Authenticated;
+                (outcome == crate::auth::SaslOutcome::Authenticated, false)
             }
             Command::Version => {
-                binary::write_response(&mut out, &info, status::SUCCESS, 0, &[], &[], crate::VERSION.as_bytes())
+                binary::write_response(out, &info, status::SUCCESS, 0, &[], &[], crate::VERSION.as_bytes());
+                (false, false)
             }
             _ => {
-                binary::write_error(&mut out, &info, status::AUTH_ERROR);
-                connection.closing = true;
+                binary::write_error(out, &info, status::AUTH_ERROR);
+                (false, true)
             }
-        }
-        *connection.local_out(&mut core.pool) = out;
+        };
+        connection.authenticated = authenticated;
+        connection.closing |= close;
     }
     if connection.closing {
         at = input.len();
