@@ -4,8 +4,10 @@
 
 use crate::api::Engine;
 use crate::atomics::{AtomicOutcome, AtomicRequest};
+use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::cache::Partition;
 use crate::config::{ConfigError, Mode, PartitionConfig};
+use crate::flash::FlashStore;
 use crate::hash::KeyHash;
 use crate::storage::Access;
 use crate::store::{StoreConfig, StorePartition};
@@ -35,6 +37,14 @@ impl AnyPartition {
                 expected_item_bytes: config.expected_item_bytes,
             })?),
         })
+    }
+
+    /// Puts a flash store behind this partition (cache mode only; before the first write).
+    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
+        match self {
+            AnyPartition::Cache(p) => p.attach_flash(store),
+            AnyPartition::Store(_) => Err("a flash tier needs cache mode (store mode evicts nothing)".into()),
+        }
     }
 }
 
@@ -208,5 +218,26 @@ impl Engine for AnyPartition {
 
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
         each_kind!(self, p => p.bucket_keys(bucket, f));
+    }
+
+    #[inline]
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+        each_kind!(self, p => Engine::flash_probe(p, key, hash, token))
+    }
+
+    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
+        each_kind!(self, p => Engine::flash_poll(p, wait, tokens));
+    }
+
+    fn flash_in_flight(&self) -> usize {
+        each_kind!(self, p => Engine::flash_in_flight(p))
+    }
+
+    fn flash_report(&self) -> Option<FlashReport> {
+        each_kind!(self, p => Engine::flash_report(p))
+    }
+
+    fn close_flash(&mut self) -> Result<(), String> {
+        each_kind!(self, p => Engine::close_flash(p))
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::atomics::{AtomicOutcome, AtomicRequest};
 use crate::batch::{in_chunks, SetRequest};
+use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::config::{ConfigError, Mode};
 use crate::hash::KeyHash;
 use crate::ops;
@@ -157,6 +158,22 @@ pub trait Engine {
     /// Calls `f` with the key of every item index bucket `bucket` leads to (expired ones too:
     /// `debug_item` tells).
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8]));
+
+    // ----- a flash tier behind the partition (cache mode with `AnyPartition::attach_flash`) -----
+
+    /// Whether an operation on `key` may run now: `Pending` means its item is being read from
+    /// flash, and `flash_poll` hands back `token` once it is in DRAM (or known absent); `Busy`
+    /// means too many reads are in flight. Without a tier, always `Ready`.
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
+    /// Consumes finished flash I/O (with `wait`, blocking until some finishes): promoted keys'
+    /// tokens go to `tokens`.
+    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>);
+    /// Flash requests in flight (poll while there are any).
+    fn flash_in_flight(&self) -> usize;
+    /// The flash tier's figures, if there is one.
+    fn flash_report(&self) -> Option<FlashReport>;
+    /// A clean shutdown of the tier: DRAM items written to flash, the store closed.
+    fn close_flash(&mut self) -> Result<(), String>;
 
     /// One bounded step of a walk over every live item (memcached's `lru_crawler metadump`):
     /// visits the index buckets from `cursor` on, at most `buckets` of them, calling `f` with
@@ -356,5 +373,25 @@ impl<S: Storage> Engine for S {
 
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
         Storage::bucket_keys(self, bucket, f);
+    }
+
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+        Storage::flash_probe(self, key, hash, token)
+    }
+
+    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
+        Storage::flash_poll(self, wait, tokens);
+    }
+
+    fn flash_in_flight(&self) -> usize {
+        Storage::flash_in_flight(self)
+    }
+
+    fn flash_report(&self) -> Option<FlashReport> {
+        Storage::flash_report(self)
+    }
+
+    fn close_flash(&mut self) -> Result<(), String> {
+        Storage::close_flash(self)
     }
 }

@@ -44,6 +44,16 @@ impl FlushSchedule {
         now >= at
     }
 
+    /// The pending flush's deadline second, if any (kept across a flash tier's clean restart).
+    pub(crate) fn pending(&self) -> Option<u32> {
+        self.at
+    }
+
+    /// Schedules a flush at `at` (a pending one kept across a restart).
+    pub(crate) fn resume(&mut self, at: u32) {
+        self.at = Some(at);
+    }
+
     /// Whether an item stored at `now` is hidden by a flush in its deadline second.
     pub(crate) fn hides_writes(&self, now: u32) -> bool {
         self.at == Some(now)

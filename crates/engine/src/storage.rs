@@ -3,6 +3,7 @@
 //! Every kind that implements `Storage` is an `Engine` (`api.rs`). Crate-private: callers see
 //! only `Engine`.
 
+use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::config::{ConfigError, Mode};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
@@ -97,6 +98,22 @@ pub(crate) trait Storage {
     fn prefetch(&self, hashes: &[KeyHash], access: Access);
     fn dump_buckets(&self) -> usize;
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8]));
+
+    // ----- a flash tier behind the partition (cache mode only; see `Engine`) -----
+
+    fn flash_probe(&mut self, _key: &[u8], _hash: KeyHash, _token: u64) -> FlashProbe {
+        FlashProbe::Ready
+    }
+    fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
+    fn flash_in_flight(&self) -> usize {
+        0
+    }
+    fn flash_report(&self) -> Option<FlashReport> {
+        None
+    }
+    fn close_flash(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Which operations a prefetch prepares for.

@@ -37,7 +37,7 @@ fn workload(store: &mut FlashStore, write: bool) -> Found {
     if write {
         for i in 0..20_000u32 {
             let value = vec![b'a' + (i % 26) as u8; 50 + (i as usize * 7) % 900];
-            let meta = ItemMeta { flags: i, expiry: 0, cas: u64::from(i) + 1 };
+            let meta = ItemMeta { flags: i, expiry: 0, cas: u64::from(i) + 1, state: 0 };
             while store.insert(KeyHash::of(&key(i)), &key(i), &value, meta, now) == InsertOutcome::Busy {
                 store.wait(now, &mut Vec::new());
             }

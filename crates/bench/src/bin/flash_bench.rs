@@ -88,7 +88,7 @@ fn insert_all(store: &mut FlashStore, args: &Args, items: u64, start: Instant) -
     let began = Instant::now();
     for i in 0..items {
         write_text_key(i, &mut key);
-        let meta = ItemMeta { flags: 0, expiry: 0, cas: i + 1 };
+        let meta = ItemMeta { flags: 0, expiry: 0, cas: i + 1, state: 0 };
         while store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) == InsertOutcome::Busy {
             store.wait(now(start), &mut Vec::new());
         }
@@ -151,7 +151,7 @@ fn churn(store: &mut FlashStore, args: &Args, items: u64, start: Instant) {
     let (mut done, mut looked, mut hits) = (Vec::new(), 0u64, 0u64);
     for i in 0..extra {
         write_text_key(2 * items + i, &mut key);
-        let meta = ItemMeta { flags: 0, expiry: 0, cas: items + i + 1 };
+        let meta = ItemMeta { flags: 0, expiry: 0, cas: items + i + 1, state: 0 };
         while store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) == InsertOutcome::Busy {
             store.wait(now(start), &mut done);
         }

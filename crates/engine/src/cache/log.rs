@@ -47,6 +47,10 @@ pub(crate) struct Log {
     lap_start: u64,
     /// Items before this position were flushed (flush_all).
     floor: u64,
+    /// The last two places the tail skipped to a new lap: (the old tail, the new lap's
+    /// start), oldest first. The bytes between are dead (the flash tier's eviction walk jumps
+    /// them).
+    wraps: [(u64, u64); 2],
 }
 
 impl Log {
@@ -64,6 +68,7 @@ impl Log {
             tail: 0,
             lap_start: 0,
             floor: 0,
+            wraps: [(u64::MAX, u64::MAX); 2],
         })
     }
 
@@ -188,6 +193,7 @@ impl Log {
         let placement = self.plan(size);
         self.live_span = self.span_after(&placement);
         if placement.wraps {
+            self.wraps = [self.wraps[1], (self.tail, placement.lap_start)];
             self.start_lap();
         }
         self.lap_start = placement.lap_start;
@@ -216,8 +222,21 @@ impl Log {
         placement.new_tail - position <= self.span_after(&placement)
     }
 
-    /// Starts an empty log at virtual position `position` (tests of 48-bit wrap-around).
-    #[cfg(test)]
+    /// The lowest position whose item survives writing `size` more bytes at the tail.
+    #[inline]
+    pub(crate) fn survivors_from(&self, size: usize) -> u64 {
+        let placement = self.plan(size);
+        placement.new_tail.saturating_sub(self.span_after(&placement))
+    }
+
+    /// Where the tail skipped from `position` to a new lap's start, if it did.
+    #[inline]
+    pub(crate) fn skip_at(&self, position: u64) -> Option<u64> {
+        self.wraps.iter().find(|&&(from, _)| from == position).map(|&(_, to)| to)
+    }
+
+    /// Starts an empty log at virtual position `position` (a flash tier's CAS floor, and tests
+    /// of 48-bit wrap-around).
     pub(crate) fn start_at(&mut self, position: u64) {
         assert_eq!(self.tail, 0);
         (self.tail, self.lap_start, self.floor) = (position, position, position);

@@ -6,6 +6,9 @@ pub(crate) mod index;
 pub(crate) mod log;
 #[cfg(test)]
 mod tests;
+pub(crate) mod tier;
+#[cfg(test)]
+mod tier_tests;
 
 use crate::batch::BATCH_CHUNK;
 use crate::cache::census::Census;
@@ -66,6 +69,10 @@ pub struct Partition {
     stats: EngineStats,
     census: Census,
     clock_marks: ClockMarks,
+    /// The flash tier behind the log, if the server has one (`tier.rs`).
+    tier: Option<Box<tier::Tier>>,
+    /// The log's first position (0 without a flash tier).
+    origin: u64,
 }
 
 impl Partition {
@@ -107,6 +114,8 @@ impl Partition {
             stats: EngineStats::default(),
             census: Census::new(max_log_bytes as u64, 0),
             clock_marks: ClockMarks::starting(unix_now()),
+            tier: None,
+            origin: 0,
         })
     }
 
@@ -230,6 +239,7 @@ impl Partition {
     /// index of the value).
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
         debug_assert_eq!(header.key_len, key.len());
+        self.spill_before(header.total_len());
         let (position, ring_index) = self.log.reserve(header.total_len());
         self.census.advance(self.log.tail(), self.log.live_span());
         let out = self.log.bytes_from_mut(ring_index);
@@ -341,6 +351,7 @@ impl Partition {
             let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
             scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
         }
+        self.spill_before(size);
         self.census.removed(found.position);
         let (position, ring_index) = self.log.reserve(size);
         self.census.advance(self.log.tail(), self.log.live_span());
@@ -398,6 +409,7 @@ impl Partition {
     fn flush_now(&mut self) {
         self.log.flush();
         self.census.flushed();
+        self.flush_tier();
     }
 
     // ----- batch support -----
@@ -479,6 +491,7 @@ impl Storage for Partition {
         if self.flush.on_clock(now) {
             self.flush_now();
         }
+        self.tier_clock();
     }
 
     /// The budget in use: index + log + scratch bytes (the log's share is what
@@ -545,7 +558,7 @@ impl Storage for Partition {
     /// Counters of the engine's own work.
     fn stats(&self) -> EngineStats {
         EngineStats {
-            log_bytes_written: self.log.tail(),
+            log_bytes_written: self.log.tail() - self.origin,
             live_items: self.census.live(),
             items_stored: self.census.stored_total(),
             evictions: self.census.evicted() + self.stats.index_evictions,
@@ -587,6 +600,10 @@ impl Storage for Partition {
 
     fn set_state(&mut self, found: &Found, bits: u8) {
         Partition::set_state(self, found, bits);
+        // Stale and token state are part of what a flash copy must match.
+        if bits & (item::STALE | item::TOKEN_SENT) != 0 {
+            self.invalidate_found(found);
+        }
     }
 
     fn write(
@@ -598,7 +615,7 @@ impl Storage for Partition {
         // The log appends and installs by tag: the old item needs no finding.
         _prior: Prior<Found>,
     ) -> Result<u64, EngineError> {
-        Ok(match value {
+        let cas = match value {
             NewValue::Parts(parts) => self.write_item(hash, header, key, parts),
             NewValue::Combined { old, data, old_first } => {
                 self.write_combined(hash, header, key, &old, data, old_first)
@@ -609,22 +626,28 @@ impl Storage for Partition {
                 self.install(hash, position);
                 header.cas.unwrap_or(position + 1)
             }
-        })
+        };
+        // After the write: spilling during it may have put the old version on flash.
+        self.invalidate_flash(hash);
+        Ok(cas)
     }
 
     fn remove(&mut self, found: &Found) {
+        self.invalidate_found(found);
         self.index.set(found.slot, 0);
         self.census.removed(found.position);
     }
 
     fn rewrite(&mut self, found: &Found, header: &ItemHeader) -> Result<Found, EngineError> {
         // A copy at a new position: with `cas` None its implicit CAS is new and unique.
-        Ok(self.rewrite_item(found, header, false))
+        let found = self.rewrite_item(found, header, false);
+        self.invalidate_found(&found);
+        Ok(found)
     }
 
     /// In place when the header keeps its size; otherwise the item is copied forward.
     fn set_expiry(&mut self, found: Found, expiry: u32) -> Result<Found, EngineError> {
-        Ok(match (found.header.expiry_field(), expiry) {
+        let found = match (found.header.expiry_field(), expiry) {
             (None, 0) => found,
             (Some(field), expiry) if expiry != 0 => {
                 let at = found.ring_index + field;
@@ -635,7 +658,9 @@ impl Storage for Partition {
                 let header = ItemHeader { expiry, cas: Some(found.cas()), ..found.header };
                 self.rewrite_item(&found, &header, false)
             }
-        })
+        };
+        self.invalidate_found(&found);
+        Ok(found)
     }
 
     fn written_at(&self, found: &Found) -> u32 {
@@ -644,6 +669,26 @@ impl Storage for Partition {
 
     fn max_item_bytes(&self) -> usize {
         self.max_item_bytes
+    }
+
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> tier::FlashProbe {
+        Partition::flash_probe(self, key, hash, token)
+    }
+
+    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
+        Partition::flash_poll(self, wait, tokens);
+    }
+
+    fn flash_in_flight(&self) -> usize {
+        Partition::flash_in_flight(self)
+    }
+
+    fn flash_report(&self) -> Option<tier::FlashReport> {
+        Partition::flash_report(self)
+    }
+
+    fn close_flash(&mut self) -> Result<(), String> {
+        Partition::close_flash(self)
     }
 }
 

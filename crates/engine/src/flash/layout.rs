@@ -18,7 +18,8 @@
 //!   0 magic u64 "TKVSUPER" | 8 version u32 | 12 state u32 (1 clean, 2 open)
 //!  16 partition u32 | 20 partitions u32 | 24 region_bytes u64 | 32 segment_bytes u32
 //!  36 buckets u32 | 40 epoch u64 | 48 last_seq u64 | 56 snapshot_bytes u64
-//!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 checksum u64 (xxh3 of bytes 0..80)
+//!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 flush_at u32 (Unix seconds of a pending
+//!  delayed flush_all, 0 = none) | 84 zero u32 | 88 checksum u64 (xxh3 of bytes 0..88)
 //!
 //! segment: written whole and in order from one aligned buffer
 //!   +----------------+----------------------------------------------+---------+
@@ -29,7 +30,8 @@
 //!  24 seq u64 | 32 slot u32 | 36 used u32 (bytes, header included) | 40 checksum u64 (of 0..40)
 //!
 //! item
-//!   0 magic u16 0x5EA1 | 2 key_len u8 | 3 version u8 | 4 value_len u32 | 8 flags u32
+//!   0 magic u16 0x5EA1 | 2 key_len u8 | 3 version u8 | 4 value_len u24 | 7 state u8 (the
+//!  DRAM item's meta state bits: fetched, stale, token sent) | 8 flags u32
 //!  12 expiry u32 (Unix seconds, 0 = never) | 16 cas u64 | 24 checksum u64 (xxh3 of bytes 0..24,
 //!  the key and the value) | 32 key | value | zero padding to 16 bytes
 //! ```
@@ -41,14 +43,14 @@ pub const PAGE: usize = 4096;
 /// Item alignment inside a segment; index entries count offsets in these units.
 pub const ITEM_ALIGN: usize = 16;
 /// On-flash format version, in every header.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
 pub const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
 pub const ITEM_MAGIC: u16 = 0x5EA1;
 
-pub const SUPERBLOCK_BYTES: usize = 88;
+pub const SUPERBLOCK_BYTES: usize = 96;
 pub const SEGMENT_HEADER: usize = 48;
 pub const ITEM_HEADER: usize = 32;
 /// The snapshot header, at the start of its own page:
@@ -101,6 +103,7 @@ pub struct Superblock {
     pub snapshot_bytes: u64,
     pub snapshot_checksum: u64,
     pub last_cas: u64,
+    pub flush_at: u32,
 }
 
 impl Superblock {
@@ -119,8 +122,9 @@ impl Superblock {
         put64(out, 56, self.snapshot_bytes);
         put64(out, 64, self.snapshot_checksum);
         put64(out, 72, self.last_cas);
-        let sum = xxh3_64(&out[..80]);
-        put64(out, 80, sum);
+        put32(out, 80, self.flush_at);
+        let sum = xxh3_64(&out[..88]);
+        put64(out, 88, sum);
     }
 
     /// The superblock in `page`, or None if its magic, version or checksum is wrong.
@@ -128,7 +132,7 @@ impl Superblock {
         if page.len() < SUPERBLOCK_BYTES
             || u64_at(page, 0) != SUPERBLOCK_MAGIC
             || u32_at(page, 8) != FORMAT_VERSION
-            || u64_at(page, 80) != xxh3_64(&page[..80])
+            || u64_at(page, 88) != xxh3_64(&page[..88])
         {
             return None;
         }
@@ -144,6 +148,7 @@ impl Superblock {
             snapshot_bytes: u64_at(page, 56),
             snapshot_checksum: u64_at(page, 64),
             last_cas: u64_at(page, 72),
+            flush_at: u32_at(page, 80),
         })
     }
 }
@@ -196,7 +201,13 @@ pub struct ItemMeta {
     /// Absolute Unix seconds, 0 = never.
     pub expiry: u32,
     pub cas: u64,
+    /// The meta state bits (`crate::item::STATE_MASK`) the item had in DRAM.
+    pub state: u8,
 }
+
+/// Value lengths fit 24 bits (segments are at most 4 MiB); the byte above holds the state.
+const VALUE_LEN_MASK: u32 = 0x00FF_FFFF;
+const _: () = assert!(super::config::MAX_SEGMENT_BYTES <= VALUE_LEN_MASK);
 
 /// Bytes an item takes in a segment, padding included.
 pub fn item_bytes(key_len: usize, value_len: usize) -> usize {
@@ -208,11 +219,11 @@ pub fn item_bytes(key_len: usize, value_len: usize) -> usize {
 pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta) -> usize {
     let total = item_bytes(key.len(), value.len());
     let key_len = u8::try_from(key.len()).expect("keys are at most 250 bytes");
-    let value_len = u32::try_from(value.len()).expect("values fit a segment");
+    let value_len = u32::try_from(value.len()).ok().filter(|&len| len <= VALUE_LEN_MASK).expect("values fit a segment");
     out[0..2].copy_from_slice(&ITEM_MAGIC.to_le_bytes());
     out[2] = key_len;
     out[3] = FORMAT_VERSION as u8;
-    put32(out, 4, value_len);
+    put32(out, 4, value_len | u32::from(meta.state) << 24);
     put32(out, 8, meta.flags);
     put32(out, 12, meta.expiry);
     put64(out, 16, meta.cas);
@@ -251,7 +262,7 @@ pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
         return Err(Corrupt::Magic);
     }
     let key_len = usize::from(b[2]);
-    let value_len = u32_at(b, 4) as usize;
+    let value_len = (u32_at(b, 4) & VALUE_LEN_MASK) as usize;
     let end = ITEM_HEADER + key_len + value_len;
     if key_len == 0 || end > b.len() {
         return Err(Corrupt::Length);
@@ -262,7 +273,7 @@ pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
     if hasher.digest() != u64_at(b, 24) {
         return Err(Corrupt::Checksum);
     }
-    let meta = ItemMeta { flags: u32_at(b, 8), expiry: u32_at(b, 12), cas: u64_at(b, 16) };
+    let meta = ItemMeta { flags: u32_at(b, 8), expiry: u32_at(b, 12), cas: u64_at(b, 16), state: b[7] };
     let key = &b[ITEM_HEADER..ITEM_HEADER + key_len];
     Ok(ItemRef { key, value: &b[ITEM_HEADER + key_len..end], meta, bytes: item_bytes(key_len, value_len) })
 }
@@ -328,6 +339,7 @@ mod tests {
             snapshot_bytes: 8192,
             snapshot_checksum: 55,
             last_cas: 99,
+            flush_at: 1_900_000_000,
         };
         let mut page = vec![0u8; PAGE];
         sb.encode(&mut page);
@@ -351,7 +363,7 @@ mod tests {
 
     #[test]
     fn item_round_trips_with_padding_and_every_flipped_bit_is_caught() {
-        let meta = ItemMeta { flags: 7, expiry: 1_900_000_000, cas: 42 };
+        let meta = ItemMeta { flags: 7, expiry: 1_900_000_000, cas: 42, state: 0x40 };
         let mut b = vec![0xAAu8; 96];
         let n = encode_item(&mut b, b"key", b"value!", meta);
         assert_eq!(n, item_bytes(3, 6));

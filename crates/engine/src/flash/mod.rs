@@ -141,6 +141,9 @@ pub struct FlashStore {
     epoch: u64,
     next_seq: u64,
     max_cas: u64,
+    /// A pending delayed flush_all's deadline (Unix seconds, 0 = none), kept across a clean
+    /// restart for the owner to apply.
+    flush_at: u32,
     stats: FlashStats,
     completions: Vec<Completion>,
 }
@@ -160,6 +163,31 @@ impl FlashStore {
     /// The largest CAS any stored item carried (restored across a clean restart).
     pub fn max_cas(&self) -> u64 {
         self.max_cas
+    }
+
+    /// Raises the largest CAS to keep across a clean restart to `cas` (every CAS the owner
+    /// issued, not only those of items on flash).
+    pub fn note_cas(&mut self, cas: u64) {
+        self.max_cas = self.max_cas.max(cas);
+    }
+
+    /// The pending delayed flush_all kept across a clean restart (Unix seconds, 0 = none).
+    pub fn flush_at(&self) -> u32 {
+        self.flush_at
+    }
+
+    /// Records the owner's pending delayed flush_all for the next clean close.
+    pub fn set_flush_at(&mut self, at: u32) {
+        self.flush_at = at;
+    }
+
+    /// Forgets every item (flush_all): no I/O, the segments are reclaimed as they come due.
+    pub fn clear(&mut self) {
+        self.index.clear();
+        for slot in &mut self.slots {
+            slot.live = 0;
+        }
+        self.stats.clears += 1;
     }
 
     /// The engine's name.
@@ -187,6 +215,20 @@ impl FlashStore {
 
     /// Stores `key` (hashed to `hash`) with `value`; see `InsertOutcome`.
     pub fn insert(&mut self, hash: KeyHash, key: &[u8], value: &[u8], meta: ItemMeta, now: Now) -> InsertOutcome {
+        self.insert_admitted(hash, key, value, meta, now, false)
+    }
+
+    /// `insert`; with `always` the admission policy is not asked (a clean shutdown writes
+    /// every DRAM item).
+    pub fn insert_admitted(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        now: Now,
+        always: bool,
+    ) -> InsertOutcome {
         let old = self.index.remove(hash);
         self.forget(old);
         let bytes = item_bytes(key.len(), value.len());
@@ -194,7 +236,7 @@ impl FlashStore {
             self.stats.too_large += 1;
             return InsertOutcome::TooLarge;
         }
-        if !self.admission.admit(bytes, now.nanos) {
+        if !always && !self.admission.admit(bytes, now.nanos) {
             self.stats.rejected += 1;
             return InsertOutcome::Rejected;
         }

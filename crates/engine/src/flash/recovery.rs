@@ -79,6 +79,7 @@ impl FlashStore {
         store.next_seq = store.epoch << 32;
         if let Some(sb) = sb.filter(|_| restored) {
             store.max_cas = sb.last_cas;
+            store.flush_at = sb.flush_at;
         }
         store
             .write_superblock(STATE_OPEN, 0, 0)
@@ -105,6 +106,7 @@ impl FlashStore {
             epoch: 0,
             next_seq: 0,
             max_cas: 0,
+            flush_at: 0,
             stats: FlashStats::default(),
             completions: Vec::new(),
             io,
@@ -133,6 +135,7 @@ impl FlashStore {
             snapshot_bytes,
             snapshot_checksum,
             last_cas: self.max_cas,
+            flush_at: self.flush_at,
         }
     }
 

@@ -45,6 +45,8 @@ pub struct FlashStats {
     pub pressure_drops: u64,
     /// Dead index entries cleared by the sweep.
     pub swept: u64,
+    /// flush_all: every entry forgotten at once.
+    pub clears: u64,
 }
 
 /// Every heap byte the store holds, by structure.

@@ -84,7 +84,7 @@ impl Harness {
         self.version += 1;
         let (key, value) = (key(k), value(k, self.version, len));
         let expiry = ttl.map_or(0, |t| self.now.unix + u32::from(t));
-        let meta = ItemMeta { flags: k, expiry, cas: self.version };
+        let meta = ItemMeta { flags: k, expiry, cas: self.version, state: (k % 3) as u8 * 0x20 };
         let mut outcome = InsertOutcome::Busy;
         // Busy means every buffer is full or being written: wait for a write, as a caller would.
         for _ in 0..4 {

@@ -1,0 +1,343 @@
+//! The flash tier behind a cache partition (Toshiba's flash KVS behind MICA's log). Items the
+//! log is about to overwrite that are still current move to the partition's `FlashStore`; a key
+//! found only on flash is read without blocking and promoted back into the log, keeping its CAS
+//! and its flash copy, so evicting it again unmodified writes nothing (CacheLib's clean items).
+//!
+//! The one rule that keeps flash from ever serving a stale value: every change of a key in DRAM
+//! (write, remove, rewrite, new expiry, stale or token state) drops the key's flash copy, and
+//! flush_all forgets the whole store. So a flash copy the store's index still names is always
+//! the key's latest value, and a read that completes after a change finds its entry gone (the
+//! store checks) and promotes nothing.
+//!
+//! It must not block (but in `close`), and must never let a flash copy outlive a newer write.
+
+use super::Partition;
+use crate::flash::{FlashMemory, FlashStats, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
+use crate::hash::KeyHash;
+use crate::item::{ItemHeader, STATE_MASK};
+use crate::time::is_expired;
+use std::time::Instant;
+
+/// What a key needs before an operation may run on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashProbe {
+    /// In DRAM, or on neither tier: run the operation now.
+    Ready,
+    /// A flash read is in flight; `flash_poll` hands back the token once the key is in DRAM
+    /// (or known to be on neither tier). Then run the operation.
+    Pending,
+    /// Too many reads in flight: ask again after `flash_poll` has handed something back.
+    Busy,
+}
+
+/// The tier's own counters (the store's are in `FlashStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Items written to flash as the log overwrote them (or at a clean close).
+    pub spilled: u64,
+    pub spilled_bytes: u64,
+    /// Evicted items whose flash copy was still current: nothing written.
+    pub spill_clean: u64,
+    pub spill_rejected: u64,
+    /// Evicted items lost because every write buffer was busy, or too large for a segment.
+    pub spill_dropped: u64,
+    /// Lookups that found the key only on flash and waited for a read.
+    pub reads_started: u64,
+    /// Items read back from flash into DRAM.
+    pub promoted: u64,
+    /// Reads that found nothing current (another key's tag, superseded, corrupt, I/O error).
+    pub read_misses: u64,
+    /// Flash copies dropped because DRAM changed the key.
+    pub invalidations: u64,
+}
+
+/// Everything `stats` shows about a partition's flash tier.
+#[derive(Clone, Copy, Debug)]
+pub struct FlashReport {
+    pub store: FlashStats,
+    pub tier: TierStats,
+    pub memory: FlashMemory,
+    pub io: &'static str,
+}
+
+/// A lookup waiting for its read: the key to promote and the caller's token.
+struct Waiting {
+    key: Vec<u8>,
+    hash: KeyHash,
+    token: u64,
+}
+
+pub(crate) struct Tier {
+    store: FlashStore,
+    /// Virtual log position of the oldest item the eviction walk has not looked at.
+    cursor: u64,
+    now: Now,
+    started: Instant,
+    waiting: Vec<Option<Waiting>>,
+    free: Vec<usize>,
+    done: Vec<ReadDone>,
+    stats: TierStats,
+}
+
+impl Tier {
+    fn meta(header: &ItemHeader, cas: u64) -> ItemMeta {
+        ItemMeta { flags: header.flags, expiry: header.expiry, cas, state: header.state & STATE_MASK }
+    }
+}
+
+impl Partition {
+    /// Puts `store` behind this partition (which must be new: nothing written yet). The log
+    /// starts past every CAS the store has seen and past the clock in nanoseconds, so every CAS
+    /// issued from now on is larger than any issued before a restart; a delayed flush_all
+    /// pending at the last clean close is scheduled again.
+    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
+        if self.log.tail() != 0 || self.tier.is_some() {
+            return Err("a flash store joins a partition before its first write".into());
+        }
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let start = (store.max_cas() + 1).max(u64::try_from(nanos).unwrap_or(u64::MAX / 2));
+        self.log.start_at(start);
+        self.sweep_next_at = start + self.sweep_stride;
+        self.origin = start;
+        if store.flush_at() != 0 {
+            self.flush.resume(store.flush_at());
+        }
+        let now = Now { unix: self.now, nanos: 0 };
+        let tier = Tier {
+            store,
+            cursor: start,
+            now,
+            started: Instant::now(),
+            waiting: Vec::new(),
+            free: Vec::new(),
+            done: Vec::new(),
+            stats: TierStats::default(),
+        };
+        self.tier = Some(Box::new(tier));
+        Ok(())
+    }
+
+    /// The tier's clock follows the partition's (called from `set_clock`).
+    pub(super) fn tier_clock(&mut self) {
+        if let Some(tier) = self.tier.as_mut() {
+            tier.now = Now { unix: self.now, nanos: tier.started.elapsed().as_nanos() as u64 };
+        }
+    }
+
+    /// Drops `key`'s flash copy: DRAM is about to hold (or has removed) a newer version.
+    #[inline]
+    pub(super) fn invalidate_flash(&mut self, hash: KeyHash) {
+        if let Some(tier) = self.tier.as_mut() {
+            if tier.store.delete(hash) {
+                tier.stats.invalidations += 1;
+            }
+        }
+    }
+
+    /// `invalidate_flash` for an item found in the log (its key hashed again).
+    pub(super) fn invalidate_found(&mut self, found: &super::Found) {
+        if self.tier.is_some() {
+            let start = found.payload_start();
+            let hash = KeyHash::of(&self.log.bytes_from(start)[..found.header.key_len]);
+            self.invalidate_flash(hash);
+        }
+    }
+
+    /// flush_all reached the tier: every flash copy is forgotten.
+    pub(super) fn flush_tier(&mut self) {
+        if let Some(tier) = self.tier.as_mut() {
+            tier.store.clear();
+            tier.cursor = self.log.tail();
+        }
+    }
+
+    /// Before the log writes `size` bytes: every item that write overwrites and that is still
+    /// its key's current, live version goes to flash (unless its flash copy is current).
+    #[inline]
+    pub(super) fn spill_before(&mut self, size: usize) {
+        let Some(tier) = self.tier.as_ref() else { return };
+        let until = self.log.survivors_from(size);
+        if tier.cursor < until {
+            self.spill_until(until, false);
+        }
+    }
+
+    /// Walks the log from the tier's cursor up to `until`, spilling current items (with
+    /// `always`, past the admission policy, waiting for a write buffer when all are busy).
+    fn spill_until(&mut self, until: u64, always: bool) {
+        let Some(mut tier) = self.tier.take() else { return };
+        let tail = self.log.tail();
+        while tier.cursor < until.min(tail) {
+            if let Some(to) = self.log.skip_at(tier.cursor) {
+                tier.cursor = to;
+                continue;
+            }
+            if tail - tier.cursor > self.log.live_span() {
+                // Overwritten unseen (never expected): whatever lay between is lost.
+                tier.stats.spill_dropped += 1;
+                tier.cursor = tail;
+                break;
+            }
+            let position = tier.cursor;
+            let ring_index = self.log.ring_index(position);
+            let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+            tier.cursor += header.total_len() as u64;
+            let bytes = &self.log.bytes_from(ring_index + header_len)[..header.key_len + header.value_len];
+            let (key, value) = bytes.split_at(header.key_len);
+            let hash = KeyHash::of(key);
+            let current = self.find(key, hash).is_some_and(|found| found.position == position);
+            if !current || is_expired(header.expiry, self.now) {
+                continue;
+            }
+            if tier.store.may_contain(hash) {
+                tier.stats.spill_clean += 1;
+                continue;
+            }
+            let meta = Tier::meta(&header, header.cas.unwrap_or(position + 1));
+            tier.spill(hash, key, value, meta, always);
+        }
+        self.tier = Some(tier);
+    }
+
+    /// Where a key must be before an operation runs on it: `Ready` when DRAM has it or flash
+    /// cannot (no I/O); an item still in a flash write buffer is promoted at once.
+    pub fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+        let Some(tier) = self.tier.as_ref() else { return FlashProbe::Ready };
+        if !tier.store.may_contain(hash) || self.find_live(key, hash).is_some() {
+            return FlashProbe::Ready;
+        }
+        let mut tier = self.tier.take().expect("checked above");
+        let i = tier.free.pop().unwrap_or_else(|| {
+            tier.waiting.push(None);
+            tier.waiting.len() - 1
+        });
+        let probe = match tier.store.lookup(hash, key, i as u64, tier.now) {
+            Lookup::Miss => FlashProbe::Ready,
+            Lookup::Hit(item) => {
+                self.tier = Some(tier);
+                self.promote(key, hash, &item.value, item.meta);
+                tier = self.tier.take().expect("put back above");
+                FlashProbe::Ready
+            }
+            Lookup::Pending => {
+                tier.stats.reads_started += 1;
+                tier.waiting[i] = Some(Waiting { key: key.to_vec(), hash, token });
+                FlashProbe::Pending
+            }
+            Lookup::Busy => FlashProbe::Busy,
+        };
+        if probe != FlashProbe::Pending {
+            tier.free.push(i);
+        }
+        self.tier = Some(tier);
+        probe
+    }
+
+    /// Writes an item read from flash into the log, unless DRAM already has the key (a newer
+    /// version). Its flash copy stays: it is identical.
+    fn promote(&mut self, key: &[u8], hash: KeyHash, value: &[u8], meta: ItemMeta) {
+        if self.find_live(key, hash).is_some() {
+            return;
+        }
+        let header = ItemHeader {
+            key_len: key.len(),
+            value_len: value.len(),
+            flags: meta.flags,
+            expiry: meta.expiry,
+            cas: Some(meta.cas),
+            state: meta.state & STATE_MASK,
+        };
+        if header.total_len() > self.max_item_bytes {
+            return;
+        }
+        self.write_item(hash, &header, key, [value, &[]]);
+        if let Some(tier) = self.tier.as_mut() {
+            tier.stats.promoted += 1;
+        }
+    }
+
+    /// Consumes finished flash I/O (blocking for some with `wait`): items read are promoted and
+    /// their tokens go to `tokens`. Also writes buffers that waited long enough and runs GC.
+    pub fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
+        let Some(mut tier) = self.tier.take() else { return };
+        let mut done = std::mem::take(&mut tier.done);
+        if wait {
+            tier.store.wait(tier.now, &mut done);
+        } else {
+            tier.store.poll(tier.now, &mut done);
+        }
+        self.tier = Some(tier);
+        for read in done.drain(..) {
+            let tier = self.tier.as_mut().expect("put back above");
+            let Some(waiting) = tier.waiting.get_mut(read.token as usize).and_then(Option::take) else { continue };
+            tier.free.push(read.token as usize);
+            match read.item {
+                Some(item) => self.promote(&waiting.key, waiting.hash, &item.value, item.meta),
+                None => tier.stats.read_misses += 1,
+            }
+            tokens.push(waiting.token);
+        }
+        if let Some(tier) = self.tier.as_mut() {
+            // Reads a spill's poll finished meanwhile stay for the next call.
+            done.append(&mut tier.done);
+            tier.done = done;
+        }
+    }
+
+    /// Flash requests in flight (the owner polls while there are any).
+    pub fn flash_in_flight(&self) -> usize {
+        self.tier.as_ref().map_or(0, |tier| tier.store.in_flight())
+    }
+
+    /// The tier's figures, if the partition has one.
+    pub fn flash_report(&self) -> Option<FlashReport> {
+        let tier = self.tier.as_ref()?;
+        Some(FlashReport {
+            store: tier.store.stats(),
+            tier: tier.stats,
+            memory: tier.store.memory(),
+            io: tier.store.io_name(),
+        })
+    }
+
+    /// A clean shutdown: every live DRAM item goes to flash (past the admission policy), then
+    /// the store closes cleanly, keeping the largest CAS issued and a pending delayed flush.
+    /// Afterwards the partition has no tier.
+    pub fn close_flash(&mut self) -> Result<(), String> {
+        if self.tier.is_none() {
+            return Ok(());
+        }
+        self.spill_until(self.log.tail(), true);
+        let Some(tier) = self.tier.take() else { return Ok(()) };
+        let mut store = tier.store;
+        store.note_cas(self.log.tail() + 1);
+        store.set_flush_at(self.flush.pending().unwrap_or(0));
+        store.close(tier.now)
+    }
+}
+
+impl Tier {
+    fn spill(&mut self, hash: KeyHash, key: &[u8], value: &[u8], meta: ItemMeta, always: bool) {
+        let mut outcome = self.store.insert_admitted(hash, key, value, meta, self.now, always);
+        // Every buffer busy: what has finished frees one (a clean close waits for it).
+        for _ in 0..if always { 1000 } else { 1 } {
+            if outcome != InsertOutcome::Busy {
+                break;
+            }
+            if always {
+                self.store.wait(self.now, &mut self.done);
+            } else {
+                self.store.poll(self.now, &mut self.done);
+            }
+            outcome = self.store.insert_admitted(hash, key, value, meta, self.now, always);
+        }
+        match outcome {
+            InsertOutcome::Stored => {
+                self.stats.spilled += 1;
+                self.stats.spilled_bytes += (key.len() + value.len()) as u64;
+            }
+            InsertOutcome::Rejected => self.stats.spill_rejected += 1,
+            InsertOutcome::Busy | InsertOutcome::TooLarge => self.stats.spill_dropped += 1,
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The cache partition with a flash tier on the simulated device, against a plain model: a hit
+//! is always the key's last acknowledged value, whichever tier held it, across promotions,
+//! evictions, flush_all and clean restarts; evicted items come back from flash; CAS values
+//! survive a restart and new ones are larger.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use crate::flash::{FlashConfig, FlashStore, Now, SimDisk};
+use crate::*;
+
+const NOW: u32 = 1_800_000_000;
+const SEGMENT: u32 = 64 << 10;
+
+fn flash_config() -> FlashConfig {
+    let mut cfg = FlashConfig::new(32 * u64::from(SEGMENT) + (256 << 10), 0, 1);
+    cfg.segment_bytes = SEGMENT;
+    cfg.max_reads = 8;
+    cfg
+}
+
+fn open(disk: &SimDisk) -> (Partition, bool) {
+    let config = PartitionConfig {
+        memory_bytes: 48 << 10,
+        max_memory_bytes: None,
+        index_buckets: Some(256),
+        max_item_bytes: MIN_ITEM_BYTES,
+        expected_item_bytes: 32,
+    };
+    let mut p = Partition::new(&config).expect("config");
+    p.set_clock(NOW);
+    let (store, report) =
+        FlashStore::open(Box::new(disk.device()), flash_config(), Now { unix: NOW, nanos: 1 }).unwrap();
+    p.attach_flash(store).unwrap();
+    p.set_clock(NOW);
+    (p, report.restored)
+}
+
+/// Waits until `key` may be operated on (its flash read, if any, finished).
+fn ready(p: &mut Partition, key: &[u8]) {
+    let hash = KeyHash::of(key);
+    let mut tokens = Vec::new();
+    for _ in 0..10_000 {
+        match p.flash_probe(key, hash, 7) {
+            FlashProbe::Ready => return,
+            FlashProbe::Pending => {
+                while !tokens.contains(&7) {
+                    p.flash_poll(true, &mut tokens);
+                }
+                return;
+            }
+            FlashProbe::Busy => p.flash_poll(true, &mut tokens),
+        }
+    }
+    panic!("the probe never became ready");
+}
+
+fn get(p: &mut Partition, key: &[u8]) -> Option<(Vec<u8>, u64)> {
+    ready(p, key);
+    p.get(key).unwrap().map(|item| (item.value.to_vec(), item.cas))
+}
+
+fn key(k: u16) -> Vec<u8> {
+    format!("key:{k}").into_bytes()
+}
+
+fn value(k: u16, version: u32, len: usize) -> Vec<u8> {
+    let stamp = format!("{k}/{version};");
+    stamp.bytes().cycle().take(len.max(stamp.len())).collect()
+}
+
+#[test]
+fn evicted_items_come_back_from_flash_with_their_cas() {
+    let disk = SimDisk::new(flash_config().file_bytes as usize, 1);
+    let (mut p, _) = open(&disk);
+    let mut cas = Vec::new();
+    let mut tokens = Vec::new();
+    for k in 0..2000u16 {
+        cas.push(p.set(&key(k), &value(k, 0, 100), u32::from(k), 0).unwrap());
+        // As the server does once per loop: finished writes free their buffers.
+        p.flash_poll(false, &mut tokens);
+    }
+    // 2000 items of ~110 bytes are 4x the DRAM log: most of them are on flash now.
+    let report = p.flash_report().unwrap();
+    assert!(report.tier.spilled > 1000, "{report:?}");
+    for k in 0..2000u16 {
+        let got = get(&mut p, &key(k));
+        assert_eq!(got, Some((value(k, 0, 100), cas[usize::from(k)])), "key {k}: {:?}", p.flash_report());
+    }
+    assert!(p.flash_report().unwrap().tier.promoted > 1000);
+}
+
+#[test]
+fn a_clean_restart_serves_everything_and_cas_keeps_rising() {
+    let disk = SimDisk::new(flash_config().file_bytes as usize, 2);
+    let (mut p, restored) = open(&disk);
+    assert!(!restored);
+    let mut cas = Vec::new();
+    for k in 0..1500u16 {
+        cas.push(p.set(&key(k), &value(k, 1, 90), 0, 0).unwrap());
+    }
+    p.flush_all(3600);
+    p.close_flash().unwrap();
+    let (mut p, restored) = open(&disk);
+    assert!(restored);
+    for k in 0..1500u16 {
+        assert_eq!(get(&mut p, &key(k)), Some((value(k, 1, 90), cas[usize::from(k)])), "key {k}");
+    }
+    let newest = cas.iter().max().copied().unwrap();
+    assert!(p.set(b"new", b"v", 0, 0).unwrap() > newest, "a CAS after a restart is larger than any before");
+    // The delayed flush_all survived the restart.
+    p.set_clock(NOW + 3600);
+    assert_eq!(get(&mut p, &key(3)), None);
+}
+
+#[test]
+fn a_crash_starts_empty_and_never_serves_an_old_value() {
+    let disk = SimDisk::new(flash_config().file_bytes as usize, 3);
+    let (mut p, _) = open(&disk);
+    for k in 0..1500u16 {
+        p.set(&key(k), &value(k, 1, 90), 0, 0).unwrap();
+    }
+    disk.crash();
+    disk.revive();
+    drop(p);
+    let (mut p, restored) = open(&disk);
+    assert!(!restored);
+    assert_eq!(get(&mut p, &key(1)), None);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Set(u16, u16),
+    Append(u16),
+    Incr(u16),
+    Delete(u16),
+    Touch(u16),
+    Get(u16),
+    Flush,
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0..300u16;
+    prop_oneof![
+        8 => (k.clone(), 1..300u16).prop_map(|(k, len)| Op::Set(k, len)),
+        2 => k.clone().prop_map(Op::Append),
+        2 => k.clone().prop_map(Op::Incr),
+        2 => k.clone().prop_map(Op::Delete),
+        1 => k.clone().prop_map(Op::Touch),
+        10 => k.prop_map(Op::Get),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Restart),
+    ]
+}
+
+/// Runs `ops`; a hit must equal the model, and whatever an operation reports updates it (the
+/// cache may lose items, never invent or resurrect them).
+fn run(ops: &[Op], seed: u64) {
+    let disk = SimDisk::new(flash_config().file_bytes as usize, seed);
+    let (mut p, _) = open(&disk);
+    let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    for (version, op) in ops.iter().enumerate() {
+        let version = version as u32;
+        match *op {
+            Op::Set(k, len) => {
+                p.set(&key(k), &value(k, version, usize::from(len)), 0, 0).unwrap();
+                model.insert(key(k), value(k, version, usize::from(len)));
+            }
+            Op::Append(k) => {
+                ready(&mut p, &key(k));
+                let request =
+                    StoreRequest { mode: StoreMode::Append, key: &key(k), value: b"+", flags: 0, exptime: 0, cas: 0 };
+                match p.store(&request).unwrap() {
+                    StoreOutcome::Stored { .. } => model.get_mut(&key(k)).expect("append hit a value").push(b'+'),
+                    _ => drop(model.remove(&key(k))),
+                }
+            }
+            Op::Incr(k) => {
+                ready(&mut p, &key(k));
+                let request = ArithRequest { delta: 1, decrement: false, cas: 0, initial: None };
+                match p.arith(&key(k), &request) {
+                    Ok(ArithOutcome::Value { value, .. }) => {
+                        model.insert(key(k), value.to_string().into_bytes());
+                    }
+                    Ok(ArithOutcome::NotFound) => drop(model.remove(&key(k))),
+                    Ok(other) => panic!("{other:?}"),
+                    // Not a number: the value stays.
+                    Err(_) => assert!(model.contains_key(&key(k))),
+                }
+            }
+            Op::Delete(k) => {
+                ready(&mut p, &key(k));
+                let _ = p.delete(&key(k), 0).unwrap();
+                model.remove(&key(k));
+            }
+            Op::Touch(k) => {
+                ready(&mut p, &key(k));
+                if !p.touch(&key(k), 0).unwrap() {
+                    model.remove(&key(k));
+                }
+            }
+            Op::Get(k) => {
+                if let Some((got, _)) = get(&mut p, &key(k)) {
+                    assert_eq!(Some(&got), model.get(&key(k)), "key {k} after {version} ops");
+                }
+            }
+            Op::Flush => {
+                p.flush_all(0);
+                model.clear();
+            }
+            Op::Restart => {
+                p.close_flash().unwrap();
+                (p, _) = open(&disk);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn every_hit_is_the_last_acknowledged_value(ops in proptest::collection::vec(op(), 1..1500), seed in 0..1000u64) {
+        run(&ops, seed);
+    }
+}
