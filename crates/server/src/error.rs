@@ -27,6 +27,8 @@ pub enum ServeError {
     System { what: &'static str, error: io::Error },
     /// A worker thread panicked (the others stopped).
     WorkerPanicked,
+    /// The flash file (`--flash-path`) cannot be used.
+    Flash { path: std::path::PathBuf, message: String },
 }
 
 impl ServeError {
@@ -61,6 +63,7 @@ impl fmt::Display for ServeError {
             ServeError::Partition(error) => write!(f, "-m/--memory-limit: {error}"),
             ServeError::System { what, error } => write!(f, "cannot {what}: {error}"),
             ServeError::WorkerPanicked => write!(f, "a worker thread panicked"),
+            ServeError::Flash { path, message } => write!(f, "--flash-path {}: {message}", path.display()),
         }
     }
 }

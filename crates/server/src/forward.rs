@@ -41,6 +41,9 @@ pub enum Kind {
     /// One step of a dump of this worker's items (`dump::encode_request`); the reply is the
     /// lines and where the walk goes on (`dump::decode_reply`).
     Dump,
+    /// Set by the owner: the request waits for a flash read there, and its reply comes back
+    /// later in a `Late` message (under the entry's first kind).
+    Deferred,
 }
 
 /// One forwarded request and, once executed, where its reply ends.
@@ -88,6 +91,8 @@ pub enum Message {
     Requests(Box<Batch>),
     /// The replies to a batch this worker sent.
     Replies(Box<Batch>),
+    /// Replies to requests the owner deferred (`Kind::Deferred`) for a flash read.
+    Late(Box<Batch>),
 }
 
 /// What other workers may touch of a worker: its wake-up and whether it needs one.
@@ -199,6 +204,11 @@ impl Links {
     /// Sends a batch of executed requests back to the worker that sent it.
     pub fn reply(&mut self, to: usize, batch: Box<Batch>) {
         self.send(to, Message::Replies(batch));
+    }
+
+    /// Sends replies of deferred requests back to the worker that forwarded them.
+    pub fn send_late(&mut self, to: usize, batch: Box<Batch>) {
+        self.send(to, Message::Late(batch));
     }
 
     fn send(&mut self, to: usize, message: Message) {

@@ -70,6 +70,7 @@ counters!(
     cmd_vector,
     auth_cmds,
     auth_errors,
+    flash_parked,
 );
 
 impl Counters {

@@ -7,6 +7,8 @@
 //! names its flag.
 
 mod file;
+mod flash;
+pub use flash::FlashSettings;
 #[cfg(test)]
 mod tests;
 
@@ -151,6 +153,29 @@ pub struct Config {
     /// required [default: 0].
     #[arg(long = "tls-verify-mode", value_name = "0-3", help_heading = "TLS")]
     pub tls_verify_mode: Option<String>,
+    /// A flash file behind the DRAM log (created if missing): items the log evicts move
+    /// there, and a clean stop keeps every item for the next start [default: off].
+    #[arg(long = "flash-path", value_name = "PATH", help_heading = "Flash")]
+    pub flash_path: Option<PathBuf>,
+    /// The flash file's size: bytes or a number with k, m, g or t (memcached's -o
+    /// ext_path=PATH:SIZE sets both).
+    #[arg(long = "flash-size", value_name = "SIZE", help_heading = "Flash")]
+    pub flash_size: Option<String>,
+    /// The flash I/O engine: uring (io_uring, falling back to threads where the kernel
+    /// refuses it) or threads (a pread/pwrite pool) [default: uring].
+    #[arg(long = "flash-io", value_name = "ENGINE", help_heading = "Flash")]
+    pub flash_io: Option<String>,
+    /// At most this many MB/s of evicted items are written to flash (the rest are dropped);
+    /// the same as --flash-admission mbps:N [default: no limit].
+    #[arg(long = "flash-write-mbps", value_name = "MB/S", help_heading = "Flash")]
+    pub flash_write_mbps: Option<u32>,
+    /// Which evicted items go to flash: all, p:<0..1> (each with that probability) or
+    /// mbps:<MB/s> [default: all].
+    #[arg(long = "flash-admission", value_name = "POLICY", help_heading = "Flash")]
+    pub flash_admission: Option<String>,
+    /// The flash segment (write and GC unit): a power of two from 64k to 4m [default: 1m].
+    #[arg(long = "flash-segment-size", value_name = "SIZE", help_heading = "Flash")]
+    pub flash_segment_size: Option<String>,
     /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
     /// under a heading, its name in that heading's section: `[udp] port`).
     #[arg(long = "config")]
@@ -165,6 +190,10 @@ struct Extended {
     ssl_key: Option<PathBuf>,
     ssl_ca_cert: Option<PathBuf>,
     ssl_verify_mode: Option<String>,
+    /// `ext_path=PATH:SIZE`.
+    ext_path: Option<(PathBuf, String)>,
+    /// memcached's other extstore options given (accepted, without effect).
+    ext_noted: Vec<String>,
 }
 
 /// Reads the `-o` lists (several `-o`, each a comma-separated list).
@@ -182,9 +211,16 @@ fn extended_options(options: &[String]) -> Result<Extended, ConfigError> {
             Some(("ssl_key", path)) => extended.ssl_key = Some(path.into()),
             Some(("ssl_ca_cert", path)) => extended.ssl_ca_cert = Some(path.into()),
             Some(("ssl_verify_mode", mode)) => extended.ssl_verify_mode = Some(mode.to_string()),
+            Some(("ext_path", spec)) => {
+                let (path, size) = spec.rsplit_once(':').filter(|(path, _)| !path.is_empty()).ok_or_else(|| {
+                    ConfigError::flag("-o ext_path", format!("{spec:?} must be PATH:SIZE, like /var/tierkv.flash:8g"))
+                })?;
+                extended.ext_path = Some((path.into(), size.to_string()));
+            }
+            Some((name, _)) if flash::EXTSTORE_NOTED.contains(&name) => extended.ext_noted.push(option.to_string()),
             _ => {
-                let message = "unknown option (tierkv knows idle_timeout, ssl_chain_cert, ssl_key, ssl_ca_cert and \
-                               ssl_verify_mode)";
+                let message = "unknown option (tierkv knows idle_timeout, ssl_chain_cert, ssl_key, ssl_ca_cert, \
+                               ssl_verify_mode, ext_path and memcached's other ext_ options)";
                 return Err(ConfigError::flag(format!("-o {option:?}"), message));
             }
         }
@@ -284,6 +320,8 @@ pub struct Settings {
     pub metrics: Option<std::net::SocketAddr>,
     /// `-Z`: every connection is TLS.
     pub tls: Option<crate::net::tls::TlsSettings>,
+    /// `--flash-path`: the flash tier.
+    pub flash: Option<FlashSettings>,
     /// Cache (evicting) or store (refusing writes when full).
     pub mode: tierkv_engine::Mode,
     /// The whole item memory (`-m`) at start; each partition gets an equal share.
@@ -371,6 +409,14 @@ impl Config {
         // memcached's -o options stand for tierkv's flags (and win over the file's).
         let extended = extended_options(&self.extended)?;
         let idle_timeout = extended.idle_timeout.or(self.idle_timeout).unwrap_or(0);
+        let flash = self.flash(&extended)?;
+        let mut notes = self.notes();
+        notes.extend(
+            extended
+                .ext_noted
+                .iter()
+                .map(|option| format!("-o {option}: ignored; tierkv's flash tier sizes its own buffers, depth and GC")),
+        );
         let tls = self.tls(extended)?;
         self.check_direct_ports(threads, address.port())?;
         let unix_socket = self.unix_socket()?;
@@ -402,7 +448,8 @@ impl Config {
             idle_timeout,
             max_item_bytes,
             verbose: self.verbose,
-            notes: self.notes(),
+            notes,
+            flash,
             admin: self.admin()?,
             atomic_combining: !self.no_atomic_combining,
             pidfile: self.pidfile,

@@ -53,6 +53,20 @@ pub(super) fn dispatch(
     };
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
+        Route::Local if core.parking.enabled && hash.is_some() => {
+            if connection.order.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
+                return Step::Blocked;
+            }
+            let kind = if read { Kind::Read } else { Kind::Request };
+            if core.park_local(connection, slot, request, raw, kind) {
+                return Step::Done(After::Continue);
+            }
+            let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
+            let out = connection.local_out(&mut core.pool);
+            let after = execute(&mut core.partition, request, out, &mut core.state, &mut progress);
+            connection.resume = progress.next_key;
+            Step::Done(after)
+        }
         Route::Local | Route::AfterForwarded => {
             let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
             let out = connection.local_out(&mut core.pool);
@@ -140,6 +154,21 @@ pub(super) fn split_get(
         }
         let hash = KeyHash::of(key);
         let owner = hash.partition(core.workers as u32) as usize;
+        if owner == core.id && core.parking.enabled {
+            core.line.clear();
+            let command = Command::Get { keys: Keys::one(key), return_cas, touch, base64: false };
+            let single = Request { command, style: ReplyStyle::Text { noreply: false } };
+            encode_request(&mut core.line, &single);
+            let line = std::mem::take(&mut core.line);
+            let parked = core.park_local(connection, slot, &single, &line, Kind::GetKey);
+            core.line = line;
+            if parked {
+                if connection.udp.is_some() && number + 1 < keys.len() {
+                    connection.mark();
+                }
+                continue;
+            }
+        }
         if owner == core.id {
             let out = connection.local_out(&mut core.pool);
             get_value(&mut core.partition, key, return_cas, touch, out, &mut core.state);

@@ -113,7 +113,12 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         }
         None => None,
     };
+    let flash_file = match &settings.flash {
+        Some(flash) => Some(Arc::new(super::flash::open_file(flash)?)),
+        None => None,
+    };
     Ok(Shared {
+        flash_file,
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
         memory_limit,
@@ -173,8 +178,12 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
     let mut again: Vec<usize> = Vec::new();
     while !STOP.load(Ordering::Relaxed) {
         worker.core.links.receive(&mut inbox);
-        let busy =
-            !again.is_empty() || !worker.again.is_empty() || !inbox.is_empty() || worker.udp_again.contains(&true);
+        // Flash reads in flight are polled for, not waited on: the loop does not sleep.
+        let busy = !again.is_empty()
+            || !worker.again.is_empty()
+            || !inbox.is_empty()
+            || worker.udp_again.contains(&true)
+            || worker.flash_waiting();
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
@@ -206,7 +215,8 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
                     };
                     worker.core.execute_forwarded(from, batch, &conns)
                 }
-                Message::Replies(batch) => worker.deliver(from, batch, &poll),
+                Message::Replies(batch) => worker.deliver(from, batch, &poll, false),
+                Message::Late(batch) => worker.deliver(from, batch, &poll, true),
             }
         }
         for event in events.iter() {
@@ -231,6 +241,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
                 }
             }
         }
+        worker.flash_turn(&poll);
         if std::mem::take(&mut worker.accept_again) {
             worker.accept(&main, &poll);
             if let Some(direct) = &direct {
@@ -266,6 +277,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
     if settings.verbose > 0 {
         eprintln!("tierkv: worker {id} stopping on signal");
     }
+    worker.close_flash();
     Ok(())
 }
 
@@ -286,7 +298,10 @@ impl Worker {
             max_item_bytes: settings.max_item_bytes,
             expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
         };
-        let partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
+        let mut partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
+        if let (Some(flash), Some(file)) = (&settings.flash, &shared.flash_file) {
+            super::flash::attach(&mut partition, flash, file, id, workers, settings.verbose)?;
+        }
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
         let latency = shared.metrics.as_ref().map(|_| Default::default());
@@ -308,6 +323,7 @@ impl Worker {
                 memory_applied: settings.memory_bytes,
                 budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
                 line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
+                parking: super::flash::Parking::new(settings.flash.is_some()),
             },
             connections: Vec::new(),
             free: Vec::new(),

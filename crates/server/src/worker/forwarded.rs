@@ -37,25 +37,10 @@ impl Core {
                 request_start = entry.request_end;
                 match entry.kind {
                     Kind::Request | Kind::Read | Kind::GetKey => {
-                        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else {
-                            continue;
-                        };
-                        match request.command {
-                            // A split get's key: its VALUE only; the connection's worker ends the line.
-                            Command::Get { keys, return_cas, touch, .. } if entry.kind == Kind::GetKey => {
-                                for key in keys.iter() {
-                                    get_value(&mut self.partition, key, return_cas, touch, replies, &mut self.state);
-                                }
-                            }
-                            _ => {
-                                execute(
-                                    &mut self.partition,
-                                    &request,
-                                    replies,
-                                    &mut self.state,
-                                    &mut Progress::whole(),
-                                );
-                            }
+                        if self.defer_for_flash(entry, request, from) {
+                            entry.kind = Kind::Deferred;
+                        } else {
+                            self.run_entry(entry.kind, request, replies);
                         }
                     }
                     Kind::Flush { delay } => self.partition.flush_all(delay),
@@ -66,11 +51,22 @@ impl Core {
                     }
                     Kind::Dump => crate::dump::execute_request(&mut self.partition, request, replies),
                     Kind::Conns => replies.extend_from_slice(conns),
+                    Kind::Deferred => {}
                 }
                 entry.reply_end = replies.len();
             }
         }
         self.links.reply(from, batch);
+    }
+
+    /// Parks a forwarded request whose key must be read from flash first (its reply goes back
+    /// to `from` in a late message); true if parked.
+    fn defer_for_flash(&mut self, entry: &Entry, request: &[u8], from: usize) -> bool {
+        if !self.parking.enabled {
+            return false;
+        }
+        let Decoded::Request { request: decoded, .. } = decode_request(request, &self.limits) else { return false };
+        self.park(&decoded, request, *entry, Some(from))
     }
 
     /// KV-Direct's hot-key combining across connections: consecutive forwarded atomics (or
@@ -84,6 +80,10 @@ impl Core {
         requests: &[u8],
         replies: &mut Vec<u8>,
     ) -> Option<usize> {
+        // With a flash tier, each atomic waits for its own key's item (no combining).
+        if self.parking.enabled {
+            return None;
+        }
         // Only an atomic can start a run: a glance at its first bytes spares other requests a
         // second decode.
         let head = &requests[start..entries[0].request_end];
@@ -139,7 +139,9 @@ impl Core {
             Command::Get { keys, base64, .. } => {
                 if keys.len() == 1 {
                     hashed(Key { raw: keys.iter().next().unwrap_or_default(), base64 })
-                } else if self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id) {
+                } else if !self.parking.enabled
+                    && (self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id))
+                {
                     return (Route::Local, None);
                 } else {
                     return (Route::Split, None);

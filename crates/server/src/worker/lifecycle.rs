@@ -83,71 +83,85 @@ impl Worker {
     }
 
     /// Puts the replies in `batch` (sent to worker `from`) into their connections' reply order
-    /// and writes what is now in order.
-    pub(super) fn deliver(&mut self, from: usize, batch: Box<Batch>, poll: &Poll) {
+    /// and writes what is now in order. A `late` batch answers deferred requests: it was never
+    /// one of this worker's batches in flight.
+    pub(super) fn deliver(&mut self, from: usize, batch: Box<Batch>, poll: &Poll, late: bool) {
         let mut touched: Vec<usize> = Vec::new();
         for (entry, _, replies) in batch.ranges() {
-            let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { continue };
-            if connection.generation != entry.generation {
-                continue;
-            }
-            let Some(part) = connection.order.part_mut(entry.seq) else { continue };
-            let bytes = &batch.replies[replies];
-            part.waiting = part.waiting.saturating_sub(1);
-            match entry.kind {
-                Kind::Request => part.bytes.extend_from_slice(bytes),
-                Kind::Read | Kind::GetKey => {
-                    part.bytes.extend_from_slice(bytes);
-                    connection.remote_reads -= 1;
-                }
-                Kind::Flush { .. } | Kind::Reset | Kind::Unlink => {}
-                Kind::Conns => {
-                    part.bytes.extend_from_slice(bytes);
-                    if part.waiting == 0 {
-                        reply::status(&mut part.bytes, reply::Status::End);
-                    }
-                }
-                Kind::Dump => {
-                    if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
-                        part.bytes.extend_from_slice(lines);
-                        if let Some(dump) = connection.dump.as_mut() {
-                            if dump.advance(next, items, lines.len(), self.core.workers) {
-                                reply::status(&mut part.bytes, reply::Status::End);
-                                connection.dump = None;
-                            }
-                        }
-                    }
-                    connection.blocked = true;
-                    self.blocked.push(entry.slot);
-                }
-                Kind::Snapshot => {
-                    let done = part.waiting == 0;
-                    if let Some(gather) = connection.gather.as_mut().filter(|g| g.seq == entry.seq) {
-                        if let Some(snapshot) = Snapshot::read_from(bytes) {
-                            gather.total.add(&snapshot);
-                        }
-                        if done {
-                            let gather = connection.gather.take().expect("checked above");
-                            let core = &self.core;
-                            let part = connection.order.part_mut(entry.seq).expect("found above");
-                            stats_reply(
-                                gather.group,
-                                gather.binary.as_ref(),
-                                &core.state,
-                                &gather.total,
-                                &core.partition,
-                                &mut part.bytes,
-                            );
-                        }
-                    }
-                }
-            }
-            if touched.last() != Some(&entry.slot) {
+            if self.deliver_one(entry, &batch.replies[replies]) && touched.last() != Some(&entry.slot) {
                 touched.push(entry.slot);
             }
         }
-        self.core.links.returned(from, batch);
-        for slot in touched {
+        if !late {
+            self.core.links.returned(from, batch);
+        }
+        self.settle(&touched, poll);
+    }
+
+    /// Puts one reply into its connection's reply order; false if the connection is gone (or
+    /// the reply is deferred).
+    pub(super) fn deliver_one(&mut self, entry: Entry, bytes: &[u8]) -> bool {
+        let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { return false };
+        if connection.generation != entry.generation || entry.kind == Kind::Deferred {
+            return false;
+        }
+        let Some(part) = connection.order.part_mut(entry.seq) else { return false };
+        part.waiting = part.waiting.saturating_sub(1);
+        match entry.kind {
+            Kind::Request => part.bytes.extend_from_slice(bytes),
+            Kind::Read | Kind::GetKey => {
+                part.bytes.extend_from_slice(bytes);
+                connection.remote_reads -= 1;
+            }
+            Kind::Flush { .. } | Kind::Reset | Kind::Unlink | Kind::Deferred => {}
+            Kind::Conns => {
+                part.bytes.extend_from_slice(bytes);
+                if part.waiting == 0 {
+                    reply::status(&mut part.bytes, reply::Status::End);
+                }
+            }
+            Kind::Dump => {
+                if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
+                    part.bytes.extend_from_slice(lines);
+                    if let Some(dump) = connection.dump.as_mut() {
+                        if dump.advance(next, items, lines.len(), self.core.workers) {
+                            reply::status(&mut part.bytes, reply::Status::End);
+                            connection.dump = None;
+                        }
+                    }
+                }
+                connection.blocked = true;
+                self.blocked.push(entry.slot);
+            }
+            Kind::Snapshot => {
+                let done = part.waiting == 0;
+                if let Some(gather) = connection.gather.as_mut().filter(|g| g.seq == entry.seq) {
+                    if let Some(snapshot) = Snapshot::read_from(bytes) {
+                        gather.total.add(&snapshot);
+                    }
+                    if done {
+                        let gather = connection.gather.take().expect("checked above");
+                        let core = &self.core;
+                        let part = connection.order.part_mut(entry.seq).expect("found above");
+                        stats_reply(
+                            gather.group,
+                            gather.binary.as_ref(),
+                            &core.state,
+                            &gather.total,
+                            &core.partition,
+                            &mut part.bytes,
+                        );
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Writes what is now in order on the connections in `touched`, and lets connections that
+    /// stopped for room go again.
+    pub(super) fn settle(&mut self, touched: &[usize], poll: &Poll) {
+        for &slot in touched {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             connection.drain_parts(&mut self.core.pool);
             self.core.budget.account(connection);

@@ -39,6 +39,7 @@ mod auth;
 mod budget;
 mod dispatch;
 mod event_loop;
+mod flash;
 mod forwarded;
 mod lifecycle;
 mod order;
@@ -238,6 +239,8 @@ struct Shared {
     auth: Option<Arc<crate::auth::AuthTable>>,
     /// `--metrics-port`: where workers publish their figures.
     metrics: Option<Arc<crate::metrics::Published>>,
+    /// `--flash-path`: the flash file every partition has a region of.
+    flash_file: Option<Arc<std::fs::File>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
@@ -288,6 +291,8 @@ struct Core {
     budget: Budget,
     /// Where a split get's single-key lines are encoded (reused; one line at a time).
     line: Vec<u8>,
+    /// Requests waiting for flash reads (`flash`).
+    parking: flash::Parking,
 }
 
 struct Worker {

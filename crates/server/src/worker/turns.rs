@@ -298,6 +298,7 @@ fn combine_atomics(
     let Some(Decoded::Request { request, .. }) = &batch[0] else { return None };
     if !matches!(request.command, Command::Atomic { .. } | Command::Vector { .. })
         || routes[0].0 != Route::Local
+        || core.parking.enabled
         || !crate::atomic_run::starts_run(request)
     {
         return None;

@@ -94,9 +94,26 @@ pub fn open_file(path: &Path, size: u64) -> std::io::Result<(File, bool)> {
         Err(e) => return Err(e),
     };
     if file.metadata()?.len() < size {
-        file.set_len(size)?;
+        reserve(&file, size)?;
     }
     Ok((file, direct))
+}
+
+/// Gives `file` `size` bytes of real blocks where the file system can (so a full device is an
+/// error now, not a failed write later), else a sparse length.
+fn reserve(file: &File, size: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let length = libc::off_t::try_from(size).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: fallocate reads no memory of ours; the descriptor is open for the call's length.
+    let result = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, length) };
+    if result == 0 {
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => file.set_len(size),
+        _ => Err(error),
+    }
 }
 
 /// An engine of the asked kind over `file`, each at most `depth` requests deep. io_uring falls

@@ -1,0 +1,98 @@
+//! The flash tier's settings: `--flash-*` (the `[flash]` TOML section) and memcached's
+//! `-o ext_path=PATH:SIZE`, checked into `FlashSettings`.
+
+use super::{Config, ConfigError, Extended};
+use std::path::PathBuf;
+use tierkv_engine::flash::{AdmissionPolicy, FlashIo, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES};
+
+/// A flash file behind the DRAM log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlashSettings {
+    pub path: PathBuf,
+    /// The file's size in bytes; each partition gets an equal share.
+    pub size: u64,
+    pub io: FlashIo,
+    pub admission: AdmissionPolicy,
+    pub segment_bytes: u32,
+}
+
+/// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, shift) = match lower.char_indices().last()? {
+        (at, 'k') => (&lower[..at], 10),
+        (at, 'm') => (&lower[..at], 20),
+        (at, 'g') => (&lower[..at], 30),
+        (at, 't') => (&lower[..at], 40),
+        _ => (lower.as_str(), 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// memcached's extstore options that tierkv accepts but that have no counterpart.
+pub const EXTSTORE_NOTED: [&str; 12] = [
+    "ext_page_size",
+    "ext_wbuf_size",
+    "ext_threads",
+    "ext_io_depth",
+    "ext_item_size",
+    "ext_item_age",
+    "ext_low_ttl",
+    "ext_recache_rate",
+    "ext_compact_under",
+    "ext_drop_under",
+    "ext_max_frag",
+    "ext_drop_unread",
+];
+
+impl Config {
+    pub(super) fn flash(&self, extended: &Extended) -> Result<Option<FlashSettings>, ConfigError> {
+        let (path, size) = match (&extended.ext_path, &self.flash_path) {
+            (Some((path, size)), _) => (path.clone(), Some(size.clone())),
+            (None, Some(path)) => (path.clone(), self.flash_size.clone()),
+            (None, None) => {
+                let stray = [
+                    ("--flash-size", self.flash_size.is_some()),
+                    ("--flash-io", self.flash_io.is_some()),
+                    ("--flash-write-mbps", self.flash_write_mbps.is_some()),
+                    ("--flash-admission", self.flash_admission.is_some()),
+                    ("--flash-segment-size", self.flash_segment_size.is_some()),
+                ];
+                return match stray.iter().find(|(_, given)| *given) {
+                    Some((flag, _)) => Err(ConfigError::flag(*flag, "needs --flash-path (or -o ext_path=PATH:SIZE)")),
+                    None => Ok(None),
+                };
+            }
+        };
+        let size_flag = if extended.ext_path.is_some() { "-o ext_path" } else { "--flash-size" };
+        let size = size.ok_or_else(|| ConfigError::flag("--flash-size", "is needed with --flash-path"))?;
+        let size = parse_bytes(&size)
+            .filter(|&bytes| bytes > 0)
+            .ok_or_else(|| ConfigError::flag(size_flag, format!("{size:?} must be a size like 8g, 512m or bytes")))?;
+        let io = match self.flash_io.as_deref() {
+            None => FlashIo::Uring,
+            Some(text) => text.parse().map_err(|e: String| ConfigError::flag("--flash-io", e))?,
+        };
+        let admission = match (self.flash_admission.as_deref(), self.flash_write_mbps) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::flag("--flash-write-mbps", "contradicts --flash-admission (give one)"))
+            }
+            (None, Some(0)) => return Err(ConfigError::flag("--flash-write-mbps", "must be at least 1")),
+            (None, Some(mbps)) => AdmissionPolicy::RateMbps(f64::from(mbps)),
+            (Some(text), None) => text.parse().map_err(|e: String| ConfigError::flag("--flash-admission", e))?,
+            (None, None) => AdmissionPolicy::All,
+        };
+        let segment = self.flash_segment_size.as_deref().unwrap_or("1m");
+        let segment_bytes = parse_bytes(segment)
+            .and_then(|bytes| u32::try_from(bytes).ok())
+            .filter(|b| b.is_power_of_two() && (MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(b))
+            .ok_or_else(|| {
+                ConfigError::flag("--flash-segment-size", format!("{segment:?} must be a power of two, 64k to 4m"))
+            })?;
+        debug_assert!((MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&DEFAULT_SEGMENT_BYTES));
+        if self.mode()? != tierkv_engine::Mode::Cache {
+            return Err(ConfigError::flag("--flash-path", "needs cache mode (store mode evicts nothing to flash)"));
+        }
+        Ok(Some(FlashSettings { path, size, io, admission, segment_bytes }))
+    }
+}

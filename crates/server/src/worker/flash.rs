@@ -1,0 +1,324 @@
+//! Requests whose key is only on flash (KV-Direct's out-of-order execution with in-order
+//! replies). Before a request that must see its key's item runs, the partition is asked where
+//! the item is (`Engine::flash_probe`); if a flash read is needed, the request is parked here
+//! with its read in flight and its reply holds a numbered part of its connection's reply order,
+//! as a forwarded request does; the connection and the worker go on. When the read completes
+//! (the item is then in DRAM, or known absent), the request runs and its reply fills the part.
+//! A request forwarded from another worker is parked the same way and its reply goes back as a
+//! late message. When too many reads are in flight, parked requests wait their turn in order:
+//! nothing is dropped.
+//!
+//! It must not read or write sockets (replies reach connections through `lifecycle`).
+
+use super::*;
+use std::collections::VecDeque;
+use tierkv_engine::{Engine, FlashProbe};
+use tierkv_protocol::StoreMode;
+
+/// A request waiting for its key's flash read.
+struct Parked {
+    /// Its reply's place (slot, generation, sequence) and kind, as for a forwarded request.
+    entry: Entry,
+    /// The worker that forwarded it (None: a connection of this worker).
+    from: Option<usize>,
+    request: Vec<u8>,
+    hash: KeyHash,
+    /// Its read is in flight (else it waits in `unissued` for room).
+    issued: bool,
+}
+
+/// This worker's parked requests.
+#[derive(Default)]
+pub(super) struct Parking {
+    /// The partition has a flash tier.
+    pub(super) enabled: bool,
+    parked: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    /// Parked requests whose read found no room, oldest first.
+    unissued: VecDeque<usize>,
+    tokens: Vec<u64>,
+    /// Reads that must go back to other workers, per worker.
+    late: Vec<Option<Box<Batch>>>,
+}
+
+impl Parking {
+    pub(super) fn new(enabled: bool) -> Parking {
+        Parking { enabled, ..Parking::default() }
+    }
+}
+
+/// Whether a request must see its key's item wherever it is: everything keyed but a plain
+/// set (which only replaces, and drops the flash copy as it does).
+pub(super) fn needs_item(request: &Request<'_>) -> bool {
+    match request.command {
+        Command::Store { mode: StoreMode::Set, cas: 0, .. } => matches!(request.style, ReplyStyle::Meta(_)),
+        Command::Get { .. }
+        | Command::Store { .. }
+        | Command::Delete { .. }
+        | Command::Arith { .. }
+        | Command::Atomic { .. }
+        | Command::Vector { .. }
+        | Command::Touch { .. }
+        | Command::MetaDebug { .. } => true,
+        _ => false,
+    }
+}
+
+/// The one key of a request (`buffer` holds a base64 key decoded).
+fn request_key<'b>(request: &Request<'b>, buffer: &'b mut [u8; 256]) -> Option<&'b [u8]> {
+    let key = match request.command {
+        Command::Get { keys, base64, .. } if keys.len() == 1 => Key { raw: keys.iter().next()?, base64 },
+        Command::Store { key, .. }
+        | Command::Delete { key, .. }
+        | Command::Arith { key, .. }
+        | Command::Atomic { key, .. }
+        | Command::Vector { key, .. }
+        | Command::Touch { key, .. }
+        | Command::MetaDebug { key } => key,
+        _ => return None,
+    };
+    key.decode_into(buffer)
+}
+
+impl Core {
+    /// Parks `raw` (the request decoded as `request`) if its key's item must be read from
+    /// flash first: true if parked (its reply comes later), false if it may run now (the item
+    /// is in DRAM, or on neither tier). `entry` says where its reply goes, `from` which worker
+    /// forwarded it.
+    pub(super) fn park(&mut self, request: &Request<'_>, raw: &[u8], entry: Entry, from: Option<usize>) -> bool {
+        if !self.parking.enabled || !needs_item(request) {
+            return false;
+        }
+        let mut buffer = [0u8; 256];
+        let Some(key) = request_key(request, &mut buffer) else { return false };
+        let hash = KeyHash::of(key);
+        let parking = &mut self.parking;
+        let id = parking.free.pop().unwrap_or_else(|| {
+            parking.parked.push(None);
+            parking.parked.len() - 1
+        });
+        // Parked requests may finish in any order: each runs on what DRAM holds when its read
+        // is done, and a read that a newer write overtook promotes nothing.
+        let probe = self.partition.flash_probe(key, hash, id as u64);
+        let parking = &mut self.parking;
+        if probe == FlashProbe::Ready {
+            parking.free.push(id);
+            return false;
+        }
+        let issued = probe == FlashProbe::Pending;
+        if !issued {
+            parking.unissued.push_back(id);
+        }
+        parking.parked[id] = Some(Parked { entry, from, request: raw.to_vec(), hash, issued });
+        self.state.counters.flash_parked += 1;
+        true
+    }
+
+    /// Parks a request of `connection` with a part of its reply order waiting for it; true if
+    /// parked (`kind` is Read or GetKey for reads, which the connection bounds).
+    pub(super) fn park_local(
+        &mut self,
+        connection: &mut Connection,
+        slot: usize,
+        request: &Request<'_>,
+        raw: &[u8],
+        kind: Kind,
+    ) -> bool {
+        let seq = connection.order.next_seq();
+        let entry = Entry { slot, generation: connection.generation, seq, kind, hash: 0, request_end: 0, reply_end: 0 };
+        if !self.park(request, raw, entry, None) {
+            return false;
+        }
+        connection.order.push_waiting(self.pool.pop().unwrap_or_default(), 1);
+        connection.remote_reads += 1;
+        true
+    }
+
+    /// Runs a request that waited for flash; its reply goes to `replies`.
+    fn run_parked(&mut self, parked: &Parked, replies: &mut Vec<u8>) {
+        self.state.fd = -1;
+        self.run_entry(parked.entry.kind, &parked.request, replies);
+    }
+
+    /// Runs one forwarded (or parked) request of `kind`.
+    pub(super) fn run_entry(&mut self, kind: Kind, request: &[u8], replies: &mut Vec<u8>) {
+        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else { return };
+        match request.command {
+            // A split get's key: its VALUE only; the connection's worker ends the line.
+            Command::Get { keys, return_cas, touch, .. } if kind == Kind::GetKey => {
+                for key in keys.iter() {
+                    get_value(&mut self.partition, key, return_cas, touch, replies, &mut self.state);
+                }
+            }
+            _ => {
+                execute(&mut self.partition, &request, replies, &mut self.state, &mut Progress::whole());
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Consumes finished flash I/O: the requests whose reads completed run now, in the order
+    /// they were parked, and requests waiting for room get their reads.
+    pub(super) fn flash_turn(&mut self, poll: &Poll) {
+        if !self.core.parking.enabled {
+            return;
+        }
+        let mut tokens = std::mem::take(&mut self.core.parking.tokens);
+        self.core.partition.flash_poll(false, &mut tokens);
+        for token in tokens.drain(..) {
+            self.finish_parked(token as usize, poll);
+        }
+        self.core.parking.tokens = tokens;
+        while let Some(&id) = self.core.parking.unissued.front() {
+            let Some(parked) = self.core.parking.parked[id].as_ref() else {
+                self.core.parking.unissued.pop_front();
+                continue;
+            };
+            let mut buffer = [0u8; 256];
+            let hash = parked.hash;
+            let request = parked.request.clone();
+            let Decoded::Request { request, .. } = decode_request(&request, &self.core.limits) else {
+                self.core.parking.unissued.pop_front();
+                self.finish_parked(id, poll);
+                continue;
+            };
+            let key = request_key(&request, &mut buffer).unwrap_or_default();
+            match self.core.partition.flash_probe(key, hash, id as u64) {
+                FlashProbe::Busy => break,
+                FlashProbe::Pending => {
+                    self.core.parking.unissued.pop_front();
+                    if let Some(parked) = self.core.parking.parked[id].as_mut() {
+                        parked.issued = true;
+                    }
+                }
+                FlashProbe::Ready => {
+                    self.core.parking.unissued.pop_front();
+                    self.finish_parked(id, poll);
+                }
+            }
+        }
+        self.send_late();
+    }
+
+    /// Runs parked request `id` and puts its reply where it belongs.
+    fn finish_parked(&mut self, id: usize, poll: &Poll) {
+        let Some(parked) = self.core.parking.parked.get_mut(id).and_then(Option::take) else { return };
+        self.core.parking.free.push(id);
+        debug_assert!(parked.issued || !self.core.parking.unissued.contains(&id));
+        match parked.from {
+            Some(from) => {
+                let parking = &mut self.core.parking;
+                if parking.late.len() <= from {
+                    parking.late.resize_with(from + 1, || None);
+                }
+                let mut batch = parking.late[from].take().unwrap_or_default();
+                self.core.run_parked(&parked, &mut batch.replies);
+                let mut entry = parked.entry;
+                entry.reply_end = batch.replies.len();
+                entry.request_end = 0;
+                batch.entries.push(entry);
+                self.core.parking.late[from] = Some(batch);
+            }
+            None => {
+                let mut replies = self.core.pool.pop().unwrap_or_default();
+                replies.clear();
+                self.core.run_parked(&parked, &mut replies);
+                self.deliver_one(parked.entry, &replies);
+                replies.clear();
+                self.core.pool.push(replies);
+                self.settle(&[parked.entry.slot], poll);
+            }
+        }
+    }
+
+    /// Sends the replies of other workers' parked requests back to them.
+    fn send_late(&mut self) {
+        for from in 0..self.core.parking.late.len() {
+            if let Some(batch) = self.core.parking.late[from].take() {
+                self.core.links.send_late(from, batch);
+            }
+        }
+    }
+
+    /// Parked requests (a worker with any polls without sleeping).
+    pub(super) fn flash_waiting(&self) -> bool {
+        self.core.parking.enabled
+            && (self.core.partition.flash_in_flight() > 0
+                || self.core.parking.free.len() < self.core.parking.parked.len())
+    }
+}
+
+/// Opens (creating and sizing) the flash file of `--flash-path`.
+pub(super) fn open_file(flash: &crate::config::FlashSettings) -> Result<std::fs::File, ServeError> {
+    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
+    if flash.path.is_dir() {
+        return Err(fail("is a directory; name a file in it".into()));
+    }
+    let (file, direct) = tierkv_engine::flash::open_file(&flash.path, flash.size)
+        .map_err(|error| fail(format!("cannot open or size it to {} bytes: {error}", flash.size)))?;
+    if !direct {
+        eprintln!(
+            "tierkv: --flash-path {}: the file system refuses O_DIRECT; flash I/O goes through the page cache",
+            flash.path.display()
+        );
+    }
+    Ok(file)
+}
+
+/// Puts partition `id`'s region of the flash file behind `partition`: restored after a clean
+/// stop, else empty (and why is said).
+pub(super) fn attach(
+    partition: &mut Partition,
+    flash: &crate::config::FlashSettings,
+    file: &std::fs::File,
+    id: usize,
+    workers: usize,
+    verbose: u8,
+) -> Result<(), ServeError> {
+    use tierkv_engine::flash::{engine_for, FlashConfig, FlashStore, Now};
+    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
+    let mut cfg = FlashConfig::new(flash.size, id as u32, workers as u32);
+    cfg.segment_bytes = flash.segment_bytes;
+    cfg.admission = flash.admission;
+    cfg.write_buffers = FLASH_WRITE_BUFFERS;
+    let depth = cfg.max_reads + cfg.write_buffers + 8;
+    let (io, note) = engine_for(flash.io, file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
+    if let Some(note) = note.filter(|_| id == 0) {
+        eprintln!("tierkv: --flash-io: {note}");
+    }
+    let started = std::time::Instant::now();
+    let now = Now { unix: unix_now(), nanos: 1 };
+    let (store, report) = FlashStore::open(io, cfg, now).map_err(|e| fail(format!("partition {id}: {e}")))?;
+    if report.restored {
+        eprintln!(
+            "tierkv: flash partition {id}: restored {} items in {} ms",
+            report.items,
+            started.elapsed().as_millis()
+        );
+    } else if verbose > 0 || !report.reason.starts_with("no valid superblock") {
+        eprintln!("tierkv: flash partition {id}: starts empty: {}", report.reason);
+    }
+    partition.attach_flash(store).map_err(fail)
+}
+
+/// DRAM write buffers of one segment each, per partition: evictions keep filling one while
+/// others are written.
+const FLASH_WRITE_BUFFERS: u32 = 4;
+
+impl Worker {
+    /// A clean stop: this partition's DRAM items go to flash and its region closes cleanly.
+    pub(super) fn close_flash(&mut self) {
+        if !self.core.parking.enabled {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let id = self.core.id;
+        match self.core.partition.close_flash() {
+            Ok(()) => eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis()),
+            Err(error) => {
+                eprintln!("tierkv: flash partition {id}: the clean close failed ({error}); the next start is cold")
+            }
+        }
+    }
+}
