@@ -21,6 +21,7 @@ mod detail;
 mod dump;
 mod error;
 mod execute;
+mod flash_stats;
 mod forward;
 mod limits;
 mod metrics;

@@ -232,11 +232,13 @@ impl State {
     /// This worker's share of the figures `stats` sums over workers.
     pub fn snapshot(&self, partition: &Partition) -> Snapshot {
         let engine = partition.stats();
+        let flash = crate::flash_stats::figures(partition);
         Snapshot {
+            flash,
             counters: self.counters,
             curr_connections: self.curr_connections,
             conn_buffer_bytes: self.conn_buffer_bytes,
-            curr_items: engine.live_items,
+            curr_items: engine.live_items + crate::flash_stats::items(&flash),
             total_items: engine.items_stored - self.engine_baseline.items_stored,
             evictions: engine.evictions - self.engine_baseline.evictions,
             // Log bytes in use: live items plus dead copies not yet overwritten.
@@ -267,12 +269,14 @@ pub struct Snapshot {
     pub spare_buckets_free: u64,
     /// Bytes held by connection buffers (`--conn-memory` counts these).
     pub conn_buffer_bytes: u64,
+    /// The flash tier's figures (`flash_stats::NAMES`).
+    pub flash: [u64; crate::flash_stats::FIGURES],
 }
 
 impl Snapshot {
     const GAUGES: usize = 11;
     /// Bytes of the flat form `write_to` appends.
-    pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES) * 8;
+    pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
 
     fn gauges(&self) -> [u64; Self::GAUGES] {
         [
@@ -292,7 +296,7 @@ impl Snapshot {
 
     /// Appends the snapshot as little-endian words (it crosses threads, never the network).
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        for word in self.counters.words().iter().chain(self.gauges().iter()) {
+        for word in self.counters.words().iter().chain(self.gauges().iter()).chain(self.flash.iter()) {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
@@ -305,7 +309,9 @@ impl Snapshot {
         let words: Vec<u64> =
             bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8-byte chunk"))).collect();
         let (counters, gauges) = words.split_at(Counters::FIELDS);
+        let (gauges, flash) = gauges.split_at(Self::GAUGES);
         Some(Snapshot {
+            flash: flash.try_into().ok()?,
             counters: Counters::from_words(counters),
             curr_connections: gauges[0],
             curr_items: gauges[1],
@@ -338,6 +344,9 @@ impl Snapshot {
         self.spare_buckets += other.spare_buckets;
         self.spare_buckets_free += other.spare_buckets_free;
         self.conn_buffer_bytes += other.conn_buffer_bytes;
+        for (mine, theirs) in self.flash.iter_mut().zip(other.flash) {
+            *mine += theirs;
+        }
     }
 }
 
@@ -558,6 +567,9 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("curr_items", &total.curr_items);
     put("total_items", &total.total_items);
     put("evictions", &total.evictions);
+    if let Some(flash) = &state.settings.flash {
+        crate::flash_stats::report(&total.flash, flash.size, put);
+    }
 }
 
 fn yes_no(on: bool) -> &'static str {
@@ -605,6 +617,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("hash_algorithm", &"xxh3");
     put("idle_timeout", &state.settings.idle_timeout);
     ssl_settings(s.tls.as_ref(), put);
+    crate::flash_stats::settings(s.flash.as_ref(), put);
 }
 
 /// memcached's `ssl_*` settings lines (1.6.18, built with TLS).

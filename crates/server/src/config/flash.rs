@@ -14,6 +14,8 @@ pub struct FlashSettings {
     pub io: FlashIo,
     pub admission: AdmissionPolicy,
     pub segment_bytes: u32,
+    /// Tests only: every read this much slower (on the thread pool).
+    pub read_delay_ms: u64,
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -93,6 +95,8 @@ impl Config {
         if self.mode()? != tierkv_engine::Mode::Cache {
             return Err(ConfigError::flag("--flash-path", "needs cache mode (store mode evicts nothing to flash)"));
         }
-        Ok(Some(FlashSettings { path, size, io, admission, segment_bytes }))
+        let read_delay_ms = self.flash_test_read_delay_ms.unwrap_or(0);
+        let io = if read_delay_ms > 0 { FlashIo::Threads } else { io };
+        Ok(Some(FlashSettings { path, size, io, admission, segment_bytes, read_delay_ms }))
     }
 }

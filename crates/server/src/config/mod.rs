@@ -176,6 +176,9 @@ pub struct Config {
     /// The flash segment (write and GC unit): a power of two from 64k to 4m [default: 1m].
     #[arg(long = "flash-segment-size", value_name = "SIZE", help_heading = "Flash")]
     pub flash_segment_size: Option<String>,
+    /// Tests only: flash I/O on the thread pool with every read this many milliseconds slower.
+    #[arg(long = "flash-test-read-delay-ms", hide = true, help_heading = "Flash")]
+    pub flash_test_read_delay_ms: Option<u64>,
     /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
     /// under a heading, its name in that heading's section: `[udp] port`).
     #[arg(long = "config")]

@@ -283,7 +283,15 @@ pub(super) fn attach(
     cfg.admission = flash.admission;
     cfg.write_buffers = FLASH_WRITE_BUFFERS;
     let depth = cfg.max_reads + cfg.write_buffers + 8;
-    let (io, note) = engine_for(flash.io, file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
+    let (io, note) = if flash.read_delay_ms > 0 {
+        let file = file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
+        let delay = std::time::Duration::from_millis(flash.read_delay_ms);
+        let io: Box<dyn tierkv_engine::flash::IoEngine> =
+            Box::new(tierkv_engine::flash::io::threads::ThreadsEngine::with_read_delay(file, 8, delay));
+        (io, None)
+    } else {
+        engine_for(flash.io, file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?
+    };
     if let Some(note) = note.filter(|_| id == 0) {
         eprintln!("tierkv: --flash-io: {note}");
     }

@@ -19,6 +19,8 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// Added to every read (tests of slow devices).
+    read_delay: std::time::Duration,
 }
 
 /// A pool of `threads` threads serving one owner's requests on `file`.
@@ -53,6 +55,9 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
                 queue = shared.ready.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         };
+        if matches!(op.kind, IoKind::Read) && !shared.read_delay.is_zero() {
+            std::thread::sleep(shared.read_delay);
+        }
         let result = perform(&file, &mut op);
         if done.send(Completion { token: op.token, buf: op.buf, result }).is_err() {
             return;
@@ -62,10 +67,17 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
 
 impl ThreadsEngine {
     pub fn new(file: File, threads: usize) -> ThreadsEngine {
+        ThreadsEngine::with_read_delay(file, threads, std::time::Duration::ZERO)
+    }
+
+    /// An engine whose every read takes `read_delay` longer (to test that nothing waits for a
+    /// slow read).
+    pub fn with_read_delay(file: File, threads: usize, read_delay: std::time::Duration) -> ThreadsEngine {
         let file = Arc::new(file);
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue { ops: VecDeque::new(), closing: false }),
             ready: Condvar::new(),
+            read_delay,
         });
         let (tx, done) = channel();
         let workers = (0..threads.max(1))

@@ -1,0 +1,121 @@
+//! The flash tier's `stats` lines: memcached extstore's names where they mean the same thing,
+//! then tierkv's own `flash_*` figures, summed over the workers like every other figure; and
+//! the flash settings `stats settings` shows.
+//!
+//! It must not touch the partition beyond `Engine::flash_report`.
+
+use tierkv_engine::{AnyPartition as Partition, Engine};
+
+/// What each worker sends for `stats` (summed over workers), in `NAMES` order.
+pub const NAMES: [&str; FIGURES] = [
+    // memcached extstore's names.
+    "get_extstore",
+    "get_aborted_extstore",
+    "miss_from_extstore",
+    "badcrc_from_extstore",
+    "recache_from_extstore",
+    "extstore_objects_written",
+    "extstore_objects_read",
+    "extstore_objects_used",
+    "extstore_objects_evicted",
+    "extstore_bytes_written",
+    "extstore_bytes_read",
+    "extstore_page_reclaims",
+    "extstore_io_queue",
+    // tierkv's own.
+    "flash_hits",
+    "flash_reads_in_flight",
+    "flash_device_reads",
+    "flash_admission_rejects",
+    "flash_spill_clean",
+    "flash_spill_dropped",
+    "flash_invalidations",
+    "flash_gc_rewrites",
+    "flash_gc_drops",
+    "flash_io_errors",
+    "flash_index_bytes",
+];
+pub const FIGURES: usize = 24;
+
+/// This worker's figures (zeros without a flash tier).
+pub fn figures(partition: &Partition) -> [u64; FIGURES] {
+    let Some(r) = partition.flash_report() else { return [0; FIGURES] };
+    let (s, t) = (&r.store, &r.tier);
+    [
+        t.reads_started,
+        s.miss_superseded,
+        s.miss_tag + s.miss_expired,
+        s.miss_corrupt,
+        t.promoted,
+        s.inserts + s.gc_rewrites,
+        s.hits_flash + s.hits_buffer,
+        s.items,
+        s.dropped_items,
+        s.write_bytes,
+        s.read_bytes,
+        s.reclaims,
+        s.in_flight,
+        t.promoted,
+        s.in_flight,
+        s.reads,
+        t.spill_rejected,
+        t.spill_clean,
+        t.spill_dropped,
+        t.invalidations,
+        s.gc_rewrites,
+        s.dropped_items + s.pressure_drops,
+        s.miss_io_error + s.write_errors + s.gc_read_errors,
+        r.memory.total(),
+    ]
+}
+
+/// Items on flash (for `curr_items`).
+pub fn items(figures: &[u64; FIGURES]) -> u64 {
+    figures[7]
+}
+
+/// The general `stats` lines of the flash tier, with reads per hit worked out.
+pub fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    put("extstore_limit_maxbytes", &size);
+    for (name, value) in NAMES.iter().zip(figures) {
+        put(name, value);
+    }
+    let (reads, hits) = (figures[15], figures[13]);
+    let per_hit = if hits == 0 { 0.0 } else { reads as f64 / hits as f64 };
+    put("flash_reads_per_hit", &format!("{per_hit:.3}"));
+}
+
+/// The flash lines of `stats settings`.
+pub fn settings(flash: Option<&crate::config::FlashSettings>, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+    // Without a flash tier, nothing: the lines stay memcached's.
+    let Some(flash) = flash else { return };
+    put("flash_path", &flash.path.display());
+    put("flash_size", &flash.size);
+    put(
+        "flash_io",
+        &match flash.io {
+            tierkv_engine::flash::FlashIo::Uring => "uring",
+            tierkv_engine::flash::FlashIo::Threads => "threads",
+        },
+    );
+    put(
+        "flash_admission",
+        &match flash.admission {
+            tierkv_engine::flash::AdmissionPolicy::All => "all".to_string(),
+            tierkv_engine::flash::AdmissionPolicy::Probability(p) => format!("p:{p}"),
+            tierkv_engine::flash::AdmissionPolicy::RateMbps(r) => format!("mbps:{r}"),
+        },
+    );
+    put("flash_segment_size", &flash.segment_bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_figure_has_one_name() {
+        let mut names = super::NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), super::FIGURES);
+    }
+}
