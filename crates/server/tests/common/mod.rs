@@ -13,6 +13,13 @@ pub const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
 /// A server that exited on its own before that says so, with its stderr, in the test's output.
 pub struct Server(pub Child, pub u16, std::path::PathBuf);
 
+impl Server {
+    /// What the server wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.2).unwrap_or_default()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(Some(status)) = self.0.try_wait() {

@@ -1,0 +1,323 @@
+//! The hybrid DRAM + flash server through real clients: a small DRAM log and a flash file, so
+//! most items live on flash. Items evicted from DRAM come back byte for byte (pymemcache over
+//! text, the Rust `memcache` crate over binary, with one worker and with several); a pipeline
+//! mixing DRAM and flash keys is answered in order; a slow flash read holds up nothing else; a
+//! clean stop keeps every item for the next start; a kill -9 never leads to a wrong value; bad
+//! flash settings stop start-up naming the flag.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A flash file in the temporary directory, removed when dropped.
+struct FlashFile(PathBuf);
+
+impl FlashFile {
+    fn new(name: &str) -> FlashFile {
+        let path = std::env::temp_dir().join(format!("tierkv-flash-test-{}-{name}.flash", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        FlashFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temporary path")
+    }
+}
+
+impl Drop for FlashFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// tierkv with 4 MiB of DRAM, 256 KiB items, `threads` workers and `flash` (64 MiB) behind it.
+fn hybrid_on(port: u16, flash: &Path, threads: &str, extra: &[&str]) -> Server {
+    let mut command = Command::new(TIERKV);
+    command
+        .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", threads])
+        .args(["--flash-path", flash.to_str().unwrap(), "--flash-size", "64m"])
+        .args(extra);
+    start(command, port)
+}
+
+fn hybrid(flash: &FlashFile, threads: &str, extra: &[&str]) -> Server {
+    hybrid_on(free_port(), &flash.0, threads, extra)
+}
+
+/// Stops a server with SIGTERM and waits for it (a clean stop writes DRAM to flash).
+fn stop(server: &mut Server) -> String {
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    String::new()
+}
+
+/// Keys enough for 4 MiB of DRAM to hold about a third of them.
+const N: usize = 40_000;
+
+fn value(i: usize) -> Vec<u8> {
+    format!("{i}:").repeat(120).into_bytes()[..150 + i % 100].to_vec()
+}
+
+fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream
+}
+
+/// Reads from `stream` until the reply ends with `end`.
+fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while !reply.ends_with(end) {
+        let n = stream.read(&mut chunk).expect("a reply before the timeout");
+        assert!(n > 0, "the server closed the connection: {}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    reply
+}
+
+/// Sets keys `k0..` with `value(i)`, pipelined, each acknowledged.
+fn fill(port: u16, from: usize, to: usize) {
+    let mut stream = connect(port);
+    for start in (from..to).step_by(200) {
+        let mut request = Vec::new();
+        let end = (start + 200).min(to);
+        for i in start..end {
+            let v = value(i);
+            request.extend_from_slice(format!("set k{i} {i} 0 {}\r\n", v.len()).as_bytes());
+            request.extend_from_slice(&v);
+            request.extend_from_slice(b"\r\n");
+        }
+        stream.write_all(&request).unwrap();
+        let reply = read_until(&mut stream, &b"STORED\r\n".repeat(end - start));
+        assert_eq!(reply, b"STORED\r\n".repeat(end - start));
+    }
+}
+
+fn stat(port: u16, name: &str) -> u64 {
+    let reply = exchange_to_sentinel(port, b"stats\r\n");
+    let text = String::from_utf8_lossy(&reply).to_string();
+    let prefix = format!("STAT {name} ");
+    let line = text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("no {name}: {text}"));
+    line[prefix.len()..].trim().parse().unwrap()
+}
+
+fn pymemcache_flash(threads: &str) {
+    let flash = FlashFile::new(&format!("pymemcache-{threads}"));
+    let server = hybrid(&flash, threads, &[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/flash_client.py");
+    let output = Command::new("python3").args([script, &server.1.to_string(), "20000"]).output().expect("python3");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "pymemcache flash checks: {text}");
+    assert!(text.contains("all checks passed"), "{text}");
+    assert!(stat(server.1, "recache_from_extstore") > 10_000, "the reads came from flash");
+}
+
+#[test]
+fn pymemcache_reads_evicted_items_back_from_flash() {
+    pymemcache_flash("1");
+}
+
+#[test]
+fn several_workers_forward_flash_reads_and_answer_in_order() {
+    pymemcache_flash("2");
+}
+
+#[test]
+fn rust_memcache_crate_reads_flash_items_over_binary() {
+    let flash = FlashFile::new("binary");
+    let server = hybrid(&flash, "2", &[]);
+    let url = format!("memcache://127.0.0.1:{}?timeout=20", server.1);
+    let client = memcache::Client::connect(url.as_str()).expect("connects over binary");
+    for i in 0..N {
+        client.set(&format!("b{i}"), value(i).as_slice(), 0).unwrap();
+    }
+    assert!(stat(server.1, "extstore_objects_used") > 5_000, "most items went to flash");
+    let mut misses = 0;
+    for i in 0..N {
+        match client.get::<Vec<u8>>(&format!("b{i}")).unwrap() {
+            Some(got) => assert_eq!(got, value(i), "b{i}"),
+            None => misses += 1,
+        }
+    }
+    assert!(misses < N / 200, "{misses} items lost");
+    let keys: Vec<String> = (0..100).map(|i| format!("b{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let many: std::collections::HashMap<String, Vec<u8>> = client.gets(&refs).unwrap();
+    assert!(many.len() >= 99);
+    assert!(many.iter().all(|(k, v)| *v == value(k[1..].parse().unwrap())));
+}
+
+#[test]
+fn a_pipeline_of_dram_and_flash_keys_is_answered_in_order() {
+    let flash = FlashFile::new("pipeline");
+    let server = hybrid(&flash, "1", &[]);
+    fill(server.1, 0, N);
+    // The first keys are on flash now, the last ones still in DRAM.
+    let mut request = Vec::new();
+    let mut expected = Vec::new();
+    for round in 0..50 {
+        for i in [round, N - 1 - round, 100 + round, N - 100 + round] {
+            request.extend_from_slice(format!("get k{i}\r\nmn\r\n").as_bytes());
+            let v = value(i);
+            expected.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", v.len()).as_bytes());
+            expected.extend_from_slice(&v);
+            expected.extend_from_slice(b"\r\nEND\r\nMN\r\n");
+        }
+    }
+    request.extend_from_slice(format!("get k3 k{} k4 nothere k{} k5\r\n", N - 2, N - 3).as_bytes());
+    for i in [3, N - 2, 4, N - 3, 5] {
+        let v = value(i);
+        expected.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", v.len()).as_bytes());
+        expected.extend_from_slice(&v);
+        expected.extend_from_slice(b"\r\n");
+    }
+    expected.extend_from_slice(b"END\r\n");
+    let mut stream = connect(server.1);
+    stream.write_all(&request).unwrap();
+    let mut reply = vec![0u8; expected.len()];
+    stream.read_exact(&mut reply).expect("every reply");
+    assert_eq!(String::from_utf8_lossy(&reply), String::from_utf8_lossy(&expected));
+    assert!(stat(server.1, "get_extstore") >= 100, "half the keys were read from flash");
+}
+
+#[test]
+fn a_slow_flash_read_holds_up_no_later_request() {
+    let flash = FlashFile::new("slow");
+    let server = hybrid(&flash, "1", &["--flash-test-read-delay-ms", "1500"]);
+    fill(server.1, 0, N);
+    let mut slow = connect(server.1);
+    let started = Instant::now();
+    // A flash key, then a write of another key on the same connection.
+    slow.write_all(b"get k7\r\nset after 0 0 1\r\n1\r\n").unwrap();
+    // Another connection sees the later write, and reads a DRAM key, long before the flash
+    // read completes.
+    let mut other = connect(server.1);
+    let deadline = Instant::now() + Duration::from_millis(1000);
+    loop {
+        other.write_all(b"get after\r\n").unwrap();
+        let reply = read_until(&mut other, b"END\r\n");
+        if reply == b"VALUE after 0 1\r\n1\r\nEND\r\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the set behind a slow flash read waited for it");
+    }
+    other.write_all(format!("get k{}\r\n", N - 1).as_bytes()).unwrap();
+    let reply = read_until(&mut other, b"END\r\n");
+    assert!(reply.starts_with(format!("VALUE k{0} {0} ", N - 1).as_bytes()), "{}", String::from_utf8_lossy(&reply));
+    assert!(started.elapsed() < Duration::from_millis(1200), "DRAM hits were held up: {:?}", started.elapsed());
+    // The slow connection's replies come in order once the read is done.
+    let v = value(7);
+    let mut expected = format!("VALUE k7 7 {}\r\n", v.len()).into_bytes();
+    expected.extend_from_slice(&v);
+    expected.extend_from_slice(b"\r\nEND\r\nSTORED\r\n");
+    let reply = read_until(&mut slow, b"STORED\r\n");
+    assert_eq!(String::from_utf8_lossy(&reply), String::from_utf8_lossy(&expected));
+    assert!(started.elapsed() >= Duration::from_millis(1400), "the read really was slow");
+}
+
+#[test]
+fn a_clean_stop_keeps_every_item_for_the_next_start() {
+    let flash = FlashFile::new("restart");
+    let port = free_port();
+    let mut server = hybrid_on(port, &flash.0, "2", &[]);
+    fill(port, 0, 12_000);
+    let reply = exchange_to_sentinel(port, b"gets k11999\r\n");
+    let text = String::from_utf8_lossy(&reply).to_string();
+    let cas: u64 = text.lines().next().unwrap().split(' ').nth(4).unwrap().parse().unwrap();
+    exchange(port, b"delete k5\r\n");
+    stop(&mut server);
+    drop(server);
+    let server = hybrid_on(port, &flash.0, "2", &[]);
+    assert!(stat(port, "curr_items") >= 11_900);
+    let mut stream = connect(port);
+    for i in (0..12_000).filter(|i| i % 3 == 0 && *i != 5) {
+        stream.write_all(format!("get k{i}\r\n").as_bytes()).unwrap();
+        let reply = read_until(&mut stream, b"END\r\n");
+        let v = value(i);
+        let mut expected = format!("VALUE k{i} {i} {}\r\n", v.len()).into_bytes();
+        expected.extend_from_slice(&v);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+        assert_eq!(reply, expected, "k{i} after a warm restart");
+    }
+    assert_eq!(exchange(port, b"get k5\r\n"), b"END\r\n", "a delete survives the restart");
+    // The CAS survived, and new ones are larger than any before.
+    assert_eq!(exchange(port, format!("cas k11999 0 0 1 {cas}\r\nx\r\n").as_bytes()), b"STORED\r\n");
+    let reply = exchange_to_sentinel(port, b"gets k11999\r\n");
+    let text = String::from_utf8_lossy(&reply).to_string();
+    let new_cas: u64 = text.lines().next().unwrap().split(' ').nth(4).unwrap().parse().unwrap();
+    assert!(new_cas > cas);
+    drop(server);
+}
+
+#[test]
+fn another_thread_count_says_so_and_starts_empty() {
+    let flash = FlashFile::new("layout");
+    let port = free_port();
+    let mut server = hybrid_on(port, &flash.0, "2", &[]);
+    fill(port, 0, 3000);
+    stop(&mut server);
+    drop(server);
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
+    command.args(["--flash-path", flash.path(), "--flash-size", "64m"]);
+    let server = start(command, port);
+    // Said once the worker has opened its region (after the port listens).
+    assert_eq!(exchange(port, b"version\r\n")[..8], *b"VERSION ");
+    let stderr = server.stderr();
+    assert!(stderr.contains("starts empty: the layout changed (was 2 partitions"), "{stderr}");
+    assert_eq!(exchange(port, b"get k10\r\n"), b"END\r\n");
+    drop(server);
+}
+
+#[test]
+fn bad_flash_settings_stop_start_up_naming_the_flag() {
+    let flash = FlashFile::new("bad");
+    let cases: [(&[&str], &str); 7] = [
+        (&["--flash-size", "64m"], "--flash-size needs --flash-path"),
+        (&["--flash-path", flash.path()], "--flash-size is needed with --flash-path"),
+        (&["--flash-path", flash.path(), "--flash-size", "lots"], "--flash-size \"lots\" must be a size"),
+        (&["-o", "ext_path=nosize"], "-o ext_path \"nosize\" must be PATH:SIZE"),
+        (&["-o", "ext_item_size=64,ext_bogus=1"], "-o \"ext_bogus=1\""),
+        (&["--flash-path", flash.path(), "--flash-size", "64m", "--mode", "store"], "--flash-path needs cache mode"),
+        (&["--flash-path", "/", "--flash-size", "64m"], "--flash-path /: is a directory"),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(TIERKV).args(["-p", &free_port().to_string()]).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} started");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let output = Command::new(TIERKV)
+        .args(["-p", &free_port().to_string(), "--flash-path", "/nonexistent-dir/x.flash", "--flash-size", "1m"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--flash-path /nonexistent-dir/x.flash: cannot open"), "{stderr}");
+}
+
+#[test]
+fn memcached_ext_path_is_the_flash_path() {
+    let flash = FlashFile::new("ext-path");
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
+    command.args(["-o", &format!("ext_path={}:64m,ext_item_size=64", flash.path())]);
+    let server = start(command, port);
+    let reply = String::from_utf8_lossy(&exchange_to_sentinel(port, b"stats settings\r\n")).to_string();
+    assert!(reply.contains(&format!("STAT flash_path {}\r\n", flash.path())), "{reply}");
+    assert!(reply.contains("STAT flash_size 67108864\r\n"), "{reply}");
+    fill(port, 0, N);
+    assert!(stat(port, "extstore_objects_used") > 5_000);
+    drop(server);
+}
