@@ -2,12 +2,13 @@
 
 use super::admission::AdmissionPolicy;
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
-use super::layout::{PAGE, SEGMENT_HEADER, SLOT_RECORD};
+use super::layout::{PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
 
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
 pub const MIN_SEGMENT_BYTES: u32 = 64 << 10;
 /// Index offsets are 18 bits of 16-byte units.
 pub const MAX_SEGMENT_BYTES: u32 = 4 << 20;
+const _: () = assert!(MAX_SEGMENT_BYTES <= VALUE_LEN_MASK, "an item's value length fits 24 bits");
 /// The item size the index is sized for: one entry per this many bytes of segment space.
 pub const DEFAULT_EXPECTED_ITEM_BYTES: u32 = 128;
 

@@ -205,9 +205,9 @@ pub struct ItemMeta {
     pub state: u8,
 }
 
-/// Value lengths fit 24 bits (segments are at most 4 MiB); the byte above holds the state.
-const VALUE_LEN_MASK: u32 = 0x00FF_FFFF;
-const _: () = assert!(super::config::MAX_SEGMENT_BYTES <= VALUE_LEN_MASK);
+/// Value lengths fit 24 bits (segments are at most 4 MiB, asserted in `config`); the byte
+/// above holds the state.
+pub const VALUE_LEN_MASK: u32 = 0x00FF_FFFF;
 
 /// Bytes an item takes in a segment, padding included.
 pub fn item_bytes(key_len: usize, value_len: usize) -> usize {

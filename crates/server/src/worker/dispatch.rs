@@ -54,7 +54,9 @@ pub(super) fn dispatch(
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local if core.parking.enabled && hash.is_some() => {
-            if connection.order.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
+            if connection.order.len() >= MAX_PARTS
+                || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION)
+            {
                 return Step::Blocked;
             }
             let kind = if read { Kind::Read } else { Kind::Request };

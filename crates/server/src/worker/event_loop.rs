@@ -205,20 +205,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         let core = &mut worker.core;
         crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
         // Other workers' requests and replies first: someone is waiting for them.
-        for (from, message) in inbox.drain(..) {
-            match message {
-                Message::Requests(batch) => {
-                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
-                        worker.conns_lines(None)
-                    } else {
-                        Vec::new()
-                    };
-                    worker.core.execute_forwarded(from, batch, &conns)
-                }
-                Message::Replies(batch) => worker.deliver(from, batch, &poll, false),
-                Message::Late(batch) => worker.deliver(from, batch, &poll, true),
-            }
-        }
+        worker.take_messages(&mut inbox, &poll);
         for event in events.iter() {
             match event.token() {
                 MAIN_LISTENER => worker.accept(&main, &poll),
@@ -282,6 +269,24 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 }
 
 impl Worker {
+    /// Executes other workers' requests and delivers their replies.
+    fn take_messages(&mut self, inbox: &mut Vec<(usize, Message)>, poll: &Poll) {
+        for (from, message) in inbox.drain(..) {
+            match message {
+                Message::Requests(batch) => {
+                    let conns = if batch.entries.iter().any(|entry| entry.kind == Kind::Conns) {
+                        self.conns_lines(None)
+                    } else {
+                        Vec::new()
+                    };
+                    self.core.execute_forwarded(from, batch, &conns)
+                }
+                Message::Replies(batch) => self.deliver(from, batch, poll, false),
+                Message::Late(batch) => self.deliver(from, batch, poll, true),
+            }
+        }
+    }
+
     /// A worker with its own partition, sized from the settings.
     fn new(
         id: usize,

@@ -130,7 +130,8 @@ impl Core {
             return false;
         }
         connection.order.push_waiting(self.pool.pop().unwrap_or_default(), 1);
-        connection.remote_reads += 1;
+        // Reads count against the connection's bound (delivery takes them off again).
+        connection.remote_reads += usize::from(kind != Kind::Request);
         true
     }
 
