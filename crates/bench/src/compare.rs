@@ -30,6 +30,10 @@ pub struct CompareConfig {
     /// Rounds; each starts every server afresh, one after another (interleaved), and the
     /// table reports the median round of each configuration.
     pub repeat: usize,
+    /// More key distributions to run after `dist` on the same preloaded server.
+    pub more_dists: Vec<Distribution>,
+    /// The flash workload: flash files, memcached's extstore and its cgroup.
+    pub flash: Option<crate::flash_compare::FlashCompare>,
 }
 
 /// One row of the results.
@@ -42,6 +46,7 @@ pub struct Row {
     pub rate: Option<f64>,
     /// Which round (0-based) of `--repeat`.
     pub round: usize,
+    pub dist: Distribution,
     pub measurement: Measurement,
 }
 
@@ -60,7 +65,11 @@ fn on_path(binary: &str) -> bool {
 
 /// Starts `server` pinned to core 0; returns the process, its port and the protocol to use.
 fn start(server: &str, config: &CompareConfig) -> Result<(Running, u16, Protocol), String> {
-    let port = crate::ports::free_port()?;
+    start_on(server, config, crate::ports::free_port()?)
+}
+
+/// `start` on a given port (a restart keeps its port).
+fn start_on(server: &str, config: &CompareConfig, port: u16) -> Result<(Running, u16, Protocol), String> {
     let port_text = port.to_string();
     let memory = config.memory_mib.to_string();
     let self_exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -113,6 +122,10 @@ fn start(server: &str, config: &CompareConfig) -> Result<(Running, u16, Protocol
         }
         other => return Err(format!("unknown server {other:?}: use memcached, redis, floor, floor-resp or tierkv")),
     };
+    let mut args = args;
+    if let Some(flash) = &config.flash {
+        args.extend(flash.args(server));
+    }
     if !package.is_empty() && !on_path(&program.to_string_lossy()) {
         return Err(format!("{} is not installed: apt-get install {package} (Debian's package)", program.display()));
     }
@@ -127,10 +140,13 @@ fn start(server: &str, config: &CompareConfig) -> Result<(Running, u16, Protocol
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     let running = Running(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    if let Some(flash) = &config.flash {
+        flash.confine(server, running.0.id(), config.memory_mib)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
-            return Err(format!("{server} did not listen on port {port} within 10 s"));
+            return Err(format!("{server} did not listen on port {port} within 60 s"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -149,29 +165,48 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
     }
     std::fs::create_dir_all(&config.out).map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     let mut rows = Vec::new();
+    let mut flash_rows = Vec::new();
     for round in 0..config.repeat.max(1) {
         for server in &config.servers {
+            if let Some(flash) = &config.flash {
+                flash.reset();
+            }
             // One failed round (a server that stalled past the reply timeout, say) is run
             // again on a fresh server once, so a single hiccup does not void a long comparison;
             // the failure is reported either way.
             let mut taken = Vec::new();
-            if let Err(first) = run_server(server, round, config, &mut taken) {
+            if let Err(first) = run_server(server, round, config, &mut taken, &mut flash_rows) {
                 eprintln!("round {round} {server} failed: {first}; running the round again on a fresh server");
                 taken.clear();
-                run_server(server, round, config, &mut taken)
+                if let Some(flash) = &config.flash {
+                    flash.reset();
+                }
+                run_server(server, round, config, &mut taken, &mut flash_rows)
                     .map_err(|again| format!("{server} failed twice in round {round}: {first}; then {again}"))?;
             }
             rows.append(&mut taken);
         }
     }
     write_files(config, &rows)?;
+    if config.flash.is_some() {
+        let table = crate::flash_compare::table(&flash_rows);
+        eprint!("{table}");
+        let path = config.out.join("flash.md");
+        std::fs::write(&path, table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     Ok(rows)
 }
 
 /// One round of one server: start, preload, every workload and depth, stop.
-fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec<Row>) -> Result<(), String> {
+fn run_server(
+    server: &str,
+    round: usize,
+    config: &CompareConfig,
+    rows: &mut Vec<Row>,
+    flash_rows: &mut Vec<crate::flash_compare::FlashRow>,
+) -> Result<(), String> {
     {
-        let (running, port, protocol) = start(server, config)?;
+        let (mut running, port, protocol) = start(server, config)?;
         let target: SocketAddr = ([127, 0, 0, 1], port).into();
         let base = RunConfig {
             target,
@@ -193,8 +228,11 @@ fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec
             tls: None,
         };
         eprintln!("{server}: preloading {} keys", config.keys);
+        let started = Instant::now();
         loadgen::preload(&base)?;
-        for &workload in &config.workloads {
+        eprintln!("{server}: preloaded in {:.1} s", started.elapsed().as_secs_f64());
+        let dists = std::iter::once(config.dist).chain(config.more_dists.iter().copied());
+        for (dist, &workload) in dists.flat_map(|d| config.workloads.iter().map(move |w| (d, w))) {
             for &pipeline in &config.pipelines {
                 let get_ratio = match workload {
                     'A' => 0.5,
@@ -203,20 +241,66 @@ fn run_server(server: &str, round: usize, config: &CompareConfig, rows: &mut Vec
                 };
                 let rates = std::iter::once(None).chain(config.sweep.iter().map(|&r| Some(r)));
                 for rate in rates {
-                    let run = RunConfig { get_ratio, pipeline, preload: false, rate, ..base.clone() };
+                    let run = RunConfig { get_ratio, pipeline, preload: false, rate, dist, ..base.clone() };
                     let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
                     let label = rate.map_or("closed loop".to_string(), |r| format!("{r:.0} ops/s offered"));
                     eprintln!(
-                        "round {round} {server} workload {workload} pipeline {pipeline} {label}: {}",
+                        "round {round} {server} workload {workload} {dist} pipeline {pipeline} {label}: {}",
                         measurement.summary()
                     );
-                    rows.push(Row { server: server.to_string(), workload, pipeline, rate, round, measurement });
+                    let row = Row { server: server.to_string(), workload, pipeline, rate, round, dist, measurement };
+                    rows.push(row);
                 }
             }
+        }
+        if config.flash.is_some() && (server == "tierkv" || server == "memcached") {
+            flash_rows.push(flash_figures(server, config, &base, &mut running, port)?);
         }
         drop(running);
     }
     Ok(())
+}
+
+/// The flash workload's own figures of one server (`flash_compare`), then, for tierkv, a warm
+/// restart on the same port.
+fn flash_figures(
+    server: &str,
+    config: &CompareConfig,
+    base: &RunConfig,
+    running: &mut Running,
+    port: u16,
+) -> Result<crate::flash_compare::FlashRow, String> {
+    use crate::flash_compare as fc;
+    let mut row = fc::FlashRow { server: server.to_string(), ..Default::default() };
+    fc::dram_figures(server, port, &mut row, config.key_bytes)?;
+    let sample =
+        RunConfig { get_ratio: 1.0, dist: Distribution::Uniform, seconds: 3.0, preload: false, ..base.clone() };
+    row.hits_before = loadgen::measure(&sample, None)?.get_hit_ratio;
+    if server != "tierkv" {
+        return Ok(row);
+    }
+    fc::flash_gets(base, port, server_pid(running), &mut row)?;
+    let flash = config.flash.as_ref().expect("a flash comparison");
+    // Segments fill the region from its start (one partition here), after its metadata.
+    let written = fc::stats(port, "").map(|s| {
+        s.iter().find(|(n, _)| n == "extstore_bytes_written").and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0)
+    })?;
+    let used = written.min(flash.size_mib << 20);
+    row.fio_iops = fc::fio_iops(&flash.tierkv_file(), used, row.mean_depth).unwrap_or_else(|e| {
+        eprintln!("fio: {e}");
+        0.0
+    });
+    row.stop_ms = fc::stop(&mut running.0);
+    let started = Instant::now();
+    let (restarted, _, _) = start_on(server, config, port)?;
+    // Listening comes first; the partitions restore as their workers start.
+    while fc::stats(port, "").map_or(true, |s| s.iter().all(|(n, _)| n != "extstore_objects_used")) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    row.start_ms = started.elapsed().as_secs_f64() * 1e3;
+    row.hits_after = loadgen::measure(&sample, None)?.get_hit_ratio;
+    *running = restarted;
+    Ok(row)
 }
 
 /// For each (server, workload, depth, rate), the round with the median server CPU per
@@ -225,7 +309,11 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
     let mut out: Vec<Row> = Vec::new();
     for row in rows {
         let same = |r: &Row| {
-            r.server == row.server && r.workload == row.workload && r.pipeline == row.pipeline && r.rate == row.rate
+            r.server == row.server
+                && r.workload == row.workload
+                && r.pipeline == row.pipeline
+                && r.rate == row.rate
+                && r.dist == row.dist
         };
         if out.iter().any(same) {
             continue;
@@ -250,8 +338,8 @@ fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
         .map(|row| {
             let rate = row.rate.map_or("null".to_string(), |r| format!("{r}"));
             let extra = format!(
-                "\"server\":\"{}\",\"workload\":\"{}\",\"pipeline\":{},\"rate\":{rate},\"round\":{}",
-                row.server, row.workload, row.pipeline, row.round
+                "\"server\":\"{}\",\"workload\":\"{}\",\"dist\":\"{}\",\"pipeline\":{},\"rate\":{rate},\"round\":{}",
+                row.server, row.workload, row.dist, row.pipeline, row.round
             );
             row.measurement.json(&extra)
         })
@@ -267,10 +355,11 @@ fn write_files(config: &CompareConfig, rows: &[Row]) -> Result<(), String> {
     Ok(())
 }
 
-fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize, round: usize) -> Option<f64> {
+fn memcached_cpu(rows: &[Row], workload: char, dist: Distribution, pipeline: usize, round: usize) -> Option<f64> {
     rows.iter()
         .find(|r| {
             r.server == "memcached"
+                && r.dist == dist
                 && r.workload == workload
                 && r.pipeline == pipeline
                 && r.rate.is_none()
@@ -278,7 +367,11 @@ fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize, round: usize) ->
         })
         .or_else(|| {
             rows.iter().find(|r| {
-                r.server == "memcached" && r.workload == workload && r.pipeline == pipeline && r.rate.is_none()
+                r.server == "memcached"
+                    && r.dist == dist
+                    && r.workload == workload
+                    && r.pipeline == pipeline
+                    && r.rate.is_none()
             })
         })
         .and_then(|r| r.measurement.server_cpu_us_per_op)
@@ -287,23 +380,25 @@ fn memcached_cpu(rows: &[Row], workload: char, pipeline: usize, round: usize) ->
 /// The Markdown table.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| server | round | workload | pipeline | offered ops/s | ops/s | hit ratio | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| server | round | workload | keys | pipeline | offered ops/s | ops/s | hit ratio | p50 us | p99 us | p99.9 us | server CPU us/op | CPU vs memcached |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for row in rows {
         let m = &row.measurement;
         let cpu = m.server_cpu_us_per_op.map_or("n/a".to_string(), |c| format!("{c:.3}"));
-        let ratio = match (m.server_cpu_us_per_op, memcached_cpu(rows, row.workload, row.pipeline, row.round)) {
+        let base = memcached_cpu(rows, row.workload, row.dist, row.pipeline, row.round);
+        let ratio = match (m.server_cpu_us_per_op, base) {
             (Some(cpu), Some(base)) if base > 0.0 => format!("{:.2}", cpu / base),
             _ => "n/a".to_string(),
         };
         let offered = row.rate.map_or("closed loop".to_string(), |r| format!("{r:.0}"));
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {offered} | {:.0} | {:.4} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
+            "| {} | {} | {} | {} | {} | {offered} | {:.0} | {:.4} | {:.1} | {:.1} | {:.1} | {cpu} | {ratio} |",
             row.server,
             row.round,
             row.workload,
+            row.dist,
             row.pipeline,
             m.ops_per_sec,
             m.get_hit_ratio,

@@ -7,6 +7,7 @@
 //! server.
 
 pub mod compare;
+pub mod flash_compare;
 pub mod floor;
 pub mod loadgen;
 pub mod ports;

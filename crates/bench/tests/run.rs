@@ -235,12 +235,15 @@ fn compare_writes_table_json_and_plot() {
     assert_eq!(table.lines().count(), 2 + 3 * 2 * 2, "{table}");
     let row =
         |server: &str, rest: &str| table.lines().any(|l| l.starts_with(&format!("| {server} | ")) && l.contains(rest));
-    assert!(row("memcached", "| B | 1 | closed loop |") && row("redis", "| B | 4 | 5000 |"), "{table}");
+    assert!(
+        row("memcached", "| B | zipf:0.99 | 1 | closed loop |") && row("redis", "| B | zipf:0.99 | 4 | 5000 |"),
+        "{table}"
+    );
     let rounds = std::fs::read_to_string(out.join("rounds.md")).unwrap();
     assert_eq!(rounds.lines().count(), 2 + 2 * 3 * 2 * 2, "{rounds}");
     assert!(
-        rounds.contains("| floor | 0 | B | 4 | closed loop |")
-            && rounds.contains("| floor | 1 | B | 4 | closed loop |")
+        rounds.contains("| floor | 0 | B | zipf:0.99 | 4 | closed loop |")
+            && rounds.contains("| floor | 1 | B | zipf:0.99 | 4 | closed loop |")
     );
     let json = std::fs::read_to_string(out.join("results.json")).unwrap();
     assert_eq!(json.matches("\"server\":").count(), 24);

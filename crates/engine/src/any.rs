@@ -229,6 +229,10 @@ impl Engine for AnyPartition {
         each_kind!(self, p => Engine::flash_poll(p, wait, tokens));
     }
 
+    fn flash_submit(&mut self) {
+        each_kind!(self, p => Engine::flash_submit(p));
+    }
+
     fn flash_in_flight(&self) -> usize {
         each_kind!(self, p => Engine::flash_in_flight(p))
     }

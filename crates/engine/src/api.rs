@@ -168,6 +168,10 @@ pub trait Engine {
     /// Consumes finished flash I/O (with `wait`, blocking until some finishes): promoted keys'
     /// tokens go to `tokens`.
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>);
+    /// Hands the flash reads queued since the last call to the device: callers that call this
+    /// once per batch of requests get one system call per batch (otherwise each read is
+    /// submitted as it is queued).
+    fn flash_submit(&mut self);
     /// Flash requests in flight (poll while there are any).
     fn flash_in_flight(&self) -> usize;
     /// The flash tier's figures, if there is one.
@@ -381,6 +385,10 @@ impl<S: Storage> Engine for S {
 
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
         Storage::flash_poll(self, wait, tokens);
+    }
+
+    fn flash_submit(&mut self) {
+        Storage::flash_submit(self);
     }
 
     fn flash_in_flight(&self) -> usize {

@@ -105,6 +105,7 @@ pub(crate) trait Storage {
         FlashProbe::Ready
     }
     fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
+    fn flash_submit(&mut self) {}
     fn flash_in_flight(&self) -> usize {
         0
     }

@@ -136,6 +136,23 @@ struct CompareArgs {
     /// configuration's median round (by server CPU per operation); rounds.md has them all.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// More key distributions (comma-separated) to run after --dist on the same preloaded
+    /// servers.
+    #[arg(long, value_delimiter = ',')]
+    more_dists: Vec<Distribution>,
+    /// The flash workload: tierkv gets a flash file and memcached extstore, both in this
+    /// directory (memcached in a memory cgroup of -m plus --cgroup-slack-mib, page cache
+    /// counted).
+    #[arg(long)]
+    flash_dir: Option<std::path::PathBuf>,
+    /// Each server's flash file size in MiB.
+    #[arg(long, default_value_t = 8192)]
+    flash_size_mib: u64,
+    /// memcached's ext_item_size: low enough that the workload's items go to extstore.
+    #[arg(long, default_value_t = 64)]
+    ext_item_size: usize,
+    #[arg(long, default_value_t = 128)]
+    cgroup_slack_mib: u64,
 }
 
 fn compare(args: CompareArgs) {
@@ -181,6 +198,13 @@ fn compare(args: CompareArgs) {
         out: args.out,
         sweep: args.sweep,
         repeat: args.repeat.clamp(1, 100),
+        more_dists: args.more_dists,
+        flash: args.flash_dir.map(|dir| tierkv_bench::flash_compare::FlashCompare {
+            dir,
+            size_mib: args.flash_size_mib,
+            ext_item_size: args.ext_item_size,
+            cgroup_slack_mib: args.cgroup_slack_mib,
+        }),
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));
     print!("{}", tierkv_bench::compare::table(&tierkv_bench::compare::medians(&rows)));

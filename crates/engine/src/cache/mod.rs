@@ -679,6 +679,10 @@ impl Storage for Partition {
         Partition::flash_poll(self, wait, tokens);
     }
 
+    fn flash_submit(&mut self) {
+        Partition::flash_submit(self);
+    }
+
     fn flash_in_flight(&self) -> usize {
         Partition::flash_in_flight(self)
     }

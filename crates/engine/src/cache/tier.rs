@@ -284,6 +284,15 @@ impl Partition {
         }
     }
 
+    /// Queued flash reads go to the device now (the owner calls this once per batch of
+    /// requests; without it each read is submitted as it is queued).
+    pub fn flash_submit(&mut self) {
+        if let Some(tier) = self.tier.as_mut() {
+            tier.store.set_submit_at_once(false);
+            tier.store.submit();
+        }
+    }
+
     /// Flash requests in flight (the owner polls while there are any).
     pub fn flash_in_flight(&self) -> usize {
         self.tier.as_ref().map_or(0, |tier| tier.store.in_flight())

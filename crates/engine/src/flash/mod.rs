@@ -144,6 +144,8 @@ pub struct FlashStore {
     /// A pending delayed flush_all's deadline (Unix seconds, 0 = none), kept across a clean
     /// restart for the owner to apply.
     flush_at: u32,
+    /// Reads go to the device as they are queued (see `set_submit_at_once`).
+    submit_at_once: bool,
     stats: FlashStats,
     completions: Vec<Completion>,
 }
@@ -344,7 +346,10 @@ impl FlashStore {
         self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_READ | i as u64 });
         // Submitted at once, not at the next poll: a read queued behind a batch waits for the
         // batch, and measured hits/s at depth 32 rose from ~65k to ~80k (docs/benchmarks.md).
-        self.io.flush();
+        // An owner that submits once per batch of lookups itself (`submit`) turns this off.
+        if self.submit_at_once {
+            self.io.flush();
+        }
         self.stats.reads += 1;
         self.stats.read_bytes += len as u64;
         Lookup::Pending
@@ -423,6 +428,17 @@ impl FlashStore {
         }
         self.completions = completions;
         self.poll(now, out);
+    }
+
+    /// Whether each read is handed to the device as it is queued (the default), or only at
+    /// `submit`/`poll` (the owner batches: one system call for a batch of lookups).
+    pub fn set_submit_at_once(&mut self, at_once: bool) {
+        self.submit_at_once = at_once;
+    }
+
+    /// Hands queued requests to the device.
+    pub fn submit(&mut self) {
+        self.io.flush();
     }
 
     /// Requests in flight on the device.

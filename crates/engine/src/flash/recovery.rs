@@ -107,6 +107,7 @@ impl FlashStore {
             next_seq: 0,
             max_cas: 0,
             flush_at: 0,
+            submit_at_once: true,
             stats: FlashStats::default(),
             completions: Vec::new(),
             io,

@@ -37,6 +37,8 @@ pub(super) struct Parking {
     /// Parked requests whose read found no room, oldest first.
     unissued: VecDeque<usize>,
     tokens: Vec<u64>,
+    /// Connections a flash turn answered (reused).
+    touched: Vec<usize>,
     /// Reads that must go back to other workers, per worker.
     late: Vec<Option<Box<Batch>>>,
 }
@@ -167,8 +169,9 @@ impl Worker {
         }
         let mut tokens = std::mem::take(&mut self.core.parking.tokens);
         self.core.partition.flash_poll(false, &mut tokens);
+        let mut touched = std::mem::take(&mut self.core.parking.touched);
         for token in tokens.drain(..) {
-            self.finish_parked(token as usize, poll);
+            self.finish_parked(token as usize, &mut touched);
         }
         self.core.parking.tokens = tokens;
         while let Some(&id) = self.core.parking.unissued.front() {
@@ -181,7 +184,7 @@ impl Worker {
             let request = parked.request.clone();
             let Decoded::Request { request, .. } = decode_request(&request, &self.core.limits) else {
                 self.core.parking.unissued.pop_front();
-                self.finish_parked(id, poll);
+                self.finish_parked(id, &mut touched);
                 continue;
             };
             let key = request_key(&request, &mut buffer).unwrap_or_default();
@@ -195,15 +198,23 @@ impl Worker {
                 }
                 FlashProbe::Ready => {
                     self.core.parking.unissued.pop_front();
-                    self.finish_parked(id, poll);
+                    self.finish_parked(id, &mut touched);
                 }
             }
         }
+        // One write per connection for all the replies this turn completed.
+        touched.sort_unstable();
+        touched.dedup();
+        self.settle(&touched, poll);
+        touched.clear();
+        self.core.parking.touched = touched;
+        self.core.partition.flash_submit();
         self.send_late();
     }
 
-    /// Runs parked request `id` and puts its reply where it belongs.
-    fn finish_parked(&mut self, id: usize, poll: &Poll) {
+    /// Runs parked request `id` and puts its reply where it belongs (a connection of this
+    /// worker goes to `touched`).
+    fn finish_parked(&mut self, id: usize, touched: &mut Vec<usize>) {
         let Some(parked) = self.core.parking.parked.get_mut(id).and_then(Option::take) else { return };
         self.core.parking.free.push(id);
         debug_assert!(parked.issued || !self.core.parking.unissued.contains(&id));
@@ -225,10 +236,11 @@ impl Worker {
                 let mut replies = self.core.pool.pop().unwrap_or_default();
                 replies.clear();
                 self.core.run_parked(&parked, &mut replies);
-                self.deliver_one(parked.entry, &replies);
+                if self.deliver_one(parked.entry, &replies) {
+                    touched.push(parked.entry.slot);
+                }
                 replies.clear();
                 self.core.pool.push(replies);
-                self.settle(&[parked.entry.slot], poll);
             }
         }
     }

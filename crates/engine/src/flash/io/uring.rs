@@ -24,7 +24,10 @@ pub struct UringEngine {
 impl UringEngine {
     pub fn new(file: File, depth: u32) -> std::io::Result<UringEngine> {
         let depth = depth.clamp(1, 4096).next_power_of_two();
-        let ring = IoUring::new(depth)?;
+        // Cooperative task running: a completion's task work waits for the owner's next system
+        // call (it makes one every loop turn) instead of interrupting it. Older kernels refuse
+        // the flag; then the ring is a plain one.
+        let ring = IoUring::builder().setup_coop_taskrun().build(depth).or_else(|_| IoUring::new(depth))?;
         ring.submitter().register_files(&[file.as_raw_fd()])?;
         let slots = (0..depth as usize).map(|_| None).collect();
         let free = (0..depth as usize).rev().collect();
