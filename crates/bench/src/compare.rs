@@ -232,6 +232,9 @@ fn run_server(
         loadgen::preload(&base)?;
         eprintln!("{server}: preloaded in {:.1} s", started.elapsed().as_secs_f64());
         let dists = std::iter::once(config.dist).chain(config.more_dists.iter().copied());
+        // Each run draws its own keys: one replaying another's would find the items the other
+        // brought into DRAM (a flash tier promotes what it reads).
+        let mut seed = 1;
         for (dist, &workload) in dists.flat_map(|d| config.workloads.iter().map(move |w| (d, w))) {
             for &pipeline in &config.pipelines {
                 let get_ratio = match workload {
@@ -241,7 +244,8 @@ fn run_server(
                 };
                 let rates = std::iter::once(None).chain(config.sweep.iter().map(|&r| Some(r)));
                 for rate in rates {
-                    let run = RunConfig { get_ratio, pipeline, preload: false, rate, dist, ..base.clone() };
+                    seed += 1;
+                    let run = RunConfig { get_ratio, pipeline, preload: false, rate, dist, seed, ..base.clone() };
                     let measurement = loadgen::measure(&run, Some(server_pid(&running)))?;
                     let label = rate.map_or("closed loop".to_string(), |r| format!("{r:.0} ops/s offered"));
                     eprintln!(
@@ -273,8 +277,14 @@ fn flash_figures(
     use crate::flash_compare as fc;
     let mut row = fc::FlashRow { server: server.to_string(), ..Default::default() };
     fc::dram_figures(server, port, &mut row, config.key_bytes)?;
-    let sample =
-        RunConfig { get_ratio: 1.0, dist: Distribution::Uniform, seconds: 3.0, preload: false, ..base.clone() };
+    let sample = RunConfig {
+        get_ratio: 1.0,
+        dist: Distribution::Uniform,
+        seconds: 3.0,
+        preload: false,
+        seed: 1001,
+        ..base.clone()
+    };
     row.hits_before = loadgen::measure(&sample, None)?.get_hit_ratio;
     if server != "tierkv" {
         return Ok(row);
@@ -298,7 +308,7 @@ fn flash_figures(
         std::thread::sleep(Duration::from_millis(5));
     }
     row.start_ms = started.elapsed().as_secs_f64() * 1e3;
-    row.hits_after = loadgen::measure(&sample, None)?.get_hit_ratio;
+    row.hits_after = loadgen::measure(&RunConfig { seed: 1002, ..sample }, None)?.get_hit_ratio;
     *running = restarted;
     Ok(row)
 }

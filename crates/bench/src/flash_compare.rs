@@ -179,6 +179,7 @@ pub fn flash_gets(base: &RunConfig, port: u16, pid: u32, row: &mut FlashRow) -> 
         pipeline: 32,
         connections: 8,
         preload: false,
+        seed: 1003,
         ..base.clone()
     };
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -233,6 +233,10 @@ impl Engine for AnyPartition {
         each_kind!(self, p => Engine::flash_submit(p));
     }
 
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        each_kind!(self, p => Engine::flash_notify_fd(p))
+    }
+
     fn flash_in_flight(&self) -> usize {
         each_kind!(self, p => Engine::flash_in_flight(p))
     }

@@ -172,6 +172,9 @@ pub trait Engine {
     /// once per batch of requests get one system call per batch (otherwise each read is
     /// submitted as it is queued).
     fn flash_submit(&mut self);
+    /// An eventfd that becomes readable when flash requests finish (None: poll while any are
+    /// in flight).
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd>;
     /// Flash requests in flight (poll while there are any).
     fn flash_in_flight(&self) -> usize;
     /// The flash tier's figures, if there is one.
@@ -389,6 +392,10 @@ impl<S: Storage> Engine for S {
 
     fn flash_submit(&mut self) {
         Storage::flash_submit(self);
+    }
+
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        Storage::flash_notify_fd(self)
     }
 
     fn flash_in_flight(&self) -> usize {

@@ -106,6 +106,9 @@ pub(crate) trait Storage {
     }
     fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
     fn flash_submit(&mut self) {}
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
     fn flash_in_flight(&self) -> usize {
         0
     }

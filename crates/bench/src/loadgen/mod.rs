@@ -232,12 +232,31 @@ fn describe(reply: &Reply<'_>) -> String {
 /// Err names what went wrong (nothing listening, a wrong or missing reply, a closed connection).
 pub fn run(config: &RunConfig) -> Result<RunResult, String> {
     let values = Values::new(config.value_bytes, config.seed ^ 0x5EED);
-    let sequence = key_sequence(config.dist, config.keys, 1 << 20, config.seed);
     let mut rng = Rng::new(config.seed ^ 0xA11CE);
+    if config.keys > KEY_POOL as u64 {
+        // A pool of draws would make its own (smaller) working set: draw each key afresh.
+        let mut keys = Rng::new(config.seed);
+        let zipf = match config.dist {
+            Distribution::Zipf(theta) => Some(crate::workload::ScrambledZipfian::new(config.keys, theta)),
+            Distribution::Uniform => None,
+        };
+        return drive(config, &values, config.seconds, |_| {
+            let key = match &zipf {
+                Some(zipf) => zipf.next(&mut keys),
+                None => keys.below(config.keys),
+            };
+            (key, rng.next_f64() < config.get_ratio)
+        });
+    }
+    let sequence = key_sequence(config.dist, config.keys, KEY_POOL, config.seed);
     drive(config, &values, config.seconds, |r| {
         (u64::from(sequence[r & (sequence.len() - 1)]), rng.next_f64() < config.get_ratio)
     })
 }
+
+/// Key draws made before a run and cycled through: a million, so key spaces up to this size
+/// see every key they would see drawn live.
+const KEY_POOL: usize = 1 << 20;
 
 /// Writes every key once, pipelined, before measuring.
 pub fn preload(config: &RunConfig) -> Result<(), String> {

@@ -232,7 +232,8 @@ impl Log {
     /// Where the tail skipped from `position` to a new lap's start, if it did.
     #[inline]
     pub(crate) fn skip_at(&self, position: u64) -> Option<u64> {
-        self.wraps.iter().find(|&&(from, _)| from == position).map(|&(_, to)| to)
+        // A lap that ended exactly full skipped nothing (from == to): no skip.
+        self.wraps.iter().find(|&&(from, to)| from == position && to > from).map(|&(_, to)| to)
     }
 
     /// Starts an empty log at virtual position `position` (a flash tier's CAS floor, and tests
@@ -281,6 +282,19 @@ mod tests {
         assert_eq!(log.max_age(), 0, "nothing written before a flush is live");
         log.reserve(5);
         assert_eq!(log.max_age(), 5);
+    }
+
+    #[test]
+    fn skips_are_recorded_only_where_the_tail_skipped_bytes() {
+        let mut log = Log::new(100, 100).unwrap();
+        log.reserve(40);
+        log.reserve(40);
+        assert_eq!(log.reserve(30), (100, 0));
+        assert_eq!(log.skip_at(80), Some(100), "bytes 80..100 were skipped");
+        log.reserve(70);
+        // The lap ended exactly full: the next item starts where the last one ended.
+        assert_eq!(log.reserve(10), (200, 0));
+        assert_eq!(log.skip_at(200), None, "a full lap skips nothing (the eviction walk once looped here)");
     }
 
     #[test]

@@ -683,6 +683,10 @@ impl Storage for Partition {
         Partition::flash_submit(self);
     }
 
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        Partition::flash_notify_fd(self)
+    }
+
     fn flash_in_flight(&self) -> usize {
         Partition::flash_in_flight(self)
     }

@@ -293,6 +293,12 @@ impl Partition {
         }
     }
 
+    /// An eventfd that becomes readable when flash requests finish (None: poll while any are
+    /// in flight).
+    pub fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.tier.as_ref().and_then(|tier| tier.store.notify_fd())
+    }
+
     /// Flash requests in flight (the owner polls while there are any).
     pub fn flash_in_flight(&self) -> usize {
         self.tier.as_ref().map_or(0, |tier| tier.store.in_flight())

@@ -430,6 +430,11 @@ impl FlashStore {
         self.poll(now, out);
     }
 
+    /// The I/O engine's completion eventfd, if it has one (see `IoEngine::notify_fd`).
+    pub fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.io.notify_fd()
+    }
+
     /// Whether each read is handed to the device as it is queued (the default), or only at
     /// `submit`/`poll` (the owner batches: one system call for a batch of lookups).
     pub fn set_submit_at_once(&mut self, at_once: bool) {

@@ -182,3 +182,39 @@ fn backlog_and_requests_per_event() {
     assert!(noted.notes.iter().any(|note| note.starts_with("-R/--max-reqs-per-event 20: ignored")));
     assert!(settings_of(&["-R", "0"]).unwrap_err().starts_with("-R/--max-reqs-per-event"));
 }
+
+#[test]
+fn the_flash_tier_from_flags_from_ext_path_and_from_its_section() {
+    use tierkv_engine::flash::{AdmissionPolicy, FlashIo};
+    let flash = |args: &[&str]| settings_of(args).map(|s| s.flash);
+    let from_flags = flash(&["--flash-path", "/f", "--flash-size", "2g", "--flash-io", "threads"]).unwrap().unwrap();
+    assert_eq!((from_flags.size, from_flags.io, from_flags.segment_bytes), (2 << 30, FlashIo::Threads, 1 << 20));
+    assert_eq!(from_flags.admission, AdmissionPolicy::All);
+    let from_o = flash(&["-o", "ext_item_size=64,ext_path=/x/y:512m", "--flash-write-mbps", "40"]).unwrap().unwrap();
+    assert_eq!((from_o.path.to_str(), from_o.size), (Some("/x/y"), 512 << 20));
+    assert_eq!(from_o.admission, AdmissionPolicy::RateMbps(40.0));
+    let notes = settings_of(&["-o", "ext_path=/x/y:1g,ext_threads=8"]).unwrap().notes;
+    assert!(notes.iter().any(|note| note.contains("-o ext_threads=8: ignored")), "{notes:?}");
+    assert_eq!(flash(&[]).unwrap(), None);
+    let dir = std::env::temp_dir().join(format!("tierkv-flash-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tierkv.toml");
+    let text = "[flash]\npath = \"/data/tierkv.flash\"\nsize = \"8g\"\nadmission = \"p:0.5\"\nsegment-size = \"4m\"\n";
+    std::fs::write(&file, text).unwrap();
+    let from_file = flash(&["--config", file.to_str().unwrap()]).unwrap().unwrap();
+    assert_eq!((from_file.size, from_file.segment_bytes), (8 << 30, 4 << 20));
+    assert_eq!(from_file.admission, AdmissionPolicy::Probability(0.5));
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (args, complaint) in [
+        (&["--flash-path", "/f", "--flash-size", "1g", "--flash-segment-size", "3m"][..], "--flash-segment-size"),
+        (&["--flash-path", "/f", "--flash-size", "1g", "--flash-io", "aio"][..], "--flash-io"),
+        (&["--flash-path", "/f", "--flash-size", "1g", "--flash-admission", "some"][..], "--flash-admission"),
+        (
+            &["--flash-path", "/f", "--flash-size", "1g", "--flash-admission", "all", "--flash-write-mbps", "5"][..],
+            "contradicts",
+        ),
+    ] {
+        let error = settings_of(args).unwrap_err();
+        assert!(error.contains(complaint), "{args:?}: {error}");
+    }
+}

@@ -122,6 +122,14 @@ pub fn cpu_time() -> ((i64, i64), (i64, i64)) {
     (pair(usage.ru_utime), pair(usage.ru_stime))
 }
 
+/// Empties an eventfd's counter (it stays open: the caller's engine owns it).
+pub fn drain_eventfd(fd: std::os::fd::RawFd) {
+    let mut counter = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a live stack array; a closed or empty descriptor only
+    // makes the call fail, which changes nothing.
+    let _ = unsafe { libc::read(fd, counter.as_mut_ptr().cast(), counter.len()) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,6 +172,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
     let mut worker = Worker::new(id, settings, shared, links, udp)?;
+    worker.watch_flash(&poll)?;
     worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
@@ -215,6 +216,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
                     }
                 }
                 WAKER => {}
+                FLASH_EVENT => worker.flash_event(),
                 UDP_MAIN => worker.udp_again[0] = true,
                 UDP_DIRECT => worker.udp_again[1] = true,
                 Token(slot) => {
@@ -354,6 +356,7 @@ impl Worker {
             spare: admission::spare_descriptor(),
             accept_again: false,
             idle_checked: 0,
+            flash_fd: None,
         })
     }
 }

@@ -39,6 +39,8 @@ pub(super) struct Parking {
     tokens: Vec<u64>,
     /// Connections a flash turn answered (reused).
     touched: Vec<usize>,
+    /// The last flash turn finished some requests.
+    busy: bool,
     /// Reads that must go back to other workers, per worker.
     late: Vec<Option<Box<Batch>>>,
 }
@@ -170,6 +172,7 @@ impl Worker {
         let mut tokens = std::mem::take(&mut self.core.parking.tokens);
         self.core.partition.flash_poll(false, &mut tokens);
         let mut touched = std::mem::take(&mut self.core.parking.touched);
+        self.core.parking.busy = !tokens.is_empty();
         for token in tokens.drain(..) {
             self.finish_parked(token as usize, &mut touched);
         }
@@ -254,11 +257,33 @@ impl Worker {
         }
     }
 
-    /// Parked requests (a worker with any polls without sleeping).
+    /// Whether the loop must poll again without sleeping: requests wait for room to start
+    /// their reads, or the I/O engine has no eventfd to wake the worker with.
     pub(super) fn flash_waiting(&self) -> bool {
-        self.core.parking.enabled
-            && (self.core.partition.flash_in_flight() > 0
-                || self.core.parking.free.len() < self.core.parking.parked.len())
+        let parking = &self.core.parking;
+        let in_flight = self.core.partition.flash_in_flight() > 0 || parking.free.len() < parking.parked.len();
+        // With an eventfd, the worker still polls on while completions keep coming (under load
+        // that keeps up the depth: measured ~80k against ~95k flash reads/s sleeping between
+        // them), and sleeps once a turn finds none.
+        parking.enabled && (!parking.unissued.is_empty() || (in_flight && (self.flash_fd.is_none() || parking.busy)))
+    }
+
+    /// Registers the flash engine's completion eventfd with the poll, so the worker sleeps
+    /// while flash reads are in flight and wakes when they finish.
+    pub(super) fn watch_flash(&mut self, poll: &Poll) -> Result<(), ServeError> {
+        let Some(fd) = self.core.partition.flash_notify_fd() else { return Ok(()) };
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(&fd), FLASH_EVENT, Interest::READABLE)
+            .map_err(ServeError::system("watch the flash completion eventfd"))?;
+        self.flash_fd = Some(fd);
+        Ok(())
+    }
+
+    /// The eventfd said completions wait: empty its counter (`flash_turn` takes them).
+    pub(super) fn flash_event(&mut self) {
+        if let Some(fd) = self.flash_fd {
+            crate::sys::drain_eventfd(fd);
+        }
     }
 }
 
@@ -295,6 +320,10 @@ pub(super) fn attach(
     cfg.segment_bytes = flash.segment_bytes;
     cfg.admission = flash.admission;
     cfg.write_buffers = FLASH_WRITE_BUFFERS;
+    // A buffer is written when full (or at a clean stop), never early: a part-filled segment
+    // would take a whole slot of the ring, and early writes protect nothing here (after a
+    // crash the tier starts empty anyway).
+    cfg.flush_delay_ns = u64::MAX;
     let depth = cfg.max_reads + cfg.write_buffers + 8;
     let (io, note) = if flash.read_delay_ms > 0 {
         let file = file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;

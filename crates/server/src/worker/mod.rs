@@ -64,6 +64,7 @@ const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const UDP_MAIN: Token = Token(usize::MAX - 3);
 const UDP_DIRECT: Token = Token(usize::MAX - 4);
+const FLASH_EVENT: Token = Token(usize::MAX - 5);
 
 /// A `stats` request waiting for the other workers' figures.
 struct Gather {
@@ -335,4 +336,7 @@ struct Worker {
     accept_again: bool,
     /// The second the idle connections were last looked for.
     idle_checked: u32,
+    /// The flash I/O engine's completion eventfd, registered with the poll (None: no flash
+    /// tier, or an engine without one, which is polled while requests are in flight).
+    flash_fd: Option<std::os::fd::RawFd>,
 }

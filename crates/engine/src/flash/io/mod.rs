@@ -62,6 +62,30 @@ pub trait IoEngine: Send {
     fn in_flight(&self) -> usize;
     /// The engine's name for logs and benchmarks.
     fn name(&self) -> &'static str;
+    /// An eventfd that becomes readable when requests finish (None: the owner must poll while
+    /// requests are in flight).
+    fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// A non-blocking eventfd for completion notices.
+pub(crate) fn new_eventfd() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd (a completion notice); a full counter is already readable.
+pub(crate) fn signal_eventfd(fd: std::os::fd::RawFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a live stack array to a descriptor the caller keeps open.
+    let _ = unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
 }
 
 /// Which engine serves a real file.

@@ -21,6 +21,8 @@ struct Shared {
     ready: Condvar,
     /// Added to every read (tests of slow devices).
     read_delay: std::time::Duration,
+    /// Signalled after every completion.
+    eventfd: Option<std::os::fd::OwnedFd>,
 }
 
 /// A pool of `threads` threads serving one owner's requests on `file`.
@@ -62,6 +64,9 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
         if done.send(Completion { token: op.token, buf: op.buf, result }).is_err() {
             return;
         }
+        if let Some(fd) = &shared.eventfd {
+            super::signal_eventfd(std::os::fd::AsRawFd::as_raw_fd(fd));
+        }
     }
 }
 
@@ -78,6 +83,7 @@ impl ThreadsEngine {
             queue: Mutex::new(Queue { ops: VecDeque::new(), closing: false }),
             ready: Condvar::new(),
             read_delay,
+            eventfd: super::new_eventfd().ok(),
         });
         let (tx, done) = channel();
         let workers = (0..threads.max(1))
@@ -139,6 +145,10 @@ impl IoEngine for ThreadsEngine {
 
     fn name(&self) -> &'static str {
         "threads"
+    }
+
+    fn notify_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.shared.eventfd.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
     }
 }
 
