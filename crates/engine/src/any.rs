@@ -233,6 +233,10 @@ impl Engine for AnyPartition {
         each_kind!(self, p => Engine::flash_submit(p));
     }
 
+    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
+        each_kind!(self, p => Engine::dump_flash(p, n, f))
+    }
+
     fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
         each_kind!(self, p => Engine::flash_notify_fd(p))
     }

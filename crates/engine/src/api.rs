@@ -182,11 +182,19 @@ pub trait Engine {
     /// A clean shutdown of the tier: DRAM items written to flash, the store closed.
     fn close_flash(&mut self) -> Result<(), String>;
 
+    /// The items of the `n`th flash segment (oldest first) not also in DRAM, for a dump; false
+    /// past the last segment (or without a flash tier).
+    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool;
+
     /// One bounded step of a walk over every live item (memcached's `lru_crawler metadump`):
     /// visits the index buckets from `cursor` on, at most `buckets` of them, calling `f` with
     /// each live item's key and details; returns where the next step starts (None: done).
+    /// With a flash tier, the walk goes on with one flash segment per step.
     fn dump_step(&mut self, cursor: usize, buckets: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> Option<usize> {
         let total = self.dump_buckets();
+        if cursor >= total {
+            return self.dump_flash(cursor - total, f).then_some(cursor + 1);
+        }
         let end = cursor.saturating_add(buckets).min(total);
         let mut keys = Vec::new();
         let mut lengths = Vec::new();
@@ -204,7 +212,7 @@ pub trait Engine {
                 f(key, &debug);
             }
         }
-        (end < total).then_some(end)
+        (end < total || self.flash_report().is_some()).then_some(end)
     }
 }
 
@@ -392,6 +400,10 @@ impl<S: Storage> Engine for S {
 
     fn flash_submit(&mut self) {
         Storage::flash_submit(self);
+    }
+
+    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
+        Storage::dump_flash(self, n, f)
     }
 
     fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {

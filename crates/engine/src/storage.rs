@@ -106,6 +106,10 @@ pub(crate) trait Storage {
     }
     fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
     fn flash_submit(&mut self) {}
+    /// The items of the `n`th flash segment for a dump; false past the last one.
+    fn dump_flash(&mut self, _n: usize, _f: &mut dyn FnMut(&[u8], &crate::types::ItemDebug)) -> bool {
+        false
+    }
     fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }

@@ -381,3 +381,21 @@ fn flush_all_empties_the_flash_tier_now_and_when_delayed_across_a_restart() {
     assert_eq!(exchange(port, b"get k1 k2 k39999\r\n"), b"END\r\n", "flushed at the deadline");
     drop(server);
 }
+
+#[test]
+fn lru_crawler_metadump_lists_flash_items_too() {
+    let flash = FlashFile::new("metadump");
+    let server = hybrid(&flash, "2", &[]);
+    fill(server.1, 0, N);
+    exchange(server.1, b"delete k9\r\n");
+    assert!(stat(server.1, "extstore_objects_used") > (N / 2) as u64, "most items are on flash");
+    let mut stream = connect(server.1);
+    stream.write_all(b"lru_crawler metadump all\r\n").unwrap();
+    let reply = read_until(&mut stream, b"END\r\n");
+    let text = String::from_utf8_lossy(&reply);
+    let keys: std::collections::HashSet<&str> =
+        text.lines().filter_map(|line| line.strip_prefix("key=")?.split(' ').next()).collect();
+    assert_eq!(text.lines().filter(|line| line.starts_with("key=")).count(), keys.len(), "listed once each");
+    assert!(!keys.contains("k9"), "a deleted key is not listed");
+    assert!(keys.len() >= N - N / 200, "{} of {N} keys listed", keys.len());
+}

@@ -683,6 +683,10 @@ impl Storage for Partition {
         Partition::flash_submit(self);
     }
 
+    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &crate::types::ItemDebug)) -> bool {
+        Partition::dump_flash(self, n, f)
+    }
+
     fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
         Partition::flash_notify_fd(self)
     }

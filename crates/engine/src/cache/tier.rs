@@ -16,6 +16,7 @@ use crate::flash::{FlashMemory, FlashStats, FlashStore, InsertOutcome, ItemMeta,
 use crate::hash::KeyHash;
 use crate::item::{ItemHeader, STATE_MASK};
 use crate::time::is_expired;
+use crate::types::ItemDebug;
 use std::time::Instant;
 
 /// What a key needs before an operation may run on it.
@@ -297,6 +298,31 @@ impl Partition {
     /// in flight).
     pub fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
         self.tier.as_ref().and_then(|tier| tier.store.notify_fd())
+    }
+
+    /// Lists the items of the `n`th flash segment (oldest first) that DRAM does not also hold,
+    /// as `lru_crawler metadump` lists extstore items; false past the last segment. Reads the
+    /// segment with one blocking read: for dumps, never for requests.
+    pub fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
+        let Some(mut tier) = self.tier.take() else { return false };
+        let now = self.now;
+        let mut found: Vec<(Vec<u8>, ItemDebug)> = Vec::new();
+        let more =
+            tier.store.dump_slot(u32::try_from(n).unwrap_or(u32::MAX), tier.now, &mut |key, value, meta, bytes| {
+                let ttl = if meta.expiry == 0 { -1 } else { i64::from(meta.expiry) - i64::from(now) };
+                let fetched = meta.state & crate::item::FETCHED != 0;
+                let debug =
+                    ItemDebug { ttl, last_access: 0, cas: meta.cas, fetched, size: bytes, value_len: value.len() };
+                found.push((key.to_vec(), debug));
+            });
+        self.tier = Some(tier);
+        for (key, debug) in found {
+            // Listed with DRAM's items already.
+            if self.find_live(&key, KeyHash::of(&key)).is_none() {
+                f(&key, &debug);
+            }
+        }
+        more
     }
 
     /// Flash requests in flight (the owner polls while there are any).

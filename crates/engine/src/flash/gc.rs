@@ -9,7 +9,7 @@
 //! whole table is swept once per trip round the ring, long before a generation repeats.
 
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
-use super::layout::{decode_item, SegmentHeader, ITEM_ALIGN, ITEM_HEADER, PAGE, SEGMENT_HEADER};
+use super::layout::{decode_item, ItemMeta, SegmentHeader, ITEM_ALIGN, ITEM_HEADER, PAGE, SEGMENT_HEADER};
 use super::ring::SlotState;
 use super::{FlashStore, Now, TOKEN_GC};
 use crate::hash::KeyHash;
@@ -99,18 +99,9 @@ impl FlashStore {
     /// Walks a segment's items; the ones the index still points at and that were hit on flash
     /// move to the head.
     fn rewrite_hits(&mut self, slot: u32, gen: u8, segment: &[u8], now: Now) {
-        let mut at = SEGMENT_HEADER;
-        while at + ITEM_HEADER <= segment.len() {
-            let Ok(item) = decode_item(&segment[at..]) else {
-                // Padding before a page boundary (or damage): items resume at the next page.
-                at = (at + 1).next_multiple_of(PAGE);
-                continue;
-            };
+        walk_items(segment, |at, item| {
             let hash = KeyHash::of(item.key);
-            let here = |e: super::index::Entry| {
-                e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN
-            };
-            if let Some(entry) = self.index.find(hash).filter(|&e| here(e)) {
+            if let Some(entry) = self.index.find(hash).filter(|&e| names(e, slot, gen, at)) {
                 let keep = entry.hit()
                     && !is_expired(item.meta.expiry, now.unix)
                     && self.admission.admit_rewrite(item.bytes, now.nanos);
@@ -119,8 +110,44 @@ impl FlashStore {
                     self.stats.write_rewrite_bytes += item.bytes as u64;
                 }
             }
-            at += item.bytes;
+        });
+    }
+
+    /// The `n`th slot of the ring (0: the oldest): calls `f` with every item in it that the
+    /// index still names and that has not expired. A sealed segment is read with one blocking
+    /// read (for `lru_crawler metadump`, not the request path); false when `n` is past the
+    /// ring.
+    pub fn dump_slot(&mut self, n: u32, now: Now, f: &mut DumpVisit<'_>) -> bool {
+        if n >= self.used_slots {
+            return false;
         }
+        let slot = (self.tail() + n) % self.layout.slots;
+        let s = self.slots[slot as usize];
+        let segment = match s.state {
+            SlotState::Free => return true,
+            // A buffer still filling: its own fill mark (the slot's is set when it is sealed).
+            SlotState::Buffer(b) => match &self.bufs[b].data {
+                Some(data) => data[..self.bufs[b].used.min(data.len())].to_vec(),
+                None => return true,
+            },
+            SlotState::Sealed => {
+                let len = (s.used as usize).next_multiple_of(PAGE);
+                let (buf, result) =
+                    self.sync_io(IoKind::Read, self.layout.segment_offset(slot), AlignedBuf::new(len), len);
+                if result.is_err() {
+                    self.stats.gc_read_errors += 1;
+                    return true;
+                }
+                buf[..s.used as usize].to_vec()
+            }
+        };
+        walk_items(&segment, |at, item| {
+            let current = self.index.find(KeyHash::of(item.key)).is_some_and(|e| names(e, slot, s.gen, at));
+            if current && !is_expired(item.meta.expiry, now.unix) {
+                f(item.key, item.value, item.meta, item.bytes);
+            }
+        });
+        true
     }
 
     /// Clears index entries into dead slots, a share per reclaim (see the module comment).
@@ -131,5 +158,29 @@ impl FlashStore {
         let slots = &self.slots;
         self.stats.swept += self.index.sweep(from, from + share, |e| Self::valid(slots, e)) as u64;
         self.gc.sweep_cursor = if from + share >= buckets { 0 } else { from + share };
+    }
+}
+
+/// What `dump_slot` calls for each item: key, value, metadata, bytes on flash.
+pub type DumpVisit<'a> = dyn FnMut(&[u8], &[u8], ItemMeta, usize) + 'a;
+
+/// Whether index entry `e` names the item at byte `at` of `slot` in generation `gen`.
+fn names(e: super::index::Entry, slot: u32, gen: u8, at: usize) -> bool {
+    e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN
+}
+
+/// Calls `visit` with the offset and contents of every item that checks out in `segment` (the
+/// segment header first).
+fn walk_items(segment: &[u8], mut visit: impl FnMut(usize, super::layout::ItemRef<'_>)) {
+    let mut at = SEGMENT_HEADER;
+    while at + ITEM_HEADER <= segment.len() {
+        let Ok(item) = decode_item(&segment[at..]) else {
+            // Padding before a page boundary (or damage): items resume at the next page.
+            at = (at + 1).next_multiple_of(PAGE);
+            continue;
+        };
+        let bytes = item.bytes;
+        visit(at, item);
+        at += bytes;
     }
 }

@@ -141,7 +141,13 @@ impl FlashStore {
     }
 
     /// One request, waited for. Other completions (only at close) are handled as usual.
-    fn sync_io(&mut self, kind: IoKind, offset: u64, buf: AlignedBuf, len: usize) -> (AlignedBuf, Result<usize, i32>) {
+    pub(super) fn sync_io(
+        &mut self,
+        kind: IoKind,
+        offset: u64,
+        buf: AlignedBuf,
+        len: usize,
+    ) -> (AlignedBuf, Result<usize, i32>) {
         self.io.submit(IoOp { kind, offset, buf, len, token: TOKEN_META });
         self.io.flush();
         let mut sink = Vec::new();
