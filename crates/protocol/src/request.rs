@@ -250,6 +250,24 @@ pub struct BinaryRequestInfo {
     pub return_key: bool,
 }
 
+impl<'a> Command<'a> {
+    /// The one key the command names (a get of exactly one key, or any single-key command),
+    /// as the client sent it (base64 still encoded).
+    pub fn key(&self) -> Option<Key<'a>> {
+        match *self {
+            Command::Get { keys, base64, .. } if keys.len() == 1 => Some(Key { raw: keys.iter().next()?, base64 }),
+            Command::Store { key, .. }
+            | Command::Delete { key, .. }
+            | Command::Arith { key, .. }
+            | Command::Atomic { key, .. }
+            | Command::Vector { key, .. }
+            | Command::Touch { key, .. }
+            | Command::MetaDebug { key } => Some(key),
+            _ => None,
+        }
+    }
+}
+
 /// One decoded request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request<'a> {

@@ -50,7 +50,7 @@ fn hybrid(flash: &FlashFile, threads: &str, extra: &[&str]) -> Server {
 }
 
 /// Stops a server with SIGTERM and waits for it (a clean stop writes DRAM to flash).
-fn stop(server: &mut Server) -> String {
+fn stop(mut server: Server) {
     // SAFETY: kill only sends a signal to the child we started.
     unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -58,7 +58,15 @@ fn stop(server: &mut Server) -> String {
         assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
         std::thread::sleep(Duration::from_millis(20));
     }
-    String::new()
+}
+
+/// A clean stop, then a start on the same port and flash file, once every region is restored.
+fn restart(server: Server, flash: &FlashFile, threads: &str) -> Server {
+    let port = server.1;
+    stop(server);
+    let server = hybrid_on(port, &flash.0, threads, &[]);
+    wait_restored(&server);
+    server
 }
 
 /// Keys enough for 4 MiB of DRAM to hold about a third of them.
@@ -244,15 +252,13 @@ fn a_slow_flash_read_holds_up_no_later_request() {
 fn a_clean_stop_keeps_every_item_for_the_next_start() {
     let flash = FlashFile::new("restart");
     let port = free_port();
-    let mut server = hybrid_on(port, &flash.0, "2", &[]);
+    let server = hybrid_on(port, &flash.0, "2", &[]);
     fill(port, 0, 12_000);
     let reply = exchange_to_sentinel(port, b"gets k11999\r\n");
     let text = String::from_utf8_lossy(&reply).to_string();
     let cas: u64 = text.lines().next().unwrap().split(' ').nth(4).unwrap().parse().unwrap();
     exchange(port, b"delete k5\r\n");
-    stop(&mut server);
-    drop(server);
-    let server = hybrid_on(port, &flash.0, "2", &[]);
+    let server = restart(server, &flash, "2");
     assert!(stat(port, "curr_items") >= 11_900);
     let mut stream = connect(port);
     for i in (0..12_000).filter(|i| i % 3 == 0 && *i != 5) {
@@ -278,10 +284,9 @@ fn a_clean_stop_keeps_every_item_for_the_next_start() {
 fn another_thread_count_says_so_and_starts_empty() {
     let flash = FlashFile::new("layout");
     let port = free_port();
-    let mut server = hybrid_on(port, &flash.0, "2", &[]);
+    let server = hybrid_on(port, &flash.0, "2", &[]);
     fill(port, 0, 3000);
-    stop(&mut server);
-    drop(server);
+    stop(server);
     let mut command = Command::new(TIERKV);
     command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
     command.args(["--flash-path", flash.path(), "--flash-size", "64m"]);
@@ -340,7 +345,7 @@ fn memcached_ext_path_is_the_flash_path() {
 fn an_invalidated_item_stays_stale_through_flash_and_a_restart() {
     let flash = FlashFile::new("stale");
     let port = free_port();
-    let mut server = hybrid_on(port, &flash.0, "1", &[]);
+    let server = hybrid_on(port, &flash.0, "1", &[]);
     assert_eq!(exchange(port, b"ms st 5 T0\r\nhello\r\n"), b"HD\r\n");
     fill(port, 0, N);
     // On flash only now: md with I reads it back, marks it stale, and the stale copy is what
@@ -351,10 +356,7 @@ fn an_invalidated_item_stays_stale_through_flash_and_a_restart() {
     let text = String::from_utf8_lossy(&reply).to_string();
     assert!(text.starts_with("VA 5 ") && text.contains(" X") && text.contains(" W"), "{text}");
     // The next reader sees the token already handed out (Z), also after a clean restart.
-    stop(&mut server);
-    drop(server);
-    let server = hybrid_on(port, &flash.0, "1", &[]);
-    wait_restored(&server);
+    let server = restart(server, &flash, "1");
     let text = String::from_utf8_lossy(&exchange(port, b"mg st v\r\n")).to_string();
     assert!(text.starts_with("VA 5 ") && text.contains(" X") && text.contains(" Z"), "{text}");
     drop(server);
@@ -364,17 +366,14 @@ fn an_invalidated_item_stays_stale_through_flash_and_a_restart() {
 fn flush_all_empties_the_flash_tier_now_and_when_delayed_across_a_restart() {
     let flash = FlashFile::new("flush");
     let port = free_port();
-    let mut server = hybrid_on(port, &flash.0, "2", &[]);
+    let server = hybrid_on(port, &flash.0, "2", &[]);
     fill(port, 0, N);
     assert_eq!(exchange(port, b"flush_all\r\n"), b"OK\r\n");
     assert_eq!(exchange(port, b"get k1 k2 k39999\r\n"), b"END\r\n");
     fill(port, 0, N);
     assert_eq!(exchange(port, b"flush_all 6\r\n"), b"OK\r\n");
     let flushed = Instant::now();
-    stop(&mut server);
-    drop(server);
-    let server = hybrid_on(port, &flash.0, "2", &[]);
-    wait_restored(&server);
+    let server = restart(server, &flash, "2");
     assert!(exchange(port, b"get k1\r\n").starts_with(b"VALUE k1 "), "served until the deadline");
     assert!(flushed.elapsed() < Duration::from_secs(4), "the restart took too long to tell");
     std::thread::sleep(Duration::from_secs(7).saturating_sub(flushed.elapsed()));
@@ -398,4 +397,24 @@ fn lru_crawler_metadump_lists_flash_items_too() {
     assert_eq!(text.lines().filter(|line| line.starts_with("key=")).count(), keys.len(), "listed once each");
     assert!(!keys.contains("k9"), "a deleted key is not listed");
     assert!(keys.len() >= N - N / 200, "{} of {N} keys listed", keys.len());
+}
+
+#[test]
+fn every_extstore_stat_name_is_one_memcached_reports() {
+    let names = |port: u16| -> Vec<String> {
+        String::from_utf8_lossy(&exchange_to_sentinel(port, b"stats\r\n"))
+            .lines()
+            .filter_map(|line| line.strip_prefix("STAT ")?.split(' ').next().map(str::to_string))
+            .filter(|name| name.contains("extstore"))
+            .collect()
+    };
+    let ours = FlashFile::new("names");
+    let theirs = FlashFile::new("names-memcached");
+    let memcached = memcached_with(&["-o", &format!("ext_path={}:64m,ext_item_size=64", theirs.path())]);
+    let tierkv = hybrid(&ours, "1", &[]);
+    let (mine, memcached_names) = (names(tierkv.1), names(memcached.1));
+    assert!(mine.len() >= 13, "{mine:?}");
+    for name in &mine {
+        assert!(memcached_names.contains(name), "{name} is not one of memcached's: {memcached_names:?}");
+    }
 }

@@ -70,18 +70,7 @@ pub(super) fn needs_item(request: &Request<'_>) -> bool {
 
 /// The one key of a request (`buffer` holds a base64 key decoded).
 fn request_key<'b>(request: &Request<'b>, buffer: &'b mut [u8; 256]) -> Option<&'b [u8]> {
-    let key = match request.command {
-        Command::Get { keys, base64, .. } if keys.len() == 1 => Key { raw: keys.iter().next()?, base64 },
-        Command::Store { key, .. }
-        | Command::Delete { key, .. }
-        | Command::Arith { key, .. }
-        | Command::Atomic { key, .. }
-        | Command::Vector { key, .. }
-        | Command::Touch { key, .. }
-        | Command::MetaDebug { key } => key,
-        _ => return None,
-    };
-    key.decode_into(buffer)
+    request.command.key()?.decode_into(buffer)
 }
 
 impl Core {
@@ -178,20 +167,22 @@ impl Worker {
         }
         self.core.parking.tokens = tokens;
         while let Some(&id) = self.core.parking.unissued.front() {
-            let Some(parked) = self.core.parking.parked[id].as_ref() else {
-                self.core.parking.unissued.pop_front();
+            let core = &mut self.core;
+            let Some(parked) = core.parking.parked[id].as_ref() else {
+                core.parking.unissued.pop_front();
                 continue;
             };
-            let mut buffer = [0u8; 256];
-            let hash = parked.hash;
-            let request = parked.request.clone();
-            let Decoded::Request { request, .. } = decode_request(&request, &self.core.limits) else {
-                self.core.parking.unissued.pop_front();
-                self.finish_parked(id, &mut touched);
-                continue;
+            // Decoded in place (the request stays in its slot; only the partition changes).
+            let probe = match decode_request(&parked.request, &core.limits) {
+                Decoded::Request { request, .. } => {
+                    let mut buffer = [0u8; 256];
+                    let key = request_key(&request, &mut buffer).unwrap_or_default();
+                    core.partition.flash_probe(key, parked.hash, id as u64)
+                }
+                // Not expected (it decoded when it was parked): it runs and answers now.
+                _ => FlashProbe::Ready,
             };
-            let key = request_key(&request, &mut buffer).unwrap_or_default();
-            match self.core.partition.flash_probe(key, hash, id as u64) {
+            match probe {
                 FlashProbe::Busy => break,
                 FlashProbe::Pending => {
                     self.core.parking.unissued.pop_front();

@@ -136,24 +136,12 @@ impl Core {
             key.decode_into(&mut buffer).map(KeyHash::of)
         };
         let hash = match request.command {
-            Command::Get { keys, base64, .. } => {
-                if keys.len() == 1 {
-                    hashed(Key { raw: keys.iter().next().unwrap_or_default(), base64 })
-                } else if !self.parking.enabled
-                    && (self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id))
-                {
+            Command::Get { keys, .. } if keys.len() != 1 => {
+                if !self.parking.enabled && (self.workers == 1 || keys.iter().all(|key| self.owner(key) == self.id)) {
                     return (Route::Local, None);
-                } else {
-                    return (Route::Split, None);
                 }
+                return (Route::Split, None);
             }
-            Command::Store { key, .. }
-            | Command::Delete { key, .. }
-            | Command::Arith { key, .. }
-            | Command::Atomic { key, .. }
-            | Command::Vector { key, .. }
-            | Command::Touch { key, .. }
-            | Command::MetaDebug { key } => hashed(key),
             Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {
                 return (Route::Flush(delay), None)
             }
@@ -169,7 +157,7 @@ impl Core {
                 };
                 return (route, None);
             }
-            _ => None,
+            ref command => command.key().and_then(hashed),
         };
         match hash.map(|hash| hash.partition(self.workers as u32) as usize) {
             Some(owner) if owner != self.id => (Route::Remote(owner), hash),
