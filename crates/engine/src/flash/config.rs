@@ -1,6 +1,7 @@
 //! How a partition's flash store is sized and where its region lies in the flash file.
 
 use super::admission::AdmissionPolicy;
+use super::cascade::block::{Bloom, ENTRY_BYTES, PER_BLOCK};
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
 use super::layout::{PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
 
@@ -29,6 +30,105 @@ pub struct FlashConfig {
     /// Reads (and waits on a buffer being written) in flight at most; more lookups get `Busy`.
     pub max_reads: u32,
     pub admission: AdmissionPolicy,
+    /// None: the full DRAM index of #11 (8 bytes per item). Some: the cascade index.
+    pub cascade: Option<CascadeConfig>,
+}
+
+/// The cascade index's settings (Cascade Mapping: hot mappings in DRAM, the rest on flash).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CascadeConfig {
+    /// Tier 1's DRAM budget (rounded down to a power of two of 64-byte buckets).
+    pub t1_bytes: u64,
+    /// A stream's tier-2 blocks that start its reorganization into tier 3.
+    pub reorg_at: u32,
+    /// At most this many demotion streams (each a DRAM block).
+    pub max_streams: u32,
+    /// Bloom bits per mapping: tier-3 pages (sized by the expected item count) and tier-2 blocks.
+    pub t3_bloom_bits: u32,
+    pub t2_bloom_bits: u32,
+    /// Tier-3 pages a stream owns (fewer streams when the table is small).
+    pub pages_per_stream: u32,
+}
+
+impl CascadeConfig {
+    pub fn with_t1_bytes(t1_bytes: u64) -> CascadeConfig {
+        CascadeConfig {
+            t1_bytes,
+            reorg_at: 16,
+            max_streams: 1024,
+            t3_bloom_bits: 5,
+            t2_bloom_bits: 12,
+            pages_per_stream: 256,
+        }
+    }
+}
+
+/// Where the cascade index lies and how its structures are sized (see `flash/cascade`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CascadeLayout {
+    /// log2 of tier 1's buckets, tier 3's pages and the demotion streams.
+    pub t1_bits: u32,
+    pub t3_bits: u32,
+    pub stream_bits: u32,
+    /// Tier-2 block places per stream, and the count that starts a reorganization.
+    pub t2_per_stream: u32,
+    pub reorg_at: u32,
+    pub t3_bloom: Bloom,
+    pub t2_bloom: Bloom,
+    /// File offsets of the tier-3 table (page after page) and the tier-2 area (stream after
+    /// stream, `t2_per_stream` pages each).
+    pub t3_offset: u64,
+    pub t2_offset: u64,
+    /// Bytes of the snapshot the cascade state may take at most.
+    pub snapshot_bytes: u64,
+}
+
+impl CascadeLayout {
+    fn new(c: &CascadeConfig, expected_entries: u64) -> Result<CascadeLayout, LayoutError> {
+        if c.reorg_at == 0 || c.max_streams == 0 || c.t3_bloom_bits == 0 || c.t2_bloom_bits == 0 {
+            return Err(LayoutError("cascade: reorganize at 1+ blocks, 1+ streams, 1+ Bloom bits".into()));
+        }
+        let t1_buckets = (c.t1_bytes / BUCKET_BYTES as u64).max(1);
+        let t1_bits = 63 - t1_buckets.leading_zeros();
+        if t1_bits > 31 {
+            return Err(LayoutError("cascade: tier 1 over 128 GiB".into()));
+        }
+        let pages = expected_entries.div_ceil(PER_BLOCK as u64 * 7 / 10).max(1).next_power_of_two();
+        let t3_bits = (63 - pages.leading_zeros()).min(t1_bits + 16);
+        let streams =
+            (1u64 << t3_bits).div_ceil(u64::from(c.pages_per_stream.max(1))).min(u64::from(c.max_streams)).max(1);
+        let stream_bits = (63 - streams.leading_zeros()).min(t3_bits);
+        let t2_per_stream = c.reorg_at * 3 / 2 + 2;
+        let per_page = (expected_entries >> t3_bits).max(1) as usize;
+        let t3_bloom = Bloom::sized(per_page, c.t3_bloom_bits);
+        let t2_bloom = Bloom::sized(PER_BLOCK, c.t2_bloom_bits);
+        let (s, w) = (1u64 << stream_bits, u64::from(t2_per_stream));
+        let snapshot_bytes = 64
+            + s * (24 + w * 16 + PER_BLOCK as u64 * ENTRY_BYTES as u64)
+            + s * w * t2_bloom.bytes() as u64
+            + (1u64 << t3_bits) * t3_bloom.bytes() as u64;
+        Ok(CascadeLayout {
+            t1_bits,
+            t3_bits,
+            stream_bits,
+            t2_per_stream,
+            reorg_at: c.reorg_at,
+            t3_bloom,
+            t2_bloom,
+            t3_offset: 0,
+            t2_offset: 0,
+            snapshot_bytes,
+        })
+    }
+
+    /// Bytes of flash the two mapping areas take.
+    fn area_bytes(&self) -> u64 {
+        ((1u64 << self.t3_bits) + (u64::from(self.t2_per_stream) << self.stream_bits)) * PAGE as u64
+    }
+
+    pub fn t1_buckets(&self) -> u32 {
+        1 << self.t1_bits
+    }
 }
 
 impl FlashConfig {
@@ -43,6 +143,7 @@ impl FlashConfig {
             flush_delay_ns: 1_000_000_000,
             max_reads: 256,
             admission: AdmissionPolicy::All,
+            cascade: None,
         }
     }
 }
@@ -58,6 +159,7 @@ pub struct RegionLayout {
     pub segment_bytes: u32,
     pub slots: u32,
     pub buckets: u32,
+    pub cascade: Option<CascadeLayout>,
 }
 
 /// Why a configuration cannot be laid out.
@@ -87,13 +189,25 @@ impl RegionLayout {
         let seg = u64::from(seg);
         let rough_slots = region_bytes.saturating_sub(PAGE as u64) / seg;
         let entries = rough_slots * seg / u64::from(cfg.expected_item_bytes);
-        let buckets = entries.div_ceil(WAYS as u64).max(1);
+        let mut cascade = cfg.cascade.as_ref().map(|c| CascadeLayout::new(c, entries)).transpose()?;
+        let buckets = match &cascade {
+            Some(c) => u64::from(c.t1_buckets()),
+            None => entries.div_ceil(WAYS as u64).max(1),
+        };
         let page = PAGE as u64;
+        let extra = cascade.map_or(0, |c| c.snapshot_bytes.next_multiple_of(page));
         let snapshot = |slots: u64| {
             page + (slots * SLOT_RECORD as u64).next_multiple_of(page)
                 + (buckets * BUCKET_BYTES as u64).next_multiple_of(page)
+                + extra
         };
-        let slots = region_bytes.saturating_sub(PAGE as u64 + snapshot(rough_slots)) / seg;
+        let maps = cascade.map_or(0, |c| c.area_bytes());
+        let before_segments = PAGE as u64 + snapshot(rough_slots) + maps;
+        if let Some(c) = &mut cascade {
+            c.t3_offset = region_offset + PAGE as u64 + snapshot(rough_slots);
+            c.t2_offset = c.t3_offset + (page << c.t3_bits);
+        }
+        let slots = region_bytes.saturating_sub(before_segments) / seg;
         let min_slots = u64::from(cfg.write_buffers) + 4;
         if slots < min_slots {
             return Err(LayoutError(format!(
@@ -110,10 +224,11 @@ impl RegionLayout {
             region_bytes,
             snapshot_offset: region_offset + PAGE as u64,
             snapshot_bytes: snapshot(slots),
-            segments_offset: region_offset + PAGE as u64 + snapshot(rough_slots),
+            segments_offset: region_offset + before_segments,
             segment_bytes: seg as u32,
             slots: slots as u32,
             buckets: buckets as u32,
+            cascade,
         })
     }
 

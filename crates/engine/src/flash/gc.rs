@@ -102,7 +102,8 @@ impl FlashStore {
         walk_items(segment, |at, item| {
             let hash = KeyHash::of(item.key);
             if let Some(entry) = self.index.find(hash).filter(|&e| names(e, slot, gen, at)) {
-                let keep = entry.hit()
+                // The cascade index keeps what tier 1 holds (its CLOCK clears hit bits).
+                let keep = (entry.hit() || self.cascade.is_some())
                     && !is_expired(item.meta.expiry, now.unix)
                     && self.admission.admit_rewrite(item.bytes, now.nanos);
                 if keep && self.append(hash, item.key, item.value, item.meta, now).is_some() {
@@ -155,8 +156,7 @@ impl FlashStore {
         let buckets = self.index.buckets() as usize;
         let share = buckets / self.layout.slots as usize + 1;
         let from = self.gc.sweep_cursor;
-        let slots = &self.slots;
-        self.stats.swept += self.index.sweep(from, from + share, |e| Self::valid(slots, e)) as u64;
+        self.stats.swept += self.sweep_range(from, from + share) as u64;
         self.gc.sweep_cursor = if from + share >= buckets { 0 } else { from + share };
     }
 }

@@ -61,6 +61,9 @@ impl Entry {
     pub fn with_hit(self) -> Entry {
         Entry(self.0 | 1 << 26)
     }
+    pub fn without_hit(self) -> Entry {
+        Entry(self.0 & !(1 << 26))
+    }
     pub fn offset_units(self) -> u32 {
         ((self.0 >> 8) & (MAX_OFFSET_UNITS as u64 - 1)) as u32
     }
@@ -88,12 +91,27 @@ pub struct Displaced {
 
 pub struct FlashIndex {
     buckets: Vec<Bucket>,
+    /// The cascade index's tier 1: one bucket per key (a power of two of them, so the bucket is
+    /// the hash's top bits) and CLOCK eviction (hit bits cleared when every candidate has one).
+    clock: bool,
 }
 
 impl FlashIndex {
     /// A table of `buckets` buckets (at least one).
     pub fn new(buckets: u32) -> FlashIndex {
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize] }
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false }
+    }
+
+    /// The cascade index's tier 1: `buckets` (a power of two) one-choice CLOCK buckets.
+    pub fn new_clock(buckets: u32) -> FlashIndex {
+        debug_assert!(buckets.is_power_of_two());
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: true }
+    }
+
+    /// The entry with `tag` in bucket `bucket`, if any (a fingerprint's tier-1 entry).
+    pub fn find_fingerprint(&self, bucket: u32, tag: u16) -> Option<Entry> {
+        let b = self.buckets.get(bucket as usize)?;
+        b.0.iter().find(|&&e| e != 0 && Entry(e).tag() == tag).map(|&e| Entry(e))
     }
 
     pub fn buckets(&self) -> u32 {
@@ -112,8 +130,8 @@ impl FlashIndex {
     fn pair(&self, hash: KeyHash) -> [usize; 2] {
         let n = self.buckets.len();
         let first = self.bucket_of(hash);
-        if n == 1 {
-            return [0, 0];
+        if n == 1 || self.clock {
+            return [first, first];
         }
         let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
         [first, (first + step) % n]
@@ -161,7 +179,14 @@ impl FlashIndex {
                 Some(spot) => spot,
                 None => {
                     let oldest = ways.into_iter().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
-                    displaced.evicted = Some(Entry(self.buckets[oldest.0].0[oldest.1]));
+                    let victim = Entry(self.buckets[oldest.0].0[oldest.1]);
+                    displaced.evicted = Some(victim);
+                    if self.clock && victim.hit() {
+                        // Every candidate was read since the hand last passed: start a new round.
+                        for &(b, w) in &ways {
+                            self.buckets[b].0[w] &= !(1 << 26);
+                        }
+                    }
                     oldest
                 }
             }
@@ -194,6 +219,26 @@ impl FlashIndex {
             }
         }
         cleared
+    }
+
+    /// `sweep`, collecting what it cleared as (bucket, entry).
+    pub fn sweep_collect(
+        &mut self,
+        from: usize,
+        to: usize,
+        valid: impl Fn(Entry) -> bool,
+        out: &mut Vec<(usize, Entry)>,
+    ) -> usize {
+        let to = to.min(self.buckets.len());
+        let before = out.len();
+        for (b, bucket) in self.buckets[from.min(to)..to].iter_mut().enumerate() {
+            for way in bucket.0.iter_mut() {
+                if *way != 0 && !valid(Entry(*way)) {
+                    out.push((from + b, Entry(std::mem::take(way))));
+                }
+            }
+        }
+        out.len() - before
     }
 
     /// Empties the table.

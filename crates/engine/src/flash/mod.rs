@@ -11,6 +11,7 @@
 //! device returns.
 
 pub mod admission;
+mod cascade;
 mod config;
 mod gc;
 mod index;
@@ -27,7 +28,10 @@ mod tests;
 use crate::hash::KeyHash;
 use crate::time::is_expired;
 pub use admission::AdmissionPolicy;
-pub use config::{FlashConfig, LayoutError, RegionLayout, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES};
+pub use cascade::{CascadeStats, TierCounts};
+pub use config::{
+    CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+};
 use index::{Entry, FlashIndex};
 pub use io::sim::{Faults, SimDisk};
 pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
@@ -91,6 +95,18 @@ struct PendingRead {
     hash: KeyHash,
     key: Vec<u8>,
     entry: Entry,
+    /// Set when the mapping came from below tier 1 (the cascade index).
+    below: Option<cascade::Below>,
+    /// Mapping blocks being read (the cascade index).
+    map: Option<Box<cascade::lookup::MapRead>>,
+    /// Flash reads this lookup issued.
+    reads: u32,
+}
+
+impl PendingRead {
+    fn new(token: u64, hash: KeyHash, key: &[u8]) -> PendingRead {
+        PendingRead { token, hash, key: key.to_vec(), entry: Entry(0), below: None, map: None, reads: 0 }
+    }
 }
 
 /// Why bytes found for a key are not served.
@@ -119,6 +135,9 @@ const TOKEN_READ: u64 = 1 << 56;
 const TOKEN_WRITE: u64 = 2 << 56;
 const TOKEN_GC: u64 = 3 << 56;
 const TOKEN_META: u64 = 4 << 56;
+const TOKEN_MAP_READ: u64 = 5 << 56;
+const TOKEN_MAP_WRITE: u64 = 6 << 56;
+const TOKEN_REORG: u64 = 7 << 56;
 const TOKEN_KIND: u64 = 0xFF << 56;
 
 /// One partition's flash store.
@@ -126,7 +145,9 @@ pub struct FlashStore {
     cfg: FlashConfig,
     layout: RegionLayout,
     io: Box<dyn IoEngine>,
+    /// The full index, or the cascade index's tier 1.
     index: FlashIndex,
+    cascade: Option<Box<cascade::Cascade>>,
     slots: Vec<Slot>,
     /// The ring: `used_slots` slots in use, oldest at `tail`, the next to fill at `head`.
     head: u32,
@@ -158,6 +179,10 @@ impl FlashStore {
     pub fn stats(&self) -> FlashStats {
         let mut stats = self.stats;
         stats.items = self.slots.iter().map(|s| u64::from(s.live)).sum();
+        if let Some(c) = self.cascade.as_deref() {
+            let (t2, t3) = c.counts();
+            stats.items += t2 + t3;
+        }
         stats.in_flight = self.io.in_flight() as u64;
         stats
     }
@@ -186,6 +211,9 @@ impl FlashStore {
     /// Forgets every item (flush_all): no I/O, the segments are reclaimed as they come due.
     pub fn clear(&mut self) {
         self.index.clear();
+        if let Some(c) = self.cascade.as_deref_mut() {
+            c.clear();
+        }
         for slot in &mut self.slots {
             slot.live = 0;
         }
@@ -203,6 +231,9 @@ impl FlashStore {
 
     /// Whether `e` still names a live place: its slot holds the generation it was written in.
     fn valid(slots: &[Slot], e: Entry) -> bool {
+        if cascade::is_tombstone(e) {
+            return false;
+        }
         let slot = &slots[e.slot() as usize];
         slot.gen == e.gen() && slot.state != SlotState::Free
     }
@@ -234,17 +265,22 @@ impl FlashStore {
         let old = self.index.remove(hash);
         self.forget(old);
         let bytes = item_bytes(key.len(), value.len());
-        if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
+        let outcome = if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
             self.stats.too_large += 1;
-            return InsertOutcome::TooLarge;
-        }
-        if !always && !self.admission.admit(bytes, now.nanos) {
+            InsertOutcome::TooLarge
+        } else if !always && !self.admission.admit(bytes, now.nanos) {
             self.stats.rejected += 1;
-            return InsertOutcome::Rejected;
-        }
-        if self.append(hash, key, value, meta, now).is_none() {
+            InsertOutcome::Rejected
+        } else if self.append(hash, key, value, meta, now).is_none() {
             self.stats.busy += 1;
-            return InsertOutcome::Busy;
+            InsertOutcome::Busy
+        } else {
+            InsertOutcome::Stored
+        };
+        if outcome != InsertOutcome::Stored {
+            // The key's older mappings below tier 1 must not come back.
+            self.bury(self.fingerprint(hash));
+            return outcome;
         }
         self.stats.inserts += 1;
         self.stats.admitted_bytes += bytes as u64;
@@ -258,6 +294,7 @@ impl FlashStore {
         let old = self.index.remove(hash);
         let found = old.is_some_and(|e| Self::valid(&self.slots, e));
         self.forget(old);
+        self.bury(self.fingerprint(hash));
         self.stats.deletes += u64::from(found);
         found
     }
@@ -270,35 +307,80 @@ impl FlashStore {
     /// Looks `key` up; a `Pending` answer arrives from `poll` under `token`.
     pub fn lookup(&mut self, hash: KeyHash, key: &[u8], token: u64, now: Now) -> Lookup {
         self.stats.lookups += 1;
-        let Some(entry) = self.index.find(hash) else {
-            self.stats.miss_index += 1;
-            return Lookup::Miss;
+        let entry = match self.index.find(hash) {
+            Some(e) if Self::valid(&self.slots, e) => e,
+            Some(_) => {
+                // Its newest item is gone: no older one below may answer for it.
+                self.index.remove(hash);
+                self.bury(self.fingerprint(hash));
+                self.stats.miss_index += 1;
+                self.count_outcome(0, false, 0);
+                return Lookup::Miss;
+            }
+            None if self.cascade.is_some() => return self.lookup_below(hash, key, token, now),
+            None => {
+                self.stats.miss_index += 1;
+                return Lookup::Miss;
+            }
         };
-        if !Self::valid(&self.slots, entry) {
-            self.index.remove(hash);
-            self.stats.miss_index += 1;
-            return Lookup::Miss;
-        }
-        let slot = entry.slot() as usize;
-        match self.slots[slot].state {
-            SlotState::Free => unreachable!("valid entries name slots in use"),
+        let mut pending = PendingRead::new(token, hash, key);
+        pending.entry = entry;
+        self.fetch_new(pending, now)
+    }
+
+    /// Gets the item `pending.entry` names: from a write buffer at once, after its write, or
+    /// with a read.
+    fn fetch_new(&mut self, pending: PendingRead, now: Now) -> Lookup {
+        let entry = pending.entry;
+        match self.slots[entry.slot() as usize].state {
+            SlotState::Free => Lookup::Miss,
             SlotState::Buffer(b) => match self.bufs[b].data.take() {
                 Some(data) => {
                     let at = entry.offset_units() as usize * layout::ITEM_ALIGN;
-                    let found = self.verify(hash, key, entry, &data[at..], now);
+                    let found = self.verify(pending.hash, &pending.key, entry, &data[at..], now);
                     self.bufs[b].data = Some(data);
+                    let tier = pending.below.map_or(1, |b| b.tier);
+                    self.count_outcome(tier, found.is_some(), 0);
                     match found {
                         Some(item) => {
                             self.stats.hits_buffer += 1;
+                            if pending.below.is_some() {
+                                self.promote(&pending);
+                            }
                             Lookup::Hit(item)
                         }
                         None => Lookup::Miss,
                     }
                 }
-                None => self.park(b, PendingRead { token, hash, key: key.to_vec(), entry }),
+                None => self.park(b, pending),
             },
-            SlotState::Sealed => self.read(PendingRead { token, hash, key: key.to_vec(), entry }),
+            SlotState::Sealed => self.read(pending),
         }
+    }
+
+    /// `fetch_new` for lookup `i`, whose mapping was just read: answers go to `out`.
+    fn fetch_existing(&mut self, i: usize, now: Now, out: &mut Vec<ReadDone>) {
+        let entry = self.reads[i].as_ref().expect("a lookup").entry;
+        match self.slots[entry.slot() as usize].state {
+            SlotState::Free => self.finish_miss(i, out),
+            SlotState::Buffer(b) => match self.bufs[b].data.take() {
+                Some(data) => {
+                    let at = entry.offset_units() as usize * layout::ITEM_ALIGN;
+                    self.finish_read(i, Ok(&data[at..]), now, out);
+                    self.bufs[b].data = Some(data);
+                }
+                None => self.bufs[b].waiters.push(i),
+            },
+            SlotState::Sealed => self.submit_data_read(i),
+        }
+    }
+
+    /// Ends lookup `i` as a miss.
+    fn finish_miss(&mut self, i: usize, out: &mut Vec<ReadDone>) {
+        let pending = self.reads[i].take().expect("a lookup");
+        self.free_reads.push(i);
+        self.count_outcome(0, false, pending.reads);
+        out.push(ReadDone { token: pending.token, item: None });
     }
 
     fn take_read_slot(&mut self, pending: PendingRead) -> Option<usize> {
@@ -330,8 +412,16 @@ impl FlashStore {
     }
 
     fn read(&mut self, pending: PendingRead) -> Lookup {
-        let entry = pending.entry;
         let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+        self.submit_data_read(i);
+        Lookup::Pending
+    }
+
+    /// Reads the item lookup `i` names.
+    fn submit_data_read(&mut self, i: usize) {
+        let pending = self.reads[i].as_mut().expect("a lookup");
+        pending.reads += 1;
+        let entry = pending.entry;
         let len = entry.pages() as usize * PAGE;
         let buf = match self.page_pool.pop() {
             Some(buf) if buf.len() >= len => buf,
@@ -352,7 +442,6 @@ impl FlashStore {
         }
         self.stats.reads += 1;
         self.stats.read_bytes += len as u64;
-        Lookup::Pending
     }
 
     /// Checks bytes found for `entry` (starting at the item): magic, checksum, key, expiry.
@@ -370,6 +459,7 @@ impl FlashStore {
                 if self.index.find(hash).is_some_and(|e| e.same_place(entry)) {
                     let old = self.index.remove(hash);
                     self.forget(old);
+                    self.bury(self.fingerprint(hash));
                 }
             }
         }
@@ -380,18 +470,14 @@ impl FlashStore {
     fn finish_read(&mut self, i: usize, bytes: Result<&[u8], i32>, now: Now, out: &mut Vec<ReadDone>) {
         let pending = self.reads[i].take().expect("a read in flight");
         self.free_reads.push(i);
+        let current = self.still_current(&pending);
         let item = match bytes {
             Err(_) => {
                 self.stats.miss_io_error += 1;
                 None
             }
             // Written or deleted meanwhile, or its segment reclaimed: the bytes are not current.
-            Ok(_)
-                if !self
-                    .index
-                    .find(pending.hash)
-                    .is_some_and(|e| e.same_place(pending.entry) && Self::valid(&self.slots, e)) =>
-            {
+            Ok(_) if !current => {
                 self.stats.miss_superseded += 1;
                 None
             }
@@ -399,8 +485,9 @@ impl FlashStore {
         };
         if item.is_some() {
             self.stats.hits_flash += 1;
-            self.index.replace_if(pending.hash, pending.entry, pending.entry.with_hit());
+            self.promote(&pending);
         }
+        self.count_outcome(pending.below.map_or(1, |b| b.tier), item.is_some(), pending.reads);
         out.push(ReadDone { token: pending.token, item });
     }
 
@@ -466,6 +553,9 @@ impl FlashStore {
             }
             TOKEN_WRITE => self.write_done(number, c, now, out),
             TOKEN_GC => self.gc_read_done(number as u32, c, now),
+            TOKEN_MAP_READ => self.map_read_done(number as u64, c, now, out),
+            TOKEN_MAP_WRITE => self.t2_written(number as u64, c),
+            TOKEN_REORG => self.reorg_done(number as u64, c),
             _ => {}
         }
     }

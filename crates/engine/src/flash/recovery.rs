@@ -77,6 +77,9 @@ impl FlashStore {
         };
         store.epoch = sb.map_or(u64::from(now.unix.max(1)), |sb| sb.epoch + 1);
         store.next_seq = store.epoch << 32;
+        if let Some(c) = store.cascade.as_deref_mut() {
+            c.next_seq = c.next_seq.max(store.epoch << 32);
+        }
         if let Some(sb) = sb.filter(|_| restored) {
             store.max_cas = sb.last_cas;
             store.flush_at = sb.flush_at;
@@ -93,7 +96,11 @@ impl FlashStore {
         let seed = u64::from(cfg.partition) ^ now.nanos;
         FlashStore {
             admission: admission_for(cfg.admission, cfg.partitions, seed, now.nanos),
-            index: FlashIndex::new(layout.buckets),
+            index: match layout.cascade {
+                Some(_) => FlashIndex::new_clock(layout.buckets),
+                None => FlashIndex::new(layout.buckets),
+            },
+            cascade: layout.cascade.map(|geo| Box::new(super::cascade::Cascade::new(geo))),
             slots: vec![Slot::EMPTY; layout.slots as usize],
             head: 0,
             used_slots: 0,
@@ -118,6 +125,9 @@ impl FlashStore {
 
     fn reset(&mut self) {
         self.index.clear();
+        if let Some(geo) = self.layout.cascade {
+            self.cascade = Some(Box::new(super::cascade::Cascade::new(geo)));
+        }
         self.slots.fill(Slot::EMPTY);
         self.head = 0;
         self.used_slots = 0;
@@ -183,14 +193,20 @@ impl FlashStore {
     fn snapshot_pages(&self) -> (usize, usize, usize) {
         let slot_pages = self.slots.len().div_ceil(SLOTS_PER_PAGE);
         let bucket_pages = (self.layout.buckets as usize).div_ceil(BUCKETS_PER_PAGE);
-        (slot_pages, bucket_pages, 1 + slot_pages + bucket_pages)
+        let cascade_pages = self.layout.cascade.map_or(0, |c| c.snapshot_bytes.div_ceil(PAGE as u64) as usize);
+        (slot_pages, bucket_pages, 1 + slot_pages + bucket_pages + cascade_pages)
     }
 
-    /// Page `p` of the snapshot.
-    fn snapshot_page(&self, p: usize, out: &mut [u8]) {
+    /// Page `p` of the snapshot; `extra` is the cascade index's section.
+    fn snapshot_page(&self, p: usize, out: &mut [u8], extra: &[u8]) {
         out.fill(0);
-        let (slot_pages, _, _) = self.snapshot_pages();
-        if p == 0 {
+        let (slot_pages, bucket_pages, _) = self.snapshot_pages();
+        if p > slot_pages + bucket_pages {
+            let from = (p - 1 - slot_pages - bucket_pages) * PAGE;
+            let part = extra.get(from..).unwrap_or_default();
+            let n = part.len().min(PAGE);
+            out[..n].copy_from_slice(&part[..n]);
+        } else if p == 0 {
             let header = SnapshotHeader {
                 partition: self.cfg.partition,
                 epoch: self.epoch,
@@ -218,10 +234,12 @@ impl FlashStore {
         }
     }
 
-    /// Takes page `p` of a snapshot being loaded.
-    fn absorb_page(&mut self, p: usize, page: &[u8]) -> Result<(), String> {
-        let (slot_pages, _, _) = self.snapshot_pages();
-        if p == 0 {
+    /// Takes page `p` of a snapshot being loaded (the cascade section's pages go to `extra`).
+    fn absorb_page(&mut self, p: usize, page: &[u8], extra: &mut Vec<u8>) -> Result<(), String> {
+        let (slot_pages, bucket_pages, _) = self.snapshot_pages();
+        if p > slot_pages + bucket_pages {
+            extra.extend_from_slice(page);
+        } else if p == 0 {
             let h = SnapshotHeader::decode(page).ok_or("the index snapshot's header is damaged")?;
             if (h.partition, h.slots, h.buckets) != (self.cfg.partition, self.layout.slots, self.layout.buckets)
                 || h.head >= h.slots
@@ -262,6 +280,7 @@ impl FlashStore {
         }
         let mut hasher = Xxh3::new();
         let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
+        let mut extra = Vec::new();
         for first in (0..pages).step_by(SNAPSHOT_CHUNK / PAGE) {
             let n = (pages - first).min(SNAPSHOT_CHUNK / PAGE);
             let offset = self.layout.snapshot_offset + (first * PAGE) as u64;
@@ -270,11 +289,14 @@ impl FlashStore {
             result.map_err(|errno| format!("reading the index snapshot failed (errno {errno})"))?;
             hasher.update(&buf[..n * PAGE]);
             for p in 0..n {
-                self.absorb_page(first + p, &buf[p * PAGE..(p + 1) * PAGE])?;
+                self.absorb_page(first + p, &buf[p * PAGE..(p + 1) * PAGE], &mut extra)?;
             }
         }
         if hasher.digest() != sb.snapshot_checksum {
             return Err("the index snapshot fails its checksum".into());
+        }
+        if let Some(c) = self.cascade.as_deref_mut() {
+            c.load(&extra)?;
         }
         self.check_ring()
     }
@@ -309,12 +331,13 @@ impl FlashStore {
 
     fn save_snapshot(&mut self) -> Result<(u64, u64), i32> {
         let (_, _, pages) = self.snapshot_pages();
+        let extra = self.cascade.as_deref_mut().map(|c| c.save()).unwrap_or_default();
         let mut hasher = Xxh3::new();
         let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
         for first in (0..pages).step_by(SNAPSHOT_CHUNK / PAGE) {
             let n = (pages - first).min(SNAPSHOT_CHUNK / PAGE);
             for p in 0..n {
-                self.snapshot_page(first + p, &mut buf[p * PAGE..(p + 1) * PAGE]);
+                self.snapshot_page(first + p, &mut buf[p * PAGE..(p + 1) * PAGE], &extra);
             }
             hasher.update(&buf[..n * PAGE]);
             let offset = self.layout.snapshot_offset + (first * PAGE) as u64;

@@ -92,15 +92,35 @@ impl FlashStore {
         buf.used = at + bytes;
         let slot = buf.slot;
         let entry = Entry::new(hash.tag(), slot, self.slots[slot as usize].gen, (at / ITEM_ALIGN) as u32, pages);
-        let slots = &self.slots;
-        let displaced = self.index.insert(hash, entry, |e| Self::valid(slots, e), |e| slots[e.slot() as usize].seq);
-        self.forget(displaced.replaced);
-        if displaced.evicted.is_some_and(|e| Self::valid(&self.slots, e)) {
-            self.stats.index_evictions += 1;
-        }
-        self.forget(displaced.evicted);
-        self.slots[slot as usize].live += 1;
+        self.t1_insert(hash, entry);
         Some(entry)
+    }
+
+    /// Puts `entry` in the (tier-1) index: the key's previous entry is forgotten; an entry a full
+    /// bucket pushes out is dropped (full index) or demoted (cascade index).
+    pub(super) fn t1_insert(&mut self, hash: KeyHash, entry: Entry) {
+        let slots = &self.slots;
+        let displaced = if self.cascade.is_some() {
+            // CLOCK: the oldest entry not read since the hand passed goes first.
+            let age = |e: Entry| u64::from(e.hit()) << 63 | slots[e.slot() as usize].seq;
+            self.index.insert(hash, entry, |_| true, age)
+        } else {
+            self.index.insert(hash, entry, |e| Self::valid(slots, e), |e| slots[e.slot() as usize].seq)
+        };
+        self.forget(displaced.replaced);
+        if let Some(evicted) = displaced.evicted {
+            if Self::valid(&self.slots, evicted) {
+                self.stats.index_evictions += 1;
+            }
+            if self.cascade.is_some() {
+                self.demote(self.index.bucket_of(hash) as u32, evicted);
+            } else {
+                self.forget(Some(evicted));
+            }
+        }
+        if Self::valid(&self.slots, entry) {
+            self.slots[entry.slot() as usize].live += 1;
+        }
     }
 
     /// Makes a free buffer active on the next free slot, dropping the oldest segment if the

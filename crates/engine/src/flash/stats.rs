@@ -58,11 +58,25 @@ pub struct FlashMemory {
     pub gc_buffer: u64,
     /// Pooled and in-flight read buffers plus pending-lookup records.
     pub reads: u64,
+    /// The cascade index below tier 1 (`index` is tier 1): demotion blocks and stream records,
+    /// tier-2 Bloom filters, tier-3 Bloom filters, the merge's buffers.
+    pub demotion: u64,
+    pub t2_filters: u64,
+    pub t3_filters: u64,
+    pub merge_buffers: u64,
 }
 
 impl FlashMemory {
     pub fn total(&self) -> u64 {
-        self.index + self.segment_table + self.write_buffers + self.gc_buffer + self.reads
+        self.index
+            + self.segment_table
+            + self.write_buffers
+            + self.gc_buffer
+            + self.reads
+            + self.demotion
+            + self.t2_filters
+            + self.t3_filters
+            + self.merge_buffers
     }
 }
 
@@ -73,9 +87,19 @@ impl FlashStore {
             .reads
             .iter()
             .flatten()
-            .map(|r| r.key.capacity() + r.entry.pages() as usize * super::layout::PAGE)
+            .map(|r| {
+                r.key.capacity()
+                    + r.entry.pages() as usize * super::layout::PAGE
+                    + r.map.as_ref().map_or(0, |m| m.cands.capacity() * 24 + m.found.capacity() * 24)
+            })
             .sum();
+        let (demotion, t2_filters, t3_filters, merge_buffers) =
+            self.cascade.as_deref().map_or((0, 0, 0, 0), |c| c.heap_bytes());
         FlashMemory {
+            demotion,
+            t2_filters,
+            t3_filters,
+            merge_buffers,
             index: self.index.heap_bytes() as u64,
             segment_table: (self.slots.capacity() * std::mem::size_of::<super::ring::Slot>()) as u64,
             write_buffers: self.bufs.len() as u64 * segment,
