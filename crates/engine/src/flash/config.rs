@@ -1,9 +1,9 @@
 //! How a partition's flash store is sized and where its region lies in the flash file.
 
 use super::admission::AdmissionPolicy;
-use super::cascade::block::{Bloom, ENTRY_BYTES, PER_BLOCK};
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
 use super::layout::{PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
+use super::mapblock::{Bloom, ENTRY_BYTES, PER_BLOCK};
 
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
 pub const MIN_SEGMENT_BYTES: u32 = 64 << 10;

@@ -17,6 +17,7 @@ mod gc;
 mod index;
 pub mod io;
 mod layout;
+mod mapblock;
 mod recovery;
 mod ring;
 #[cfg(test)]

@@ -4,8 +4,8 @@
 
 use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::super::layout::PAGE;
+use super::super::mapblock::{decode_header, find_in_block, Mapping, KIND_T2, KIND_T3};
 use super::super::{FlashStore, Lookup, Now, PendingRead, ReadDone, TOKEN_MAP_READ};
-use super::block::{decode_header, find_in_block, Mapping, KIND_T2, KIND_T3};
 use super::{find_in, is_tombstone, Cascade, Seen};
 use crate::hash::KeyHash;
 

@@ -25,14 +25,13 @@
 //! This module holds the DRAM state and the decisions; `lookup.rs` the store's lookups below
 //! tier 1, `reorg.rs` the merge, `persist.rs` the snapshot form.
 
-pub mod block;
 pub mod lookup;
 mod persist;
 mod reorg;
 
 use std::collections::VecDeque;
 
-use block::{encode_block, Mapping, KIND_T2, PER_BLOCK};
+use super::mapblock::{encode_block, Mapping, KIND_T2, PER_BLOCK};
 
 use super::config::CascadeLayout;
 use super::index::Entry;

@@ -13,7 +13,7 @@
 //! ```
 
 use super::super::index::Entry;
-use super::block::{Mapping, PER_BLOCK};
+use super::super::mapblock::{Mapping, PER_BLOCK};
 use super::{Cascade, T2Block};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TKVCASC1");

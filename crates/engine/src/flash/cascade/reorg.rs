@@ -8,9 +8,9 @@
 use super::super::index::FlashIndex;
 use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::super::layout::PAGE;
+use super::super::mapblock::{decode_header, encode_block, mapping_at, Mapping, KIND_T2, KIND_T3, PER_BLOCK};
 use super::super::ring::Slot;
 use super::super::{FlashStore, TOKEN_REORG};
-use super::block::{decode_header, encode_block, mapping_at, Mapping, KIND_T2, KIND_T3, PER_BLOCK};
 use super::{is_tombstone, Cascade, Reorg};
 
 /// The write's number among the merge's requests (reads are 0 for the pages, 1.. for blocks).

@@ -19,8 +19,8 @@
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::super::index::Entry;
-use super::super::layout::PAGE;
+use super::index::Entry;
+use super::layout::PAGE;
 
 pub const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVMAPBK");
 pub const KIND_T2: u8 = 2;
