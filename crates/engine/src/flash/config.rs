@@ -48,6 +48,9 @@ pub struct CascadeConfig {
     pub t2_bloom_bits: u32,
     /// Tier-3 pages a stream owns (fewer streams when the table is small).
     pub pages_per_stream: u32,
+    /// Mappings per tier-2 block and per tier-3 page (at most the page's 338; tests use a few
+    /// so that blocks fill and pages overflow constantly).
+    pub block_entries: u32,
 }
 
 impl CascadeConfig {
@@ -59,6 +62,7 @@ impl CascadeConfig {
             t3_bloom_bits: 5,
             t2_bloom_bits: 12,
             pages_per_stream: 256,
+            block_entries: PER_BLOCK as u32,
         }
     }
 }
@@ -73,6 +77,7 @@ pub struct CascadeLayout {
     /// Tier-2 block places per stream, and the count that starts a reorganization.
     pub t2_per_stream: u32,
     pub reorg_at: u32,
+    pub block_entries: u32,
     pub t3_bloom: Bloom,
     pub t2_bloom: Bloom,
     /// File offsets of the tier-3 table (page after page) and the tier-2 area (stream after
@@ -88,12 +93,19 @@ impl CascadeLayout {
         if c.reorg_at == 0 || c.max_streams == 0 || c.t3_bloom_bits == 0 || c.t2_bloom_bits == 0 {
             return Err(LayoutError("cascade: reorganize at 1+ blocks, 1+ streams, 1+ Bloom bits".into()));
         }
+        if c.reorg_at > 80 || c.max_streams > 4096 {
+            return Err(LayoutError("cascade: at most 80 blocks per merge and 4096 streams".into()));
+        }
+        if !(1..=PER_BLOCK as u32).contains(&c.block_entries) {
+            return Err(LayoutError(format!("cascade: 1 to {PER_BLOCK} mappings per block")));
+        }
+        let per_block = c.block_entries as u64;
         let t1_buckets = (c.t1_bytes / BUCKET_BYTES as u64).max(1);
         let t1_bits = 63 - t1_buckets.leading_zeros();
         if t1_bits > 31 {
             return Err(LayoutError("cascade: tier 1 over 128 GiB".into()));
         }
-        let pages = expected_entries.div_ceil(PER_BLOCK as u64 * 7 / 10).max(1).next_power_of_two();
+        let pages = expected_entries.div_ceil((per_block * 7 / 10).max(1)).max(1).next_power_of_two();
         let t3_bits = (63 - pages.leading_zeros()).min(t1_bits + 16);
         let streams =
             (1u64 << t3_bits).div_ceil(u64::from(c.pages_per_stream.max(1))).min(u64::from(c.max_streams)).max(1);
@@ -101,10 +113,10 @@ impl CascadeLayout {
         let t2_per_stream = c.reorg_at * 3 / 2 + 2;
         let per_page = (expected_entries >> t3_bits).max(1) as usize;
         let t3_bloom = Bloom::sized(per_page, c.t3_bloom_bits);
-        let t2_bloom = Bloom::sized(PER_BLOCK, c.t2_bloom_bits);
+        let t2_bloom = Bloom::sized(c.block_entries as usize, c.t2_bloom_bits);
         let (s, w) = (1u64 << stream_bits, u64::from(t2_per_stream));
         let snapshot_bytes = 64
-            + s * (24 + w * 16 + PER_BLOCK as u64 * ENTRY_BYTES as u64)
+            + s * (24 + w * 16 + per_block * ENTRY_BYTES as u64)
             + s * w * t2_bloom.bytes() as u64
             + (1u64 << t3_bits) * t3_bloom.bytes() as u64;
         Ok(CascadeLayout {
@@ -113,6 +125,7 @@ impl CascadeLayout {
             stream_bits,
             t2_per_stream,
             reorg_at: c.reorg_at,
+            block_entries: c.block_entries,
             t3_bloom,
             t2_bloom,
             t3_offset: 0,

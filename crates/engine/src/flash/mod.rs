@@ -170,6 +170,12 @@ pub struct FlashStore {
     submit_at_once: bool,
     stats: FlashStats,
     completions: Vec<Completion>,
+    /// Lookups finished while the cascade index waited for room (`relieve`): handed out by the
+    /// next `poll` or `wait`.
+    early: Vec<ReadDone>,
+    relieving: bool,
+    /// The clock of the last call, for completions handled inside an insert.
+    last_now: Now,
 }
 
 impl FlashStore {
@@ -263,6 +269,7 @@ impl FlashStore {
         now: Now,
         always: bool,
     ) -> InsertOutcome {
+        self.last_now = now;
         let old = self.index.remove(hash);
         self.forget(old);
         let bytes = item_bytes(key.len(), value.len());
@@ -495,6 +502,8 @@ impl FlashStore {
     /// Consumes finished I/O, writes a buffer that waited too long, runs GC; finished lookups
     /// go to `out`. Never blocks.
     pub fn poll(&mut self, now: Now, out: &mut Vec<ReadDone>) {
+        self.last_now = now;
+        out.append(&mut self.early);
         self.tick(now);
         let mut completions = std::mem::take(&mut self.completions);
         self.io.poll(&mut completions);
@@ -508,6 +517,9 @@ impl FlashStore {
 
     /// Blocks until at least one request finishes (if any is in flight), then polls.
     pub fn wait(&mut self, now: Now, out: &mut Vec<ReadDone>) {
+        if !self.early.is_empty() {
+            return self.poll(now, out);
+        }
         let mut completions = std::mem::take(&mut self.completions);
         self.io.flush();
         self.io.wait(&mut completions);

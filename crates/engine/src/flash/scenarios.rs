@@ -223,3 +223,74 @@ fn every_injected_fault_is_a_counted_miss() {
     h.disk.set_faults(Faults::default());
     assert_eq!(hits(&mut h, 0..300), 300, "the data on the device was never damaged");
 }
+
+/// The cascade index with a 16-entry tier 1 (almost every mapping lives on flash), blocks of 32
+/// mappings and room for 8192 mappings in tier 3.
+fn cascade_harness(seed: u64) -> Harness {
+    let mut cfg = config();
+    cfg.file_bytes += 4 << 20;
+    cfg.expected_item_bytes = 2048;
+    let mut c = CascadeConfig::with_t1_bytes(128);
+    (c.reorg_at, c.pages_per_stream, c.block_entries) = (2, 32, 32);
+    cfg.cascade = Some(c);
+    Harness::with(cfg, seed, Faults::default())
+}
+
+#[test]
+fn cascade_mappings_demote_to_flash_and_a_hit_below_costs_two_reads() {
+    let mut h = cascade_harness(11);
+    for k in 0..2000 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    let tiers = h.store().tier_counts();
+    // Two keys with the same tag in one of tier 1's two buckets share a fingerprint (about 15
+    // pairs of 2000 keys): the newer one shadows the older.
+    assert!(tiers.t1 <= 16 && tiers.t2 + tiers.t3 >= 1950, "{tiers:?} {:?}", h.store().cascade_stats());
+    let c = h.store().cascade_stats().expect("cascade");
+    assert!(c.reorgs > 0 && c.t2_blocks_written > 0, "{c:?}");
+    assert!(hits(&mut h, 0..2000) >= 1960, "items are found through the tiers");
+    let c = h.store().cascade_stats().expect("cascade");
+    let below = c.hits_t2 + c.hits_t3;
+    assert!(below >= 1950, "{c:?}");
+    let per_hit = (c.reads_t2 + c.reads_t3) as f64 / below as f64;
+    assert!((1.9..2.3).contains(&per_hit), "a mapping read and a data read per hit below: {per_hit}");
+    // A hit moves the mapping into tier 1: the next hit is one read.
+    let before = h.store().cascade_stats().expect("cascade");
+    assert_eq!(hits(&mut h, 1999..2000), 1);
+    let after = h.store().cascade_stats().expect("cascade");
+    assert_eq!((after.hits_t1 - before.hits_t1, after.reads_t1 - before.reads_t1), (1, 1));
+    // Absent keys: the Bloom filters keep misses nearly free.
+    let before = h.store().cascade_stats().expect("cascade");
+    assert_eq!(hits(&mut h, 10_000..30_000), 0);
+    let after = h.store().cascade_stats().expect("cascade");
+    let per_miss = (after.reads_miss - before.reads_miss) as f64 / 20_000.0;
+    assert!(per_miss < 0.2, "reads per miss {per_miss}");
+}
+
+#[test]
+fn cascade_deletes_and_failed_overwrites_stay_gone_through_merges_and_a_restart() {
+    let mut h = cascade_harness(12);
+    for k in 0..600 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    for k in 0..100 {
+        h.delete(k);
+    }
+    // Too large to store: the old value must not come back either.
+    for k in 100..110 {
+        h.insert(k, 5 << 20, None);
+    }
+    // More keys push the tombstones through tier 2 and into tier 3.
+    for k in 1000..3000 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    assert_eq!(hits(&mut h, 0..110), 0, "deleted and overwritten keys miss");
+    assert!(hits(&mut h, 110..600) >= 480);
+    h.clean_restart();
+    assert_eq!(hits(&mut h, 0..110), 0, "and still miss after a restart");
+    assert!(h.store().cascade_stats().expect("cascade").reorgs == 0, "counters start again after a restart");
+    assert!(h.store().tier_counts().t3 > 0, "tier 3 survives the restart");
+}

@@ -21,14 +21,18 @@ pub(super) fn config() -> FlashConfig {
     cfg
 }
 
-/// `config()` with the cascade index sized tiny: 16 tier-1 entries, four streams, a merge every
-/// two tier-2 blocks, so demotion, merging and GC happen all the time.
+/// `config()` with the cascade index sized tiny: 16 tier-1 entries, blocks of six mappings, a
+/// stream per four tier-3 pages, a merge every two tier-2 blocks, so demotion, merging, page
+/// overflow and GC happen all the time.
 pub(super) fn cascade_config() -> FlashConfig {
     let mut cfg = config();
-    cfg.file_bytes += 512 << 10;
+    cfg.file_bytes += 1536 << 10;
+    // Sizes tier 3 at 128 pages.
+    cfg.expected_item_bytes = 4096;
     let mut c = CascadeConfig::with_t1_bytes(128);
     c.reorg_at = 2;
-    c.pages_per_stream = 16;
+    c.pages_per_stream = 4;
+    c.block_entries = 6;
     cfg.cascade = Some(c);
     cfg
 }
@@ -186,27 +190,40 @@ impl Harness {
         let keys: Vec<u32> = (0..KEYS).collect();
         let mut found = HashMap::new();
         for chunk in keys.chunks(8) {
-            for &k in chunk {
-                let key = key(k);
-                let token = self.next_token;
-                self.next_token += 1;
-                let now = self.now;
-                match self.store().lookup(KeyHash::of(&key), &key, token, now) {
-                    Lookup::Hit(item) => {
-                        self.check_hit(&key, &item);
-                        found.insert(key, item.value);
-                    }
-                    Lookup::Pending => {
-                        self.pending.insert(token, key);
-                    }
-                    Lookup::Miss | Lookup::Busy => {}
-                }
-            }
-            for (key, item) in self.settle() {
-                found.insert(key, item.value);
+            self.find_all(chunk, &mut found);
+        }
+        if self.cfg.cascade.is_some() {
+            // A lookup whose mapping moved below tier 1 while its data was read (these very
+            // lookups promote and demote) ends as a miss: ask once more, one key at a time.
+            let missing: Vec<u32> = keys.into_iter().filter(|&k| !found.contains_key(&key(k))).collect();
+            for k in missing {
+                self.find_all(&[k], &mut found);
             }
         }
         found
+    }
+
+    /// Looks `keys` up together; hits go to `found`.
+    fn find_all(&mut self, keys: &[u32], found: &mut HashMap<Vec<u8>, Vec<u8>>) {
+        for &k in keys {
+            let key = key(k);
+            let token = self.next_token;
+            self.next_token += 1;
+            let now = self.now;
+            match self.store().lookup(KeyHash::of(&key), &key, token, now) {
+                Lookup::Hit(item) => {
+                    self.check_hit(&key, &item);
+                    found.insert(key, item.value);
+                }
+                Lookup::Pending => {
+                    self.pending.insert(token, key);
+                }
+                Lookup::Miss | Lookup::Busy => {}
+            }
+        }
+        for (key, item) in self.settle() {
+            found.insert(key, item.value);
+        }
     }
 
     fn reopen(&mut self) -> OpenReport {
@@ -234,15 +251,11 @@ impl Harness {
     fn restart(&mut self, fuse: Option<u64>) {
         let saved = self.faults;
         self.disk.set_faults(Faults::default());
-        let drops = |h: &mut Harness| {
-            let (s, c) = (h.store().stats(), h.store().cascade_stats().unwrap_or_default());
-            s.reclaims + s.pressure_drops + c.stream_drops + c.t3_overflow_drops
-        };
-        let drops_before = drops(self);
+        let drops_before = self.drops();
         let before = self.present();
         // The cascade index's GC keeps only what tier 1 names, and the lookups above move
         // mappings in and out of a tiny tier 1: an item found early may be dropped by the end.
-        let dropped_meanwhile = self.cfg.cascade.is_some() && drops(self) != drops_before;
+        let mut dropped_meanwhile = self.cfg.cascade.is_some() && self.drops() != drops_before;
         self.disk.set_faults(saved);
         let now = self.now;
         if let Some(fuse) = fuse {
@@ -263,32 +276,10 @@ impl Harness {
             return;
         }
         self.disk.set_faults(Faults::default());
+        let drops_before = self.drops();
         let after = self.present();
+        dropped_meanwhile |= self.cfg.cascade.is_some() && self.drops() != drops_before;
         self.disk.set_faults(saved);
-        let mut after = after;
-        if self.cfg.cascade.is_some() {
-            // A lookup whose mapping moved below tier 1 while its data was read (the lookups
-            // themselves promote and demote) ends as a miss: ask once more.
-            let missing: Vec<Vec<u8>> = before.keys().filter(|k| !after.contains_key(*k)).cloned().collect();
-            for key in missing {
-                let token = self.next_token;
-                self.next_token += 1;
-                let now = self.now;
-                match self.store().lookup(KeyHash::of(&key), &key, token, now) {
-                    Lookup::Hit(item) => {
-                        self.check_hit(&key, &item);
-                        after.insert(key, item.value);
-                    }
-                    Lookup::Pending => {
-                        self.pending.insert(token, key);
-                    }
-                    Lookup::Miss | Lookup::Busy => {}
-                }
-                for (key, item) in self.settle() {
-                    after.insert(key, item.value);
-                }
-            }
-        }
         let lost: Vec<_> =
             before.keys().filter(|k| !after.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect();
         let new: Vec<_> =
@@ -300,6 +291,13 @@ impl Harness {
             "a clean restart brings back every item and nothing else: lost {lost:?}, new {new:?}"
         );
         assert!(after.iter().all(|(k, v)| before[k] == *v));
+    }
+
+    /// Everything that drops live items on purpose (GC, pressure, the cascade index's page
+    /// overflow and stream drops), summed.
+    fn drops(&mut self) -> u64 {
+        let (s, c) = (self.store().stats(), self.store().cascade_stats().unwrap_or_default());
+        s.reclaims + s.pressure_drops + c.stream_drops + c.t3_overflow_drops
     }
 
     pub(super) fn crash(&mut self) {
@@ -351,6 +349,13 @@ fn op() -> impl Strategy<Value = Op> {
 fn run(ops: &[Op], seed: u64, faults: Faults, cfg: FlashConfig) {
     let mut h = Harness::with(cfg, seed, faults);
     for op in ops {
+        run_op(&mut h, op);
+    }
+    h.settle();
+}
+
+fn run_op(h: &mut Harness, op: &Op) {
+    {
         match *op {
             Op::Insert(k, len, ttl) => h.insert(k, len, ttl),
             Op::Lookup(k) => {
@@ -384,7 +389,6 @@ fn run(ops: &[Op], seed: u64, faults: Faults, cfg: FlashConfig) {
             Op::CrashDuringClose(fuse) => h.restart(Some(u64::from(fuse))),
         }
     }
-    h.settle();
 }
 
 proptest! {

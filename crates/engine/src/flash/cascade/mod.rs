@@ -31,7 +31,7 @@ mod reorg;
 
 use std::collections::VecDeque;
 
-use super::mapblock::{encode_block, Mapping, KIND_T2, PER_BLOCK};
+use super::mapblock::{encode_block, Mapping, KIND_T2};
 
 use super::config::CascadeLayout;
 use super::index::Entry;
@@ -84,6 +84,10 @@ pub struct Stream {
     /// (a merge moves mappings without changing which is newest).
     pub version: Seen,
     pub queued: bool,
+    /// Places with a write in flight (never reused until it is back), and where the next block
+    /// goes.
+    pub writing: u128,
+    pub next_pos: u32,
 }
 
 /// Counters of the cascade index.
@@ -134,6 +138,8 @@ pub struct Reorg {
     pub aborted: bool,
     pub t3: Option<AlignedBuf>,
     pub t2: Vec<Option<AlignedBuf>>,
+    /// The blocks' mappings that were still in DRAM when the merge started.
+    pub dram: Vec<Option<Vec<Mapping>>>,
     /// The merged pages, while they are written (lookups search them in DRAM).
     pub merged: Option<Vec<Vec<Mapping>>>,
     pub seq: u64,
@@ -198,6 +204,17 @@ impl Cascade {
             })
             || (stream.t3_seq != 0 && self.geo.t3_bloom.may_contain(self.t3_filter(self.t3_page(fp)), fp))
             || self.reorg.as_ref().is_some_and(|r| r.stream as usize == self.stream_of(fp) && r.merged.is_some())
+    }
+
+    /// A place for stream `s`'s next tier-2 block: not in its list, no write in flight there.
+    pub fn free_place(&self, s: usize) -> Option<u32> {
+        let (st, w) = (&self.streams[s], self.geo.t2_per_stream);
+        if st.blocks.len() >= w as usize {
+            return None;
+        }
+        (0..w)
+            .map(|i| (st.next_pos + i) % w)
+            .find(|&p| st.writing & (1 << p) == 0 && st.blocks.iter().all(|b| b.pos != p))
     }
 
     /// Whether a mapping of `fp` other than `entry`, newer than what a lookup saw at `seen`, may
@@ -306,7 +323,7 @@ impl FlashStore {
         c.stats.demotions += u64::from(!is_tombstone(m.entry));
         c.stats.tombstones += u64::from(is_tombstone(m.entry));
         c.streams[s].buffer.push(m);
-        if c.streams[s].buffer.len() >= PER_BLOCK {
+        if c.streams[s].buffer.len() >= c.geo.block_entries as usize {
             self.write_t2(s);
         }
     }
@@ -314,23 +331,31 @@ impl FlashStore {
     /// Writes stream `s`'s full DRAM block as its newest tier-2 block. With no place left in the
     /// stream's run the stream forgets everything below tier 1 (counted), so order is never lost.
     fn write_t2(&mut self, s: usize) {
-        let c = self.cascade.as_deref_mut().expect("cascade");
-        if c.streams[s].blocks.len() >= c.geo.t2_per_stream as usize {
-            let keep = std::mem::take(&mut c.streams[s].buffer);
-            c.forget_stream(s);
-            c.stats.stream_drops += 1;
-            // The block that did not fit is newer than everything forgotten: it stays.
-            c.streams[s].buffer = keep;
-            if c.streams[s].buffer.len() < PER_BLOCK {
-                return;
-            }
+        if self.cascade.as_deref().is_some_and(|c| c.free_place(s).is_none()) {
+            self.relieve(s);
         }
-        let stream = &mut c.streams[s];
-        let pos = match stream.blocks.back() {
-            Some(b) => (b.pos + 1) % c.geo.t2_per_stream,
-            None => 0,
+        let c = self.cascade.as_deref_mut().expect("cascade");
+        let pos = match c.free_place(s) {
+            Some(pos) => pos,
+            None => {
+                // The pressure path: everything the stream holds below tier 1 is forgotten; the
+                // block that did not fit is newer than all of it, so it stays if it can.
+                let keep = std::mem::take(&mut c.streams[s].buffer);
+                c.forget_stream(s);
+                c.stats.stream_drops += 1;
+                match c.free_place(s) {
+                    Some(pos) => {
+                        c.streams[s].buffer = keep;
+                        pos
+                    }
+                    None => return,
+                }
+            }
         };
-        let mappings = std::mem::replace(&mut stream.buffer, Vec::with_capacity(PER_BLOCK));
+        let stream = &mut c.streams[s];
+        stream.next_pos = (pos + 1) % c.geo.t2_per_stream;
+        stream.writing |= 1 << pos;
+        let mappings = std::mem::replace(&mut stream.buffer, Vec::with_capacity(c.geo.block_entries as usize));
         let seq = c.next_seq;
         c.next_seq += 1;
         let mut bloom = vec![0u8; c.geo.t2_bloom.bytes()].into_boxed_slice();
@@ -349,22 +374,54 @@ impl FlashStore {
             stream.queued = true;
             c.queue.push_back(s as u32);
         }
-        let token = TOKEN_MAP_WRITE | (s as u64) << 16 | u64::from(pos);
+        let token = TOKEN_MAP_WRITE | t2_token(s, pos, seq);
         self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token });
         self.stats.write_bytes += PAGE as u64;
         self.maybe_reorg();
     }
 
+    /// Stream `s` has no place for a block: start its merge and wait for the device until one
+    /// frees up (a pressure path, taken when inserts outrun the merges; lookups finished
+    /// meanwhile are handed out by the next `poll`). Not re-entered.
+    fn relieve(&mut self, s: usize) {
+        if self.relieving {
+            return;
+        }
+        self.relieving = true;
+        let now = self.last_now;
+        let mut early = std::mem::take(&mut self.early);
+        for _ in 0..64 {
+            self.maybe_reorg();
+            let Some(c) = self.cascade.as_deref() else { break };
+            if c.free_place(s).is_some() || self.io.in_flight() == 0 {
+                break;
+            }
+            let mut completions = Vec::new();
+            self.io.flush();
+            self.io.wait(&mut completions);
+            for done in completions {
+                self.complete(done, now, &mut early);
+            }
+        }
+        self.early = early;
+        self.relieving = false;
+    }
+
     /// A tier-2 block write finished: the block is read from flash from now on (unless the
     /// write failed: then it stays in DRAM until its merge).
     pub(super) fn t2_written(&mut self, number: u64, c: Completion) {
-        let (s, pos) = ((number >> 16) as usize, (number & 0xFFFF) as u32);
+        let (s, pos) = (((number >> 8) & 0xFFF) as usize, (number & 0xFF) as u32);
         let ok = c.result.is_ok();
         let Some(cas) = self.cascade.as_deref_mut() else { return };
+        if let Some(st) = cas.streams.get_mut(s) {
+            st.writing &= !(1 << pos);
+        }
         if !ok {
             cas.stats.t2_write_errors += 1;
         }
-        if let Some(b) = cas.streams.get_mut(s).and_then(|st| st.blocks.iter_mut().find(|b| b.pos == pos)) {
+        // A block of the same place in an older life of the stream (dropped since) is not it.
+        let mine = |b: &&mut T2Block| t2_token(s, b.pos, b.seq) == number;
+        if let Some(b) = cas.streams.get_mut(s).and_then(|st| st.blocks.iter_mut().find(mine)) {
             if ok {
                 b.dram = None;
             }
@@ -374,6 +431,12 @@ impl FlashStore {
         }
         self.maybe_reorg();
     }
+}
+
+/// A tier-2 block write's token number: the low 36 bits of its seq, its stream (12 bits) and its
+/// place (8 bits).
+fn t2_token(s: usize, pos: u32, seq: u64) -> u64 {
+    (seq & 0xF_FFFF_FFFF) << 20 | (s as u64) << 8 | u64::from(pos)
 }
 
 /// The newest mapping of `fp` in a tier-2 block held in DRAM.

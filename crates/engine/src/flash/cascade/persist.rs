@@ -13,7 +13,7 @@
 //! ```
 
 use super::super::index::Entry;
-use super::super::mapblock::{Mapping, PER_BLOCK};
+use super::super::mapblock::Mapping;
 use super::{Cascade, T2Block};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TKVCASC1");
@@ -79,23 +79,24 @@ impl Cascade {
         self.next_seq = r.u64().ok_or_else(bad)?;
         let t3_pages = 1usize << g.t3_bits;
         let per = self.pages_per_stream();
+        let cap = g.block_entries as usize;
         for s in 0..self.streams.len() {
             let t3_seq = r.u64().ok_or_else(bad)?;
             let t3_count = r.u32().ok_or_else(bad)?;
             let blocks = r.u32().ok_or_else(bad)? as usize;
             let buffered = r.u32().ok_or_else(bad)? as usize;
-            if blocks > g.t2_per_stream as usize || buffered >= PER_BLOCK || t3_count as usize > per * PER_BLOCK {
+            if blocks > g.t2_per_stream as usize || buffered >= cap || t3_count as usize > per * cap {
                 return Err(bad());
             }
             let mut list = Vec::with_capacity(blocks);
             for _ in 0..blocks {
                 let (pos, seq, count) = (r.u32().ok_or_else(bad)?, r.u64().ok_or_else(bad)?, r.u32().ok_or_else(bad)?);
-                if pos >= g.t2_per_stream || count as usize > PER_BLOCK || seq >= self.next_seq {
+                if pos >= g.t2_per_stream || count as usize > cap || seq >= self.next_seq {
                     return Err(bad());
                 }
                 list.push((pos, seq, count as u16));
             }
-            let mut buffer = Vec::with_capacity(PER_BLOCK);
+            let mut buffer = Vec::with_capacity(cap);
             for _ in 0..buffered {
                 let m = Mapping { bucket: r.u32().ok_or_else(bad)?, entry: Entry(r.u64().ok_or_else(bad)?) };
                 if self.stream_of(m.fingerprint()) != s {

@@ -8,7 +8,7 @@
 use super::super::index::FlashIndex;
 use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::super::layout::PAGE;
-use super::super::mapblock::{decode_header, encode_block, mapping_at, Mapping, KIND_T2, KIND_T3, PER_BLOCK};
+use super::super::mapblock::{decode_header, encode_block, mapping_at, Mapping, KIND_T2, KIND_T3};
 use super::super::ring::Slot;
 use super::super::{FlashStore, TOKEN_REORG};
 use super::{is_tombstone, Cascade, Reorg};
@@ -55,7 +55,10 @@ impl FlashStore {
             }
         }
         let blocks = stream.blocks.len();
+        // Blocks still being written are merged from DRAM (their write may finish first).
+        let dram = stream.blocks.iter().map(|b| b.dram.clone()).collect();
         c.reorg = Some(Reorg {
+            dram,
             stream: s,
             blocks,
             left: reads.len() as u32,
@@ -197,7 +200,8 @@ impl Cascade {
             }
         }
         for (j, b) in self.streams[s].blocks.iter().take(r.blocks).enumerate() {
-            let ms: Vec<Mapping> = match (&b.dram, r.t2[j].as_ref()) {
+            debug_assert!(j < r.dram.len());
+            let ms: Vec<Mapping> = match (&r.dram[j], r.t2[j].as_ref()) {
                 (Some(ms), _) => ms.clone(),
                 (None, Some(buf)) => {
                     let h = decode_header(buf)?;
@@ -222,10 +226,11 @@ impl Cascade {
                     && FlashStore::valid(slots, m.entry)
                     && index.find_fingerprint(m.bucket, m.entry.tag()).is_none()
             });
-            if page.len() > PER_BLOCK {
+            let cap = self.geo.block_entries as usize;
+            if page.len() > cap {
                 page.sort_by_key(|m| std::cmp::Reverse(slots[m.entry.slot() as usize].seq));
-                self.stats.t3_overflow_drops += (page.len() - PER_BLOCK) as u64;
-                page.truncate(PER_BLOCK);
+                self.stats.t3_overflow_drops += (page.len() - cap) as u64;
+                page.truncate(cap);
             }
         }
         Some(pages)
