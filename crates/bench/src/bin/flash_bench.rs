@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use tierkv_bench::loadgen::process_cpu_seconds;
 use tierkv_bench::workload::{key_sequence, write_text_key, Distribution};
 use tierkv_engine::flash::{
-    engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
+    engine_for, open_file, CascadeConfig, CascadeStats, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
 };
 use tierkv_engine::KeyHash;
 
@@ -57,6 +57,21 @@ struct Args {
     /// Keep an existing file (reopen it) instead of starting fresh.
     #[arg(long)]
     keep: bool,
+    /// The index: full (8 bytes of DRAM per item) or cascade (Cascade Mapping).
+    #[arg(long, default_value = "full")]
+    index: IndexKind,
+    /// The cascade index's tier-1 DRAM budget in MiB.
+    #[arg(long, default_value_t = 16)]
+    index_mib: u64,
+    /// GETs of present keys before the measured ones (the cascade index's tier 1 warms up).
+    #[arg(long, default_value_t = 0)]
+    warm_gets: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum IndexKind {
+    Full,
+    Cascade,
 }
 
 /// This process's user + system CPU seconds.
@@ -77,6 +92,9 @@ fn open(args: &Args, start: Instant) -> (FlashStore, String) {
     cfg.max_reads = args.depth.max(1);
     let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u32;
     cfg.expected_item_bytes = args.expected_item_bytes.unwrap_or(on_flash);
+    if args.index == IndexKind::Cascade {
+        cfg.cascade = Some(CascadeConfig::with_t1_bytes(args.index_mib << 20));
+    }
     let (store, report) = FlashStore::open(engine, cfg, now(start)).unwrap_or_else(|e| panic!("open: {e}"));
     let mode = format!("io={} direct={direct} {} ({} items)", store.io_name(), report.reason, report.items);
     (store, note.map_or(mode.clone(), |n| format!("{mode}; {n}")))
@@ -191,7 +209,9 @@ fn main() {
     let (mut store, mode) = open(&args, start);
     println!("flash-bench: {} MiB at {}, {mode}", args.size_mib, args.path.display());
     let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u64;
-    let items = args.items.unwrap_or((args.size_mib << 20) / on_flash * 9 / 10);
+    // 90% of the segment ring (the cascade index's mapping areas take part of the file).
+    let ring = u64::from(store.layout().slots) * u64::from(store.layout().segment_bytes);
+    let items = args.items.unwrap_or(ring / on_flash * 9 / 10);
     let rate = insert_all(&mut store, &args, items, start);
     let s = store.stats();
     println!(
@@ -199,6 +219,12 @@ fn main() {
         args.key_bytes, args.value_bytes, s.inserts, s.items
     );
     let keys = key_sequence(args.dist, items, args.gets, 7);
+    if args.warm_gets > 0 {
+        let warm = key_sequence(args.dist, items, args.warm_gets, 8);
+        let (hits, seconds, _) = get_all(&mut store, &args, &warm, 0, start);
+        println!("warm-up: {} gets, hit ratio {:.4}, {seconds:.1} s", warm.len(), hits as f64 / warm.len() as f64);
+    }
+    let tiers_before = store.cascade_stats();
     let before = store.stats();
     let cpu = cpu_seconds();
     let (hits, seconds, hist) = get_all(&mut store, &args, &keys, 0, start);
@@ -216,6 +242,16 @@ fn main() {
         cpu * 1e6 / keys.len() as f64,
         cpu * 100.0 / seconds,
     );
+    let tiers_after = store.cascade_stats();
+    println!(
+        "misses by reason: index {}, superseded {}, corrupt or unreadable {}, other key {}, expired {}, busy {}",
+        after.miss_index - before.miss_index,
+        after.miss_superseded - before.miss_superseded,
+        after.miss_corrupt + after.miss_io_error - before.miss_corrupt - before.miss_io_error,
+        after.miss_tag - before.miss_tag,
+        after.miss_expired - before.miss_expired,
+        after.read_busy - before.read_busy,
+    );
     let (miss_hits, _, _) = get_all(&mut store, &args, &keys, items, start);
     let missed = store.stats();
     println!(
@@ -223,7 +259,10 @@ fn main() {
         keys.len(),
         (missed.reads - after.reads) as f64 / keys.len() as f64
     );
-    report_memory_and_writes(&store);
+    if let (Some(a), Some(b)) = (tiers_before, tiers_after) {
+        report_tiers(&store, a, b);
+    }
+    report_memory_and_writes(&store, hits as f64 / keys.len() as f64);
     churn(&mut store, &args, items, start);
     let began = Instant::now();
     store.close(now(start)).expect("a clean close");
@@ -235,15 +274,55 @@ fn main() {
     println!("close: {closed:.2} s; reopen: {reopened:.2} s = {:.2} s per GiB of flash; {mode}", reopened / gib);
 }
 
-fn report_memory_and_writes(store: &FlashStore) {
+/// Hits and flash reads by the tier that answered, over the measured GETs of present keys.
+fn report_tiers(store: &FlashStore, a: CascadeStats, b: CascadeStats) {
+    let per = |reads: u64, n: u64| reads as f64 / n.max(1) as f64;
+    let (t1, t2, t3, miss) = (b.hits_t1 - a.hits_t1, b.hits_t2 - a.hits_t2, b.hits_t3 - a.hits_t3, b.misses - a.misses);
+    println!(
+        "tiers (present keys): tier 1 {t1} hits at {:.3} reads, tier 2 {t2} at {:.3}, tier 3 {t3} at {:.3}, {miss} misses at {:.3}; reads per hit {:.4}",
+        per(b.reads_t1 - a.reads_t1, t1),
+        per(b.reads_t2 - a.reads_t2, t2),
+        per(b.reads_t3 - a.reads_t3, t3),
+        per(b.reads_miss - a.reads_miss, miss),
+        per(b.reads_t1 - a.reads_t1 + b.reads_t2 - a.reads_t2 + b.reads_t3 - a.reads_t3, t1 + t2 + t3),
+    );
+    let c = store.tier_counts();
+    let s = store.cascade_stats().unwrap_or_default();
+    println!(
+        "cascade: mappings tier 1 {}, tier 2 {}, tier 3 {}; {} demotions, {} tombstones, {} promotions, {} tier-2 blocks, {} merges ({} MiB read, {} MiB written), {} page overflow drops, {} stream drops, {} merge errors",
+        c.t1,
+        c.t2,
+        c.t3,
+        s.demotions,
+        s.tombstones,
+        s.promotions,
+        s.t2_blocks_written,
+        s.reorgs,
+        s.reorg_read_bytes >> 20,
+        s.reorg_write_bytes >> 20,
+        s.t3_overflow_drops,
+        s.stream_drops,
+        s.reorg_errors,
+    );
+}
+
+/// DRAM per item, counted two ways: per item the index holds (its own count) and per item a
+/// uniform lookup finds (items inserted x `served`, the measured hit ratio on present keys).
+fn report_memory_and_writes(store: &FlashStore, served: f64) {
     let s = store.stats();
     let m = store.memory();
     let items = s.items.max(1) as f64;
+    let found = (s.inserts as f64 * served).max(1.0);
     println!(
-        "dram: {:.2} bytes per flash item in all ({} items; index {:.2}, segment table {:.3}, write buffers {:.3}, gc buffer {:.3}, reads {:.3})",
+        "dram: {:.3} bytes per indexed item ({} items), {:.3} per item found ({found:.0} = inserts x hit ratio); per indexed item: index/tier 1 {:.3}, demotion blocks {:.3}, tier-2 filters {:.3}, tier-3 filters {:.3}, merge buffers {:.3}, segment table {:.3}, write buffers {:.3}, gc buffer {:.3}, reads {:.3}",
         m.total() as f64 / items,
         s.items,
+        m.total() as f64 / found,
         m.index as f64 / items,
+        m.demotion as f64 / items,
+        m.t2_filters as f64 / items,
+        m.t3_filters as f64 / items,
+        m.merge_buffers as f64 / items,
         m.segment_table as f64 / items,
         m.write_buffers as f64 / items,
         m.gc_buffer as f64 / items,

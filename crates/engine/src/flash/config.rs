@@ -105,7 +105,9 @@ impl CascadeLayout {
         if t1_bits > 31 {
             return Err(LayoutError("cascade: tier 1 over 128 GiB".into()));
         }
-        let pages = expected_entries.div_ceil((per_block * 7 / 10).max(1)).max(1).next_power_of_two();
+        // Pages fill to 43-85% on average (a power of two of them): the fuller end still leaves
+        // room for a page's share to vary.
+        let pages = expected_entries.div_ceil((per_block * 85 / 100).max(1)).max(1).next_power_of_two();
         let t3_bits = (63 - pages.leading_zeros()).min(t1_bits + 16);
         let streams =
             (1u64 << t3_bits).div_ceil(u64::from(c.pages_per_stream.max(1))).min(u64::from(c.max_streams)).max(1);
