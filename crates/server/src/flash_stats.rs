@@ -34,13 +34,39 @@ pub const NAMES: [&str; FIGURES] = [
     "flash_gc_drops",
     "flash_io_errors",
     "flash_index_bytes",
+    // The index by tier (the full index is all tier 1): mappings, hits and the flash reads
+    // they took, DRAM by structure, and the cascade index's own work.
+    "flash_tier1_items",
+    "flash_tier2_items",
+    "flash_tier3_items",
+    "flash_hits_tier1",
+    "flash_reads_tier1",
+    "flash_hits_tier2",
+    "flash_reads_tier2",
+    "flash_hits_tier3",
+    "flash_reads_tier3",
+    "flash_misses",
+    "flash_reads_miss",
+    "flash_tier1_bytes",
+    "flash_demotion_bytes",
+    "flash_tier2_filter_bytes",
+    "flash_tier3_filter_bytes",
+    "flash_merge_buffer_bytes",
+    "flash_demotions",
+    "flash_promotions",
+    "flash_tombstones",
+    "flash_merges",
+    "flash_merge_errors",
+    "flash_page_overflow_drops",
+    "flash_stream_drops",
 ];
-pub const FIGURES: usize = 24;
+pub const FIGURES: usize = 47;
 
 /// This worker's figures (zeros without a flash tier).
 pub fn figures(partition: &Partition) -> [u64; FIGURES] {
     let Some(r) = partition.flash_report() else { return [0; FIGURES] };
-    let (s, t) = (&r.store, &r.tier);
+    let (s, t, m) = (&r.store, &r.tier, &r.memory);
+    let c = r.cascade.unwrap_or_default();
     [
         t.reads_started,
         s.miss_superseded,
@@ -65,7 +91,30 @@ pub fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.gc_rewrites,
         s.dropped_items + s.pressure_drops,
         s.miss_io_error + s.write_errors + s.gc_read_errors,
-        r.memory.total(),
+        m.total(),
+        r.tiers.t1,
+        r.tiers.t2,
+        r.tiers.t3,
+        c.hits_t1,
+        c.reads_t1,
+        c.hits_t2,
+        c.reads_t2,
+        c.hits_t3,
+        c.reads_t3,
+        c.misses,
+        c.reads_miss,
+        m.index,
+        m.demotion,
+        m.t2_filters,
+        m.t3_filters,
+        m.merge_buffers,
+        c.demotions,
+        c.promotions,
+        c.tombstones,
+        c.reorgs,
+        c.reorg_errors,
+        c.t3_overflow_drops,
+        c.stream_drops,
     ]
 }
 
@@ -107,6 +156,8 @@ pub fn settings(flash: Option<&crate::config::FlashSettings>, put: &mut dyn FnMu
         },
     );
     put("flash_segment_size", &flash.segment_bytes);
+    put("flash_index", &if flash.cascade_t1_bytes.is_some() { "cascade" } else { "full" });
+    put("flash_index_mib", &(flash.cascade_t1_bytes.unwrap_or(0) >> 20));
 }
 
 #[cfg(test)]

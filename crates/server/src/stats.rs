@@ -253,7 +253,7 @@ impl State {
 }
 
 /// The figures of one worker (or the sum over workers) that `stats` reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub counters: Counters,
     pub curr_connections: u64,
@@ -271,6 +271,26 @@ pub struct Snapshot {
     pub conn_buffer_bytes: u64,
     /// The flash tier's figures (`flash_stats::NAMES`).
     pub flash: [u64; crate::flash_stats::FIGURES],
+}
+
+impl Default for Snapshot {
+    fn default() -> Snapshot {
+        Snapshot {
+            counters: Counters::default(),
+            curr_connections: 0,
+            curr_items: 0,
+            total_items: 0,
+            evictions: 0,
+            bytes: 0,
+            hash_bytes: 0,
+            allocated_bytes: 0,
+            free_bytes: 0,
+            spare_buckets: 0,
+            spare_buckets_free: 0,
+            conn_buffer_bytes: 0,
+            flash: [0; crate::flash_stats::FIGURES],
+        }
+    }
 }
 
 impl Snapshot {

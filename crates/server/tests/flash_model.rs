@@ -36,13 +36,15 @@ fn flash_file(name: &str) -> PathBuf {
 }
 
 fn hybrid(port: u16, flash: &std::path::Path) -> Server {
+    hybrid_with(port, flash, &[])
+}
+
+fn hybrid_with(port: u16, flash: &std::path::Path, extra: &[&str]) -> Server {
     let mut command = Command::new(TIERKV);
-    command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"]).args([
-        "--flash-path",
-        flash.to_str().unwrap(),
-        "--flash-size",
-        "48m",
-    ]);
+    command
+        .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
+        .args(["--flash-path", flash.to_str().unwrap(), "--flash-size", "48m"])
+        .args(extra);
     start(command, port)
 }
 
@@ -122,9 +124,22 @@ fn value_for(key: u64, version: u64, rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn every_value_served_is_the_last_acknowledged_one_across_clean_restarts() {
-    let flash = flash_file("model");
+    model_rounds("model", &[]);
+}
+
+/// The same with the cascade index and 16 KiB of tier 1 (a thousand mappings in DRAM out of
+/// twelve thousand keys): most gets find their mapping on flash.
+#[test]
+fn the_cascade_index_serves_the_last_acknowledged_value_across_clean_restarts() {
+    model_rounds("cascade", &["--flash-index", "cascade", "--flash-test-index-kib", "16"]);
+}
+
+/// Four rounds of random operations with a clean restart after each: every value served is the
+/// model's, most gets hit, and (with the cascade index) its lower tiers did the work.
+fn model_rounds(name: &str, extra: &[&str]) {
+    let flash = flash_file(name);
     let port = free_port();
-    let mut server = hybrid(port, &flash);
+    let mut server = hybrid_with(port, &flash, extra);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     // Gets of keys the model holds, and how many of them hit.
@@ -179,9 +194,16 @@ fn every_value_served_is_the_last_acknowledged_one_across_clean_restarts() {
             }
         }
         drop(conn);
+        if round == 3 && !extra.is_empty() {
+            let stats = stats_of(port);
+            let below = stats["flash_hits_tier2"] + stats["flash_hits_tier3"];
+            eprintln!("cascade: {stats:?}");
+            assert!(below > 1000 && stats["flash_merges"] > 0, "mappings below tier 1 were used: {stats:?}");
+            assert!(stats["flash_tier3_items"] > stats["flash_tier1_items"]);
+        }
         signal_and_wait(&mut server, libc::SIGTERM);
         drop(server);
-        server = hybrid(port, &flash);
+        server = hybrid_with(port, &flash, extra);
     }
     // The live data (~14 MB) is four times the DRAM log: without flash most gets would miss.
     let ratio = hits as f64 / gets as f64;
@@ -189,6 +211,27 @@ fn every_value_served_is_the_last_acknowledged_one_across_clean_restarts() {
     assert!(ratio > 0.9, "hit ratio {ratio:.3} of keys set");
     drop(server);
     let _ = std::fs::remove_file(&flash);
+}
+
+/// The `flash_*` figures of `stats`.
+fn stats_of(port: u16) -> HashMap<String, u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.write_all(b"stats\r\n").unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !text.ends_with(b"END\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed the connection");
+        text.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ').skip(1);
+            let (name, value) = (words.next()?, words.next()?);
+            Some((name.to_string(), value.parse().ok()?)).filter(|_: &(String, u64)| name.starts_with("flash_"))
+        })
+        .collect()
 }
 
 #[test]

@@ -12,7 +12,8 @@ use hdrhistogram::Histogram;
 use tierkv_bench::loadgen::process_cpu_seconds;
 use tierkv_bench::workload::{key_sequence, write_text_key, Distribution};
 use tierkv_engine::flash::{
-    engine_for, open_file, CascadeConfig, CascadeStats, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
+    engine_for, open_file, CascadeConfig, CascadeStats, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta,
+    Lookup, Now, ReadDone,
 };
 use tierkv_engine::KeyHash;
 

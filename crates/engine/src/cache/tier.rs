@@ -59,6 +59,10 @@ pub struct FlashReport {
     pub tier: TierStats,
     pub memory: FlashMemory,
     pub io: &'static str,
+    /// The cascade index's counters (None: the full index).
+    pub cascade: Option<crate::flash::CascadeStats>,
+    /// Mappings per index tier (the full index is all tier 1).
+    pub tiers: crate::flash::TierCounts,
 }
 
 /// A lookup waiting for its read: the key to promote and the caller's token.
@@ -204,7 +208,7 @@ impl Partition {
     /// cannot (no I/O); an item still in a flash write buffer is promoted at once.
     pub fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
         let Some(tier) = self.tier.as_ref() else { return FlashProbe::Ready };
-        if !tier.store.may_contain(hash) || self.find_live(key, hash).is_some() {
+        if !tier.store.may_hold(hash) || self.find_live(key, hash).is_some() {
             return FlashProbe::Ready;
         }
         let mut tier = self.tier.take().expect("checked above");
@@ -338,6 +342,8 @@ impl Partition {
             tier: tier.stats,
             memory: tier.store.memory(),
             io: tier.store.io_name(),
+            cascade: tier.store.cascade_stats(),
+            tiers: tier.store.tier_counts(),
         })
     }
 

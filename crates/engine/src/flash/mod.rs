@@ -307,9 +307,20 @@ impl FlashStore {
         found
     }
 
-    /// Whether the index may hold `key` (no I/O; a tag twin may answer yes).
+    /// Whether tier 1 (the whole full index) holds a live entry for `key`: the flash copy of a
+    /// key no write has touched since it was read (no I/O; a tag twin may answer yes).
     pub fn may_contain(&self, hash: KeyHash) -> bool {
         self.index.find(hash).is_some_and(|e| Self::valid(&self.slots, e))
+    }
+
+    /// Whether a lookup of `key` may find anything: `may_contain`, or (cascade index) a lower
+    /// tier's DRAM block or Bloom filter says maybe (no I/O; false positives cost a lookup).
+    pub fn may_hold(&self, hash: KeyHash) -> bool {
+        self.may_contain(hash)
+            || self
+                .cascade
+                .as_deref()
+                .is_some_and(|c| self.index.find(hash).is_none() && c.below_may_contain(self.fingerprint(hash)))
     }
 
     /// Looks `key` up; a `Pending` answer arrives from `poll` under `token`.

@@ -16,6 +16,11 @@ pub struct FlashSettings {
     pub segment_bytes: u32,
     /// Tests only: every read this much slower (on the thread pool).
     pub read_delay_ms: u64,
+    /// The cascade index with this many bytes of tier 1 (all workers together); None: the full
+    /// index.
+    pub cascade_t1_bytes: Option<u64>,
+    /// Tests only (`--flash-test-index-kib`): small mapping blocks and early merges too.
+    pub cascade_small: bool,
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -59,6 +64,8 @@ impl Config {
                     ("--flash-write-mbps", self.flash_write_mbps.is_some()),
                     ("--flash-admission", self.flash_admission.is_some()),
                     ("--flash-segment-size", self.flash_segment_size.is_some()),
+                    ("--flash-index", self.flash_index.is_some()),
+                    ("--flash-index-mib", self.flash_index_mib.is_some()),
                 ];
                 return match stray.iter().find(|(_, given)| *given) {
                     Some((flag, _)) => Err(ConfigError::flag(*flag, "needs --flash-path (or -o ext_path=PATH:SIZE)")),
@@ -97,6 +104,34 @@ impl Config {
         }
         let read_delay_ms = self.flash_test_read_delay_ms.unwrap_or(0);
         let io = if read_delay_ms > 0 { FlashIo::Threads } else { io };
-        Ok(Some(FlashSettings { path, size, io, admission, segment_bytes, read_delay_ms }))
+        let cascade_t1_bytes = self.flash_index_kind(size)?;
+        let cascade_small = self.flash_test_index_kib.is_some();
+        Ok(Some(FlashSettings {
+            path,
+            size,
+            io,
+            admission,
+            segment_bytes,
+            read_delay_ms,
+            cascade_t1_bytes,
+            cascade_small,
+        }))
+    }
+
+    /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None.
+    fn flash_index_kind(&self, size: u64) -> Result<Option<u64>, ConfigError> {
+        if let (Some("cascade"), Some(kib)) = (self.flash_index.as_deref(), self.flash_test_index_kib) {
+            return Ok(Some(kib.max(1) << 10));
+        }
+        match (self.flash_index.as_deref().unwrap_or("full"), self.flash_index_mib) {
+            ("full", None) => Ok(None),
+            ("full", Some(_)) => Err(ConfigError::flag("--flash-index-mib", "needs --flash-index cascade")),
+            ("cascade", None) => Ok(Some((size / 512).max(1 << 20))),
+            ("cascade", Some(0)) => Err(ConfigError::flag("--flash-index-mib", "must be at least 1")),
+            ("cascade", Some(mib)) => {
+                mib.checked_mul(1 << 20).map(Some).ok_or_else(|| ConfigError::flag("--flash-index-mib", "is too large"))
+            }
+            (other, _) => Err(ConfigError::flag("--flash-index", format!("{other:?} must be full or cascade"))),
+        }
     }
 }

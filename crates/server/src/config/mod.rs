@@ -176,6 +176,19 @@ pub struct Config {
     /// The flash segment (write and GC unit): a power of two from 64k to 4m [default: 1m].
     #[arg(long = "flash-segment-size", value_name = "SIZE", help_heading = "Flash")]
     pub flash_segment_size: Option<String>,
+    /// The flash index: full (8 bytes of DRAM per flash item, one read per hit) or cascade
+    /// (Cascade Mapping: hot mappings in DRAM, the rest on flash; about a byte per item)
+    /// [default: full].
+    #[arg(long = "flash-index", value_name = "KIND", help_heading = "Flash")]
+    pub flash_index: Option<String>,
+    /// The cascade index's DRAM for hot mappings (tier 1) in MiB, shared by the workers
+    /// [default: the flash size / 512].
+    #[arg(long = "flash-index-mib", value_name = "MIB", help_heading = "Flash")]
+    pub flash_index_mib: Option<u64>,
+    /// Tests only: the cascade index's tier 1 in KiB, all workers together (below the 1 MiB the
+    /// flag above allows, so that tests demote constantly).
+    #[arg(long = "flash-test-index-kib", hide = true, help_heading = "Flash")]
+    pub flash_test_index_kib: Option<u64>,
     /// Tests only: flash I/O on the thread pool with every read this many milliseconds slower.
     #[arg(long = "flash-test-read-delay-ms", hide = true, help_heading = "Flash")]
     pub flash_test_read_delay_ms: Option<u64>,

@@ -306,6 +306,7 @@ pub(super) fn attach(
     verbose: u8,
 ) -> Result<(), ServeError> {
     use tierkv_engine::flash::{engine_for, FlashConfig, FlashStore, Now};
+    debug_assert!(workers > 0);
     let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
     let mut cfg = FlashConfig::new(flash.size, id as u32, workers as u32);
     cfg.segment_bytes = flash.segment_bytes;
@@ -315,7 +316,18 @@ pub(super) fn attach(
     // would take a whole slot of the ring, and early writes protect nothing here (after a
     // crash the tier starts empty anyway).
     cfg.flush_delay_ns = u64::MAX;
-    let depth = cfg.max_reads + cfg.write_buffers + 8;
+    cfg.cascade = flash.cascade_t1_bytes.map(|bytes| {
+        let mut c = tierkv_engine::flash::CascadeConfig::with_t1_bytes((bytes / workers as u64).max(1 << 10));
+        if flash.cascade_small {
+            (c.block_entries, c.reorg_at, c.pages_per_stream) = (16, 4, 16);
+        }
+        c
+    });
+    if flash.cascade_small {
+        cfg.expected_item_bytes = 2048;
+    }
+    // A cascade lookup may read a few mapping blocks before its item, and merges read too.
+    let depth = cfg.max_reads * if cfg.cascade.is_some() { 2 } else { 1 } + cfg.write_buffers + 8;
     let (io, note) = if flash.read_delay_ms > 0 {
         let file = file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
         let delay = std::time::Duration::from_millis(flash.read_delay_ms);
