@@ -26,6 +26,11 @@ pub struct FlashCompare {
     pub ext_item_size: usize,
     /// The memory cgroup limit for memcached, beyond `-m` (MiB).
     pub cgroup_slack_mib: u64,
+    /// tierkv's flash index (`--flash-index`), its tier-1 MiB, and its own file size if not
+    /// `size_mib` (the full index at the DRAM the cascade index uses indexes a smaller file).
+    pub index: String,
+    pub index_mib: Option<u64>,
+    pub tierkv_size_mib: Option<u64>,
 }
 
 const CGROUP: &str = "/sys/fs/cgroup/memory/tierkv-bench";
@@ -42,12 +47,20 @@ impl FlashCompare {
     /// The extra arguments of `server`.
     pub fn args(&self, server: &str) -> Vec<String> {
         match server {
-            "tierkv" => vec![
-                "--flash-path".into(),
-                self.tierkv_file().display().to_string(),
-                "--flash-size".into(),
-                format!("{}m", self.size_mib),
-            ],
+            "tierkv" => {
+                let mut args = vec![
+                    "--flash-path".into(),
+                    self.tierkv_file().display().to_string(),
+                    "--flash-size".into(),
+                    format!("{}m", self.tierkv_size_mib.unwrap_or(self.size_mib)),
+                    "--flash-index".into(),
+                    self.index.clone(),
+                ];
+                if let Some(mib) = self.index_mib {
+                    args.extend(["--flash-index-mib".into(), mib.to_string()]);
+                }
+                args
+            }
             "memcached" => vec![
                 "-o".into(),
                 format!(
@@ -142,7 +155,25 @@ pub fn dram_figures(server: &str, port: u16, row: &mut FlashRow, key_bytes: usiz
     if server == "tierkv" {
         let heap = stat(&general, "flash_index_bytes");
         row.dram_per_flash_item = heap as f64 / on_flash;
-        row.derivation = format!("flash_index_bytes {heap} (every heap byte of the flash tier) / {on_flash} items");
+        let per = |reads: &str, n: &str| stat(&general, reads) as f64 / stat(&general, n).max(1) as f64;
+        let bytes =
+            ["flash_tier1_bytes", "flash_demotion_bytes", "flash_tier2_filter_bytes", "flash_tier3_filter_bytes"]
+                .map(|name| format!("{name} {}", stat(&general, name)))
+                .join(", ");
+        row.derivation = format!(
+            "flash_index_bytes {heap} (every heap byte of the flash tier: {bytes}) / {on_flash} items; mappings tier 1 {}, tier 2 {}, tier 3 {}; flash reads per GET: tier-1 hit {:.3} ({} hits), tier-2 hit {:.3} ({}), tier-3 hit {:.3} ({}), miss {:.3} ({} lookups that found nothing)",
+            stat(&general, "flash_tier1_items"),
+            stat(&general, "flash_tier2_items"),
+            stat(&general, "flash_tier3_items"),
+            per("flash_reads_tier1", "flash_hits_tier1"),
+            stat(&general, "flash_hits_tier1"),
+            per("flash_reads_tier2", "flash_hits_tier2"),
+            stat(&general, "flash_hits_tier2"),
+            per("flash_reads_tier3", "flash_hits_tier3"),
+            stat(&general, "flash_hits_tier3"),
+            per("flash_reads_miss", "flash_misses"),
+            stat(&general, "flash_misses"),
+        );
         return Ok(());
     }
     // memcached keeps an item header per extstore object: the 48-byte item, the CAS, the key

@@ -153,6 +153,15 @@ struct CompareArgs {
     ext_item_size: usize,
     #[arg(long, default_value_t = 128)]
     cgroup_slack_mib: u64,
+    /// tierkv's flash index: full or cascade.
+    #[arg(long, default_value = "full")]
+    flash_index: String,
+    /// tierkv's cascade tier-1 MiB (`--flash-index-mib`).
+    #[arg(long)]
+    flash_index_mib: Option<u64>,
+    /// tierkv's flash file size in MiB if not --flash-size-mib.
+    #[arg(long)]
+    tierkv_flash_size_mib: Option<u64>,
 }
 
 fn compare(args: CompareArgs) {
@@ -204,6 +213,9 @@ fn compare(args: CompareArgs) {
             size_mib: args.flash_size_mib,
             ext_item_size: args.ext_item_size,
             cgroup_slack_mib: args.cgroup_slack_mib,
+            index: args.flash_index,
+            index_mib: args.flash_index_mib,
+            tierkv_size_mib: args.tierkv_flash_size_mib,
         }),
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));

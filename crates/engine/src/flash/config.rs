@@ -205,6 +205,13 @@ impl RegionLayout {
         let rough_slots = region_bytes.saturating_sub(PAGE as u64) / seg;
         let entries = rough_slots * seg / u64::from(cfg.expected_item_bytes);
         let mut cascade = cfg.cascade.as_ref().map(|c| CascadeLayout::new(c, entries)).transpose()?;
+        if let (Some(c), Some(first)) = (cfg.cascade.as_ref(), cascade) {
+            // Sized again for the items the ring holds once the mapping areas and their snapshot
+            // are taken out (the Bloom filters are sized by it).
+            let taken = first.area_bytes() + first.snapshot_bytes;
+            let ring = region_bytes.saturating_sub(PAGE as u64 + taken) / seg * seg;
+            cascade = Some(CascadeLayout::new(c, ring / u64::from(cfg.expected_item_bytes))?);
+        }
         let buckets = match &cascade {
             Some(c) => u64::from(c.t1_buckets()),
             None => entries.div_ceil(WAYS as u64).max(1),

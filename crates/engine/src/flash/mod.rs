@@ -31,7 +31,8 @@ use crate::time::is_expired;
 pub use admission::AdmissionPolicy;
 pub use cascade::{CascadeStats, TierCounts};
 pub use config::{
-    CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+    CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
+    MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 use index::{Entry, FlashIndex};
 pub use io::sim::{Faults, SimDisk};

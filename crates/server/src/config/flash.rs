@@ -3,7 +3,9 @@
 
 use super::{Config, ConfigError, Extended};
 use std::path::PathBuf;
-use tierkv_engine::flash::{AdmissionPolicy, FlashIo, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES};
+use tierkv_engine::flash::{
+    AdmissionPolicy, FlashIo, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+};
 
 /// A flash file behind the DRAM log.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,12 +120,22 @@ impl Config {
         }))
     }
 
-    /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None.
+    /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None. With
+    /// neither given (`auto`), the full index while it fits in the memory limit (`-m`), else the
+    /// cascade index: a big flash file never brings a DRAM index larger than the DRAM budget.
     fn flash_index_kind(&self, size: u64) -> Result<Option<u64>, ConfigError> {
         if let (Some("cascade"), Some(kib)) = (self.flash_index.as_deref(), self.flash_test_index_kib) {
             return Ok(Some(kib.max(1) << 10));
         }
-        match (self.flash_index.as_deref().unwrap_or("full"), self.flash_index_mib) {
+        let full_index_bytes = size / u64::from(DEFAULT_EXPECTED_ITEM_BYTES) * 8;
+        let memory_bytes = (self.memory_limit.unwrap_or(64) as u64) << 20;
+        let auto = if full_index_bytes <= memory_bytes { "full" } else { "cascade" };
+        let kind = match (self.flash_index.as_deref(), self.flash_index_mib) {
+            (None, Some(_)) => "cascade",
+            (None | Some("auto"), _) => auto,
+            (Some(kind), _) => kind,
+        };
+        match (kind, self.flash_index_mib) {
             ("full", None) => Ok(None),
             ("full", Some(_)) => Err(ConfigError::flag("--flash-index-mib", "needs --flash-index cascade")),
             ("cascade", None) => Ok(Some((size / 512).max(1 << 20))),
@@ -131,7 +143,7 @@ impl Config {
             ("cascade", Some(mib)) => {
                 mib.checked_mul(1 << 20).map(Some).ok_or_else(|| ConfigError::flag("--flash-index-mib", "is too large"))
             }
-            (other, _) => Err(ConfigError::flag("--flash-index", format!("{other:?} must be full or cascade"))),
+            (other, _) => Err(ConfigError::flag("--flash-index", format!("{other:?} must be auto, full or cascade"))),
         }
     }
 }

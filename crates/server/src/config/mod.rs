@@ -176,9 +176,9 @@ pub struct Config {
     /// The flash segment (write and GC unit): a power of two from 64k to 4m [default: 1m].
     #[arg(long = "flash-segment-size", value_name = "SIZE", help_heading = "Flash")]
     pub flash_segment_size: Option<String>,
-    /// The flash index: full (8 bytes of DRAM per flash item, one read per hit) or cascade
-    /// (Cascade Mapping: hot mappings in DRAM, the rest on flash; about a byte per item)
-    /// [default: full].
+    /// The flash index: full (8 bytes of DRAM per flash item, one read per hit), cascade
+    /// (Cascade Mapping: hot mappings in DRAM, the rest on flash; about a byte per item) or
+    /// auto (full while its DRAM fits in -m, else cascade) [default: auto].
     #[arg(long = "flash-index", value_name = "KIND", help_heading = "Flash")]
     pub flash_index: Option<String>,
     /// The cascade index's DRAM for hot mappings (tier 1) in MiB, shared by the workers

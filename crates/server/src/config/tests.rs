@@ -218,3 +218,33 @@ fn the_flash_tier_from_flags_from_ext_path_and_from_its_section() {
         assert!(error.contains(complaint), "{args:?}: {error}");
     }
 }
+
+#[test]
+fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
+    let index = |args: &[&str]| settings_of(args).map(|s| s.flash.expect("a flash tier").cascade_t1_bytes);
+    let with = |size: &str, more: &[&str]| {
+        let mut args = vec!["--flash-path", "/f", "--flash-size", size, "-m", "64"];
+        args.extend_from_slice(more);
+        index(&args)
+    };
+    // 1 GiB at 128 bytes per item needs 64 MiB of full index: it fits -m 64.
+    assert_eq!(with("1g", &[]).unwrap(), None);
+    assert_eq!(with("8g", &[]).unwrap(), Some(16 << 20), "8 GiB would need 512 MiB: cascade, size / 512");
+    assert_eq!(with("8g", &["--flash-index", "full"]).unwrap(), None);
+    assert_eq!(with("1g", &["--flash-index", "cascade"]).unwrap(), Some(2 << 20));
+    assert_eq!(with("1g", &["--flash-index-mib", "32"]).unwrap(), Some(32 << 20));
+    for (more, complaint) in [
+        (&["--flash-index", "full", "--flash-index-mib", "4"][..], "--flash-index-mib"),
+        (&["--flash-index", "slick"][..], "--flash-index"),
+        (&["--flash-index-mib", "0"][..], "--flash-index-mib"),
+    ] {
+        let error = with("1g", more).unwrap_err();
+        assert!(error.starts_with(complaint), "{more:?}: {error}");
+    }
+    let dir = std::env::temp_dir().join(format!("tierkv-flash-index-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tierkv.toml");
+    std::fs::write(&file, "[flash]\npath = \"/f\"\nsize = \"1g\"\nindex = \"cascade\"\nindex-mib = 8\n").unwrap();
+    assert_eq!(index(&["--config", file.to_str().unwrap()]).unwrap(), Some(8 << 20));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

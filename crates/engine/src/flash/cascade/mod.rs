@@ -337,6 +337,9 @@ impl FlashStore {
         let c = self.cascade.as_deref_mut().expect("cascade");
         let pos = match c.free_place(s) {
             Some(pos) => pos,
+            // Inside `relieve` (a completion demoted something): the DRAM block grows a little
+            // past its size until the outer call writes it.
+            None if self.relieving => return,
             None => {
                 // The pressure path: everything the stream holds below tier 1 is forgotten; the
                 // block that did not fit is newer than all of it, so it stays if it can.
@@ -355,7 +358,11 @@ impl FlashStore {
         let stream = &mut c.streams[s];
         stream.next_pos = (pos + 1) % c.geo.t2_per_stream;
         stream.writing |= 1 << pos;
-        let mappings = std::mem::replace(&mut stream.buffer, Vec::with_capacity(c.geo.block_entries as usize));
+        // The oldest `block_entries` (a block nested demotions overfilled keeps the rest: they
+        // are newer than the block, as the DRAM block always is).
+        let take = stream.buffer.len().min(c.geo.block_entries as usize);
+        let rest = stream.buffer.split_off(take);
+        let mappings = std::mem::replace(&mut stream.buffer, rest);
         let seq = c.next_seq;
         c.next_seq += 1;
         let mut bloom = vec![0u8; c.geo.t2_bloom.bytes()].into_boxed_slice();

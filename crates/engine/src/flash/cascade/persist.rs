@@ -19,11 +19,14 @@ use super::{Cascade, T2Block};
 const MAGIC: u64 = u64::from_le_bytes(*b"TKVCASC1");
 
 impl Cascade {
-    /// The section's bytes. Streams holding a block whose write failed forget their mappings
-    /// first (those mappings exist only in DRAM).
+    /// The section's bytes. Streams holding a block whose write failed, or a DRAM block that
+    /// could not be written, forget their mappings first (those exist only in DRAM, and the
+    /// snapshot keeps at most a block's worth per stream).
     pub fn save(&mut self) -> Vec<u8> {
+        let cap = self.geo.block_entries as usize;
         for s in 0..self.streams.len() {
-            if self.streams[s].blocks.iter().any(|b| b.dram.is_some()) {
+            let overfull = self.streams[s].buffer.len() >= cap;
+            if overfull || self.streams[s].blocks.iter().any(|b| b.dram.is_some()) {
                 self.forget_stream(s);
                 self.stats.stream_drops += 1;
             }
