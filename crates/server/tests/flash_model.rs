@@ -35,10 +35,6 @@ fn flash_file(name: &str) -> PathBuf {
     path
 }
 
-fn hybrid(port: u16, flash: &std::path::Path) -> Server {
-    hybrid_with(port, flash, &[])
-}
-
 fn hybrid_with(port: u16, flash: &std::path::Path, extra: &[&str]) -> Server {
     let mut command = Command::new(TIERKV);
     command
@@ -236,9 +232,21 @@ fn stats_of(port: u16) -> HashMap<String, u64> {
 
 #[test]
 fn a_kill_9_in_a_write_heavy_run_never_leads_to_a_wrong_value() {
-    let flash = flash_file("kill");
+    kill_9_run("kill", &[]);
+}
+
+/// The same with the cascade index (a small tier 1: mappings on flash in both lives).
+#[test]
+fn a_kill_9_with_the_cascade_index_never_leads_to_a_wrong_value() {
+    kill_9_run("kill-cascade", &["--flash-index", "cascade", "--flash-test-index-kib", "16"]);
+}
+
+/// A first life stopped cleanly, a second one killed in a pipelined overwrite of every key;
+/// the third serves none of either life's values.
+fn kill_9_run(name: &str, extra: &[&str]) {
+    let flash = flash_file(name);
     let port = free_port();
-    let mut server = hybrid(port, &flash);
+    let mut server = hybrid_with(port, &flash, extra);
     // A first life that stops cleanly, so the file holds a restorable snapshot from before.
     {
         let mut conn = Conn::new(port);
@@ -252,7 +260,7 @@ fn a_kill_9_in_a_write_heavy_run_never_leads_to_a_wrong_value() {
     }
     signal_and_wait(&mut server, libc::SIGTERM);
     drop(server);
-    let mut server = hybrid(port, &flash);
+    let mut server = hybrid_with(port, &flash, extra);
     // The second life overwrites everything, pipelined, and is killed mid-flight.
     let writer = std::thread::spawn(move || {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return };
@@ -273,7 +281,7 @@ fn a_kill_9_in_a_write_heavy_run_never_leads_to_a_wrong_value() {
     signal_and_wait(&mut server, libc::SIGKILL);
     let _ = writer.join();
     drop(server);
-    let server = hybrid(port, &flash);
+    let server = hybrid_with(port, &flash, extra);
     let mut conn = Conn::new(port);
     for key in 0..5000u64 {
         if let Some(got) = conn.get(&format!("w{key}")) {

@@ -92,7 +92,7 @@ pub struct Displaced {
 pub struct FlashIndex {
     buckets: Vec<Bucket>,
     /// The cascade index's tier 1: one bucket per key (a power of two of them, so the bucket is
-    /// the hash's top bits) and CLOCK eviction (hit bits cleared when every candidate has one).
+    /// the hash's top bits) and CLOCK eviction (`clock_insert`).
     clock: bool,
 }
 
@@ -168,6 +168,10 @@ impl FlashIndex {
     ) -> Displaced {
         debug_assert_eq!(entry.tag(), hash.tag());
         let mut displaced = Displaced { replaced: self.remove(hash), evicted: None };
+        if self.clock {
+            displaced.evicted = self.clock_insert(self.bucket_of(hash), entry);
+            return displaced;
+        }
         let pair = self.pair(hash);
         let empties = |b: usize| self.buckets[b].0.iter().filter(|&&e| e == 0).count();
         let b = if empties(pair[1]) > empties(pair[0]) { pair[1] } else { pair[0] };
@@ -179,20 +183,36 @@ impl FlashIndex {
                 Some(spot) => spot,
                 None => {
                     let oldest = ways.into_iter().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
-                    let victim = Entry(self.buckets[oldest.0].0[oldest.1]);
-                    displaced.evicted = Some(victim);
-                    if self.clock && victim.hit() {
-                        // Every candidate was read since the hand last passed: start a new round.
-                        for &(b, w) in &ways {
-                            self.buckets[b].0[w] &= !(1 << 26);
-                        }
-                    }
+                    displaced.evicted = Some(Entry(self.buckets[oldest.0].0[oldest.1]));
                     oldest
                 }
             }
         };
         self.buckets[spot.0].0[spot.1] = entry.0;
         displaced
+    }
+
+    /// CLOCK in one bucket whose ways are kept in insertion order: an empty way takes `entry`;
+    /// else the hand passes over the front, moving each entry with its reference (hit) bit to
+    /// the back with the bit cleared, and evicts the first without; `entry` goes to the back.
+    fn clock_insert(&mut self, b: usize, entry: Entry) -> Option<Entry> {
+        let ways = &mut self.buckets[b].0;
+        if let Some(w) = ways.iter().position(|&e| e == 0) {
+            ways[w] = entry.0;
+            return None;
+        }
+        for _ in 0..WAYS {
+            let front = Entry(ways[0]);
+            if !front.hit() {
+                break;
+            }
+            ways.rotate_left(1);
+            ways[WAYS - 1] = front.without_hit().0;
+        }
+        let victim = Entry(ways[0]);
+        ways.rotate_left(1);
+        ways[WAYS - 1] = entry.0;
+        Some(victim)
     }
 
     /// Replaces `old` with `new` if the key's entry is still `old` (same place); false otherwise.
@@ -307,6 +327,36 @@ mod tests {
         let d = index.insert(h(10), Entry::new(10, 100, 0, 0, 1), |e| e.slot() != 5, |e| u64::from(e.slot()));
         assert_eq!(d.evicted, None, "an invalid entry's way is reused before evicting");
         assert_eq!(index.entries().count(), 8);
+    }
+
+    #[test]
+    fn clock_evicts_the_oldest_entry_not_read_since_the_hand_passed() {
+        let mut index = FlashIndex::new_clock(1);
+        let h = |t| hash(0, t);
+        for t in 1..=8u16 {
+            let d = index.insert(h(t), Entry::new(t, u32::from(t), 0, 0, 1), |_| true, |_| 0);
+            assert_eq!(d.evicted, None);
+        }
+        // 1 and 3 are read: the hand passes them (clearing their bits) and takes 2.
+        for t in [1, 3] {
+            let e = index.find(h(t)).unwrap();
+            assert!(index.replace_if(h(t), e, e.with_hit()));
+        }
+        let d = index.insert(h(9), Entry::new(9, 9, 0, 0, 1), |_| true, |_| 0);
+        assert_eq!(d.evicted.map(|e| e.tag()), Some(2));
+        assert!(!index.find(h(1)).unwrap().hit(), "the hand cleared it");
+        // Then 4..8 in insertion order, then 1 (moved behind them), while nobody reads.
+        let order: Vec<u16> = (10..17u16)
+            .map(|t| index.insert(h(t), Entry::new(t, u32::from(t), 0, 0, 1), |_| true, |_| 0).evicted.unwrap().tag())
+            .collect();
+        // 3 kept its bit until the hand reached it, behind 9.
+        assert_eq!(order, vec![4, 5, 6, 7, 8, 1, 9]);
+        // A bucket where every entry was read: a full round, then the oldest goes.
+        for t in (10..17u16).chain([3]) {
+            let e = index.find(h(t)).unwrap();
+            index.replace_if(h(t), e, e.with_hit());
+        }
+        assert_eq!(index.insert(h(20), Entry::new(20, 20, 0, 0, 1), |_| true, |_| 0).evicted.map(|e| e.tag()), Some(3));
     }
 
     #[test]

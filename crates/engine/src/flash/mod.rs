@@ -2,7 +2,8 @@
 //! log-structured store per partition on its own region of a flash file. Items are appended to a
 //! DRAM write buffer that is written whole, as one segment, into a FIFO ring of segments; a
 //! compact DRAM index (8 bytes per item, 2-byte tags) finds them, so a hit costs one read and a
-//! miss costs none. GC reclaims the oldest segment, keeping the items that were read while on
+//! miss costs none. Or, with `FlashConfig::cascade`, the cascade index (`cascade/`): only hot
+//! mappings in DRAM, the rest in mapping blocks on flash, about a byte of DRAM per item. GC reclaims the oldest segment, keeping the items that were read while on
 //! flash; a clean close writes an index snapshot so the next open serves everything again.
 //!
 //! The store is a state machine over an `IoEngine`: calls queue I/O and return at once; `poll`
@@ -171,9 +172,8 @@ pub struct FlashStore {
     submit_at_once: bool,
     stats: FlashStats,
     completions: Vec<Completion>,
-    /// Lookups finished while the cascade index waited for room (`relieve`): handed out by the
-    /// next `poll` or `wait`.
-    early: Vec<ReadDone>,
+    /// Completions the cascade index's pressure wait (`relieve`) left for the next `poll`.
+    deferred: Vec<Completion>,
     relieving: bool,
     /// The clock of the last call, for completions handled inside an insert.
     last_now: Now,
@@ -515,7 +515,9 @@ impl FlashStore {
     /// go to `out`. Never blocks.
     pub fn poll(&mut self, now: Now, out: &mut Vec<ReadDone>) {
         self.last_now = now;
-        out.append(&mut self.early);
+        for c in std::mem::take(&mut self.deferred) {
+            self.complete(c, now, out);
+        }
         self.tick(now);
         let mut completions = std::mem::take(&mut self.completions);
         self.io.poll(&mut completions);
@@ -529,7 +531,7 @@ impl FlashStore {
 
     /// Blocks until at least one request finishes (if any is in flight), then polls.
     pub fn wait(&mut self, now: Now, out: &mut Vec<ReadDone>) {
-        if !self.early.is_empty() {
+        if !self.deferred.is_empty() {
             return self.poll(now, out);
         }
         let mut completions = std::mem::take(&mut self.completions);

@@ -117,7 +117,7 @@ impl FlashStore {
             submit_at_once: true,
             stats: FlashStats::default(),
             completions: Vec::new(),
-            early: Vec::new(),
+            deferred: Vec::new(),
             relieving: false,
             last_now: now,
             io,
@@ -357,10 +357,13 @@ impl FlashStore {
         self.gc.paused = true;
         let mut sink = Vec::new();
         loop {
+            for c in std::mem::take(&mut self.deferred) {
+                self.complete(c, now, &mut sink);
+            }
             if let Some(b) = self.active {
                 self.seal(b);
             }
-            if self.io.in_flight() == 0 && self.active.is_none() {
+            if self.io.in_flight() == 0 && self.active.is_none() && self.deferred.is_empty() {
                 return;
             }
             self.wait(now, &mut sink);

@@ -283,7 +283,9 @@ impl FlashStore {
         }
     }
 
-    /// A hit found below tier 1 moves its mapping into tier 1 (with its hit bit: it is hot).
+    /// A hit found below tier 1 moves its mapping into tier 1, without its hit bit (CLOCK's
+    /// reference bit): only a second hit while there protects it, so keys read once (the long
+    /// tail of a skewed load) leave before the hot ones. A hit in tier 1 sets the bit.
     pub(in super::super) fn promote(&mut self, p: &PendingRead) {
         if let Some(e) = self.index.find(p.hash) {
             self.index.replace_if(p.hash, e, e.with_hit());
@@ -292,7 +294,7 @@ impl FlashStore {
         if let Some(c) = self.cascade.as_deref_mut() {
             c.stats.promotions += 1;
         }
-        self.t1_insert(p.hash, p.entry.with_hit());
+        self.t1_insert(p.hash, p.entry.without_hit());
     }
 
     /// Counts a finished lookup by the tier that answered (0: a miss) and its flash reads.

@@ -143,6 +143,8 @@ pub struct Reorg {
     /// The merged pages, while they are written (lookups search them in DRAM).
     pub merged: Option<Vec<Vec<Mapping>>>,
     pub seq: u64,
+    /// A full page dropped live mappings in this merge.
+    pub overflowed: bool,
 }
 
 pub struct Cascade {
@@ -388,15 +390,16 @@ impl FlashStore {
     }
 
     /// Stream `s` has no place for a block: start its merge and wait for the device until one
-    /// frees up (a pressure path, taken when inserts outrun the merges; lookups finished
-    /// meanwhile are handed out by the next `poll`). Not re-entered.
+    /// frees up (a pressure path, taken when inserts outrun the merges). Only the completions of
+    /// tier-2 writes and merges are handled here; the rest wait for the next `poll`, so no
+    /// lookup finishes (or promotes, or GC rewrites) inside an insert.
     fn relieve(&mut self, s: usize) {
         if self.relieving {
             return;
         }
         self.relieving = true;
         let now = self.last_now;
-        let mut early = std::mem::take(&mut self.early);
+        let mut unused = Vec::new();
         for _ in 0..64 {
             self.maybe_reorg();
             let Some(c) = self.cascade.as_deref() else { break };
@@ -407,10 +410,13 @@ impl FlashStore {
             self.io.flush();
             self.io.wait(&mut completions);
             for done in completions {
-                self.complete(done, now, &mut early);
+                match done.token & super::TOKEN_KIND {
+                    TOKEN_MAP_WRITE | super::TOKEN_REORG => self.complete(done, now, &mut unused),
+                    _ => self.deferred.push(done),
+                }
             }
         }
-        self.early = early;
+        debug_assert!(unused.is_empty());
         self.relieving = false;
     }
 

@@ -68,6 +68,7 @@ impl FlashStore {
             t2: (0..blocks).map(|_| None).collect(),
             merged: None,
             seq: 0,
+            overflowed: false,
         });
         c.stats.reorgs += 1;
         c.stats.reorg_read_bytes += reads.iter().map(|op| op.len as u64).sum::<u64>();
@@ -104,7 +105,7 @@ impl FlashStore {
         let c = self.cascade.as_deref_mut().expect("cascade");
         let mut r = c.reorg.take().expect("a merge");
         let (s, per) = (r.stream as usize, c.pages_per_stream());
-        let pages = if r.aborted || r.failed { None } else { c.merged_pages(&r, &self.slots, &self.index) };
+        let pages = if r.aborted || r.failed { None } else { c.merged_pages(&mut r, &self.slots, &self.index) };
         let Some(pages) = pages else {
             if !r.aborted {
                 c.stats.reorg_errors += 1;
@@ -158,6 +159,11 @@ impl FlashStore {
         stream.t3_seq = r.seq;
         stream.t3_count = merged.iter().map(|p| p.len() as u32).sum();
         stream.blocks.drain(..blocks);
+        if r.overflowed {
+            // Live mappings were dropped: a lookup that read one before must not serve it now
+            // (a delete since found no lower tier to bury it in).
+            stream.version.drops += 1;
+        }
         if stream.blocks.len() >= c.geo.reorg_at as usize && !stream.queued {
             stream.queued = true;
             c.queue.push_back(s as u32);
@@ -185,7 +191,8 @@ impl FlashStore {
 impl Cascade {
     /// The stream's pages after merging its first `r.blocks` blocks in (None: something read
     /// failed its checks).
-    fn merged_pages(&mut self, r: &Reorg, slots: &[Slot], index: &FlashIndex) -> Option<Vec<Vec<Mapping>>> {
+    fn merged_pages(&mut self, r: &mut Reorg, slots: &[Slot], index: &FlashIndex) -> Option<Vec<Vec<Mapping>>> {
+        let mut overflowed = false;
         let (s, per) = (r.stream as usize, self.pages_per_stream());
         let base = s * per;
         let mut pages: Vec<Vec<Mapping>> = vec![Vec::new(); per];
@@ -230,9 +237,11 @@ impl Cascade {
             if page.len() > cap {
                 page.sort_by_key(|m| std::cmp::Reverse(slots[m.entry.slot() as usize].seq));
                 self.stats.t3_overflow_drops += (page.len() - cap) as u64;
+                overflowed = true;
                 page.truncate(cap);
             }
         }
+        r.overflowed = overflowed;
         Some(pages)
     }
 }
