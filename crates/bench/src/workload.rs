@@ -54,8 +54,12 @@ pub fn ycsb_fnvhash64(mut value: u64) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Distribution {
     Uniform,
-    /// YCSB's scrambled zipfian with this theta (YCSB's default is 0.99).
+    /// YCSB's scrambled zipfian with this theta (YCSB's default is 0.99): ranks over YCSB's
+    /// 10^10 items folded onto the keys, so about a third of the draws land anywhere.
     Zipf(f64),
+    /// Zipf over exactly the keys (`zipfn:THETA`): rank r drawn with weight r^-theta among the
+    /// key count, then scrambled onto a key.
+    ZipfKeys(f64),
 }
 
 impl std::str::FromStr for Distribution {
@@ -64,6 +68,13 @@ impl std::str::FromStr for Distribution {
     fn from_str(text: &str) -> Result<Distribution, String> {
         if text == "uniform" {
             return Ok(Distribution::Uniform);
+        }
+        if let Some(theta) = text.strip_prefix("zipfn:") {
+            let theta: f64 = theta.parse().map_err(|_| format!("bad zipf theta {theta:?}"))?;
+            if !(theta > 0.0 && theta < 1.0) {
+                return Err(format!("zipf theta {theta} must be between 0 and 1 (exclusive)"));
+            }
+            return Ok(Distribution::ZipfKeys(theta));
         }
         let theta = text
             .strip_prefix("zipf:")
@@ -82,6 +93,7 @@ impl std::fmt::Display for Distribution {
         match self {
             Distribution::Uniform => write!(f, "uniform"),
             Distribution::Zipf(theta) => write!(f, "zipf:{theta}"),
+            Distribution::ZipfKeys(theta) => write!(f, "zipfn:{theta}"),
         }
     }
 }
@@ -91,6 +103,8 @@ impl std::fmt::Display for Distribution {
 #[derive(Clone, Debug)]
 pub struct ScrambledZipfian {
     keys: u64,
+    /// The rank space: YCSB's 10^10, or the key count.
+    space: u64,
     theta: f64,
     zetan: f64,
     alpha: f64,
@@ -118,12 +132,17 @@ pub fn zeta(n: u64, theta: f64) -> f64 {
 impl ScrambledZipfian {
     /// A generator over `keys` keys with skew `theta`.
     pub fn new(keys: u64, theta: f64) -> ScrambledZipfian {
-        assert!(keys > 0 && theta > 0.0 && theta < 1.0);
-        let zetan = if theta == 0.99 { YCSB_ZETAN_099 } else { zeta(YCSB_ITEM_COUNT, theta) };
+        ScrambledZipfian::over(keys, theta, YCSB_ITEM_COUNT)
+    }
+
+    /// Ranks over `space` items (`new` uses YCSB's 10^10), hashed onto `keys` keys.
+    pub fn over(keys: u64, theta: f64, space: u64) -> ScrambledZipfian {
+        assert!(keys > 0 && space > 1 && theta > 0.0 && theta < 1.0);
+        let zetan = if theta == 0.99 && space == YCSB_ITEM_COUNT { YCSB_ZETAN_099 } else { zeta(space, theta) };
         let zeta2 = zeta(2, theta);
-        let n = YCSB_ITEM_COUNT as f64;
+        let n = space as f64;
         let eta = (1.0 - (2.0 / n).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        ScrambledZipfian { keys, theta, zetan, alpha: 1.0 / (1.0 - theta), eta }
+        ScrambledZipfian { keys, space, theta, zetan, alpha: 1.0 / (1.0 - theta), eta }
     }
 
     /// The zipfian rank for a uniform draw `u` in [0, 1) (YCSB's `ZipfianGenerator.nextLong`).
@@ -135,7 +154,7 @@ impl ScrambledZipfian {
         if uz < 1.0 + 0.5f64.powf(self.theta) {
             return 1;
         }
-        (YCSB_ITEM_COUNT as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
+        (self.space as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
     }
 
     /// The next key number in [0, keys).
@@ -152,6 +171,10 @@ pub fn key_sequence(distribution: Distribution, keys: u64, count: usize, seed: u
         Distribution::Uniform => (0..count).map(|_| rng.below(keys) as u32).collect(),
         Distribution::Zipf(theta) => {
             let zipf = ScrambledZipfian::new(keys, theta);
+            (0..count).map(|_| zipf.next(&mut rng) as u32).collect()
+        }
+        Distribution::ZipfKeys(theta) => {
+            let zipf = ScrambledZipfian::over(keys, theta, keys);
             (0..count).map(|_| zipf.next(&mut rng) as u32).collect()
         }
     }

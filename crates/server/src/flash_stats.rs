@@ -66,7 +66,14 @@ pub const FIGURES: usize = 47;
 pub fn figures(partition: &Partition) -> [u64; FIGURES] {
     let Some(r) = partition.flash_report() else { return [0; FIGURES] };
     let (s, t, m) = (&r.store, &r.tier, &r.memory);
-    let c = r.cascade.unwrap_or_default();
+    // The full index answers every hit from tier 1, with one read each (none from a buffer).
+    let c = r.cascade.unwrap_or(tierkv_engine::flash::CascadeStats {
+        hits_t1: s.hits_flash + s.hits_buffer,
+        reads_t1: s.hits_flash,
+        misses: s.miss_index + s.miss_tag + s.miss_expired + s.miss_corrupt + s.miss_superseded,
+        reads_miss: s.reads.saturating_sub(s.hits_flash),
+        ..Default::default()
+    });
     [
         t.reads_started,
         s.miss_superseded,

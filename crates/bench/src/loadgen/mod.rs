@@ -238,6 +238,9 @@ pub fn run(config: &RunConfig) -> Result<RunResult, String> {
         let mut keys = Rng::new(config.seed);
         let zipf = match config.dist {
             Distribution::Zipf(theta) => Some(crate::workload::ScrambledZipfian::new(config.keys, theta)),
+            Distribution::ZipfKeys(theta) => {
+                Some(crate::workload::ScrambledZipfian::over(config.keys, theta, config.keys.max(2)))
+            }
             Distribution::Uniform => None,
         };
         return drive(config, &values, config.seconds, |_| {
