@@ -129,6 +129,15 @@ fn start_on(server: &str, config: &CompareConfig, port: u16) -> Result<(Running,
     if !package.is_empty() && !on_path(&program.to_string_lossy()) {
         return Err(format!("{} is not installed: apt-get install {package} (Debian's package)", program.display()));
     }
+    // Each start's stderr is appended to `<out>/<server>.stderr`, so a surprising figure
+    // (a restart that starts empty, say) can be explained afterwards.
+    let _ = std::fs::create_dir_all(&config.out);
+    let log = config.out.join(format!("{server}.stderr"));
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
     let child = Command::new("taskset")
         .arg("-c")
         .arg("0")
@@ -136,7 +145,7 @@ fn start_on(server: &str, config: &CompareConfig, port: u16) -> Result<(Running,
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     let running = Running(child);
