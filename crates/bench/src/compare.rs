@@ -304,7 +304,8 @@ fn flash_figures(
     let written = fc::stats(port, "").map(|s| {
         s.iter().find(|(n, _)| n == "extstore_bytes_written").and_then(|(_, v)| v.parse::<u64>().ok()).unwrap_or(0)
     })?;
-    let used = written.min(flash.size_mib << 20);
+    // Only the written part of tierkv's own file (which may be smaller than memcached's).
+    let used = written.min(flash.tierkv_mib() << 20);
     row.fio_iops = fc::fio_iops(&flash.tierkv_file(), used, row.mean_depth).unwrap_or_else(|e| {
         eprintln!("fio: {e}");
         0.0

@@ -40,6 +40,11 @@ impl FlashCompare {
         self.dir.join("tierkv.flash")
     }
 
+    /// The size of tierkv's file, MiB.
+    pub fn tierkv_mib(&self) -> u64 {
+        self.tierkv_size_mib.unwrap_or(self.size_mib)
+    }
+
     fn memcached_file(&self) -> PathBuf {
         self.dir.join("memcached.extstore")
     }
@@ -52,7 +57,7 @@ impl FlashCompare {
                     "--flash-path".into(),
                     self.tierkv_file().display().to_string(),
                     "--flash-size".into(),
-                    format!("{}m", self.tierkv_size_mib.unwrap_or(self.size_mib)),
+                    format!("{}m", self.tierkv_mib()),
                     "--flash-index".into(),
                     self.index.clone(),
                 ];
@@ -254,12 +259,13 @@ pub fn flash_gets(base: &RunConfig, port: u16, pid: u32, row: &mut FlashRow) -> 
 
 /// fio's 4 KiB random-read IOPS on the first `bytes` of `file` (the part the store has
 /// written: unwritten extents of a preallocated file read as zeros without touching the
-/// device) at `depth` (O_DIRECT, io_uring), 10 s.
+/// device) at `depth` (O_DIRECT, io_uring), 10 s. `--readonly`: fio must never lay out (write)
+/// the file under a running server; a `bytes` beyond the file is an error, not a new file.
 pub fn fio_iops(file: &Path, bytes: u64, depth: f64) -> Result<f64, String> {
     let depth = depth.round().max(1.0) as u64;
     let size = (bytes & !((1 << 20) - 1)).max(1 << 20);
     let output = Command::new("fio")
-        .args(["--name=randread", "--rw=randread", "--bs=4k", "--direct=1", "--ioengine=io_uring"])
+        .args(["--name=randread", "--readonly", "--rw=randread", "--bs=4k", "--direct=1", "--ioengine=io_uring"])
         .arg(format!("--iodepth={depth}"))
         .arg(format!("--size={size}"))
         .arg(format!("--filename={}", file.display()))
@@ -290,20 +296,16 @@ pub fn table(rows: &[FlashRow]) -> String {
     );
     for r in rows {
         let ratio = if r.fio_iops > 0.0 { format!("{:.2}", r.flash_gets_per_sec / r.fio_iops) } else { "n/a".into() };
+        // Only tierkv is restarted (memcached's extstore does not survive one).
+        let restart = if r.stop_ms > 0.0 {
+            format!("{:.0} | {:.0} | {:.4} | {:.4}", r.stop_ms, r.start_ms, r.hits_before, r.hits_after)
+        } else {
+            format!("n/a | n/a | {:.4} | n/a", r.hits_before)
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {ratio} | {:.0} | {:.0} | {:.4} | {:.4} |",
-            r.server,
-            r.items,
-            r.on_flash,
-            r.dram_per_flash_item,
-            r.flash_gets_per_sec,
-            r.mean_depth,
-            r.fio_iops,
-            r.stop_ms,
-            r.start_ms,
-            r.hits_before,
-            r.hits_after
+            "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {ratio} | {restart} |",
+            r.server, r.items, r.on_flash, r.dram_per_flash_item, r.flash_gets_per_sec, r.mean_depth, r.fio_iops,
         );
     }
     out.push('\n');
@@ -311,4 +313,42 @@ pub fn table(rows: &[FlashRow]) -> String {
         let _ = writeln!(out, "- {}: {}", r.server, r.derivation);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_restarted_server_has_restart_figures() {
+        let restarted = FlashRow {
+            server: "tierkv".into(),
+            stop_ms: 1393.0,
+            start_ms: 217.0,
+            hits_before: 0.1565,
+            hits_after: 0.1423,
+            ..Default::default()
+        };
+        let not = FlashRow { server: "memcached".into(), hits_before: 0.0562, ..Default::default() };
+        let text = table(&[restarted, not]);
+        assert!(text.contains("| 1393 | 217 | 0.1565 | 0.1423 |"), "{text}");
+        assert!(text.contains("| n/a | n/a | 0.0562 | n/a |"), "{text}");
+    }
+
+    #[test]
+    fn fio_reads_only_tierkv_s_own_file_size() {
+        let flash = FlashCompare {
+            dir: "/tmp".into(),
+            size_mib: 10600,
+            ext_item_size: 64,
+            cgroup_slack_mib: 128,
+            index: "full".into(),
+            index_mib: None,
+            tierkv_size_mib: Some(1200),
+        };
+        assert_eq!(flash.tierkv_mib(), 1200);
+        assert!(flash.args("tierkv").contains(&"1200m".to_string()));
+        let same = FlashCompare { tierkv_size_mib: None, ..flash };
+        assert_eq!(same.tierkv_mib(), 10600);
+    }
 }
