@@ -281,21 +281,34 @@ fn a_clean_stop_keeps_every_item_for_the_next_start() {
 }
 
 #[test]
-fn another_thread_count_says_so_and_starts_empty() {
+fn another_thread_count_or_a_damaged_file_says_so_and_starts_empty() {
     let flash = FlashFile::new("layout");
     let port = free_port();
     let server = hybrid_on(port, &flash.0, "2", &[]);
     fill(port, 0, 3000);
+    assert!(!server.stderr().contains("starts empty"), "a new file is not worth a line: {}", server.stderr());
     stop(server);
-    let mut command = Command::new(TIERKV);
-    command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
-    command.args(["--flash-path", flash.path(), "--flash-size", "64m"]);
-    let server = start(command, port);
-    // Said once the worker has opened its region (after the port listens).
-    assert_eq!(exchange(port, b"version\r\n")[..8], *b"VERSION ");
+    let one_thread = || {
+        let mut command = Command::new(TIERKV);
+        command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
+        command.args(["--flash-path", flash.path(), "--flash-size", "64m"]);
+        let server = start(command, port);
+        // Said once the worker has opened its region (after the port listens).
+        assert_eq!(exchange(port, b"version\r\n")[..8], *b"VERSION ");
+        server
+    };
+    let server = one_thread();
     let stderr = server.stderr();
     assert!(stderr.contains("starts empty: the layout changed (was 2 partitions"), "{stderr}");
     assert_eq!(exchange(port, b"get k10\r\n"), b"END\r\n");
+    stop(server);
+    // Something else wrote over the superblock: said, not taken for a new file.
+    let mut bytes = std::fs::read(&flash.0).unwrap();
+    bytes[..64].fill(0x5a);
+    std::fs::write(&flash.0, &bytes).unwrap();
+    let server = one_thread();
+    let stderr = server.stderr();
+    assert!(stderr.contains("starts empty: no valid superblock: its page is neither blank nor tierkv's"), "{stderr}");
     drop(server);
 }
 

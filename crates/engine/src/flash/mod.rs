@@ -41,7 +41,7 @@ pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
 use io::{Completion, IoKind, IoOp};
 pub use layout::ItemMeta;
 use layout::{decode_item, item_bytes, Corrupt, PAGE};
-pub use recovery::OpenReport;
+pub use recovery::{OpenReport, NEW_FILE};
 use ring::{Slot, SlotState, WriteBuf};
 pub use stats::{FlashMemory, FlashStats};
 

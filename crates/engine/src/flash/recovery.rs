@@ -28,6 +28,10 @@ const SNAPSHOT_CHUNK: usize = 4 << 20;
 const BUCKETS_PER_PAGE: usize = PAGE / super::index::BUCKET_BYTES;
 const SLOTS_PER_PAGE: usize = PAGE / SLOT_RECORD;
 
+/// `OpenReport::reason` for a region whose superblock page is blank: a new file (not worth
+/// a line at start-up, unlike every other reason to start empty).
+pub const NEW_FILE: &str = "a new file (its superblock page is blank)";
+
 /// What open found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenReport {
@@ -58,16 +62,22 @@ impl FlashStore {
                 )
         };
         let (restored, reason) = match &sb {
-            None => (false, "no valid superblock (a new file, or it was damaged)".to_string()),
-            Some(sb) if !same_layout(sb) => (
+            Err(true) => (false, NEW_FILE.to_string()),
+            Err(false) => (
+                false,
+                "no valid superblock: its page is neither blank nor tierkv's (damaged, unreadable, or \
+                 written by something else)"
+                    .to_string(),
+            ),
+            Ok(sb) if !same_layout(sb) => (
                 false,
                 format!(
                     "the layout changed (was {} partitions, {}-byte regions, {}-byte segments, {} buckets)",
                     sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets
                 ),
             ),
-            Some(sb) if sb.state != STATE_CLEAN => (false, "the last run did not close cleanly".to_string()),
-            Some(sb) => match store.load_snapshot(sb) {
+            Ok(sb) if sb.state != STATE_CLEAN => (false, "the last run did not close cleanly".to_string()),
+            Ok(sb) => match store.load_snapshot(sb) {
                 Ok(()) => (true, "restored".to_string()),
                 Err(why) => {
                     store.reset();
@@ -75,12 +85,12 @@ impl FlashStore {
                 }
             },
         };
-        store.epoch = sb.map_or(u64::from(now.unix.max(1)), |sb| sb.epoch + 1);
+        store.epoch = sb.as_ref().ok().map_or(u64::from(now.unix.max(1)), |sb| sb.epoch + 1);
         store.next_seq = store.epoch << 32;
         if let Some(c) = store.cascade.as_deref_mut() {
             c.next_seq = c.next_seq.max(store.epoch << 32);
         }
-        if let Some(sb) = sb.filter(|_| restored) {
+        if let Some(sb) = sb.ok().filter(|_| restored) {
             store.max_cas = sb.last_cas;
             store.flush_at = sb.flush_at;
         }
@@ -181,9 +191,12 @@ impl FlashStore {
         }
     }
 
-    fn read_superblock(&mut self) -> Option<Superblock> {
+    /// The region's superblock, or why there is none: `Err(true)` when its page is blank (a
+    /// new file), `Err(false)` when it cannot be read or is not a valid superblock.
+    fn read_superblock(&mut self) -> Result<Superblock, bool> {
         let (buf, result) = self.sync_io(IoKind::Read, self.layout.region_offset, AlignedBuf::new(PAGE), PAGE);
-        result.ok().and_then(|_| Superblock::decode(&buf))
+        result.map_err(|_| false)?;
+        Superblock::decode(&buf).ok_or_else(|| buf[..PAGE].iter().all(|&b| b == 0))
     }
 
     fn write_superblock(&mut self, state: u32, snapshot_bytes: u64, checksum: u64) -> Result<(), i32> {

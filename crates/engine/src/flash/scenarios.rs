@@ -110,7 +110,8 @@ fn a_crash_starts_empty_and_older_segments_never_come_back() {
 fn a_changed_layout_or_a_damaged_superblock_starts_empty_and_says_why() {
     let disk = SimDisk::new(config().file_bytes as usize, 5);
     let now = Now { unix: 100, nanos: 1 };
-    let (mut store, _) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    let (mut store, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    assert_eq!(report.reason, crate::flash::NEW_FILE, "a blank file is new");
     let k = key(1);
     assert_eq!(store.insert(KeyHash::of(&k), &k, &value(1, 1, 10), ItemMeta::default(), now), InsertOutcome::Stored);
     store.close(now).unwrap();
@@ -125,6 +126,10 @@ fn a_changed_layout_or_a_damaged_superblock_starts_empty_and_says_why() {
     disk.flip(10, 1);
     let (_, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
     assert!(report.reason.contains("no valid superblock"), "{report:?}");
+    // Zeroed (as a tool that lays the file out anew leaves it): new again.
+    disk.zero(0, 4096);
+    let (_, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
+    assert_eq!(report.reason, crate::flash::NEW_FILE, "{report:?}");
 }
 
 #[test]

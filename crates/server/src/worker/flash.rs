@@ -349,7 +349,7 @@ pub(super) fn attach(
             report.items,
             started.elapsed().as_millis()
         );
-    } else if verbose > 0 || !report.reason.starts_with("no valid superblock") {
+    } else if verbose > 0 || report.reason != tierkv_engine::flash::NEW_FILE {
         eprintln!("tierkv: flash partition {id}: starts empty: {}", report.reason);
     }
     partition.attach_flash(store).map_err(fail)

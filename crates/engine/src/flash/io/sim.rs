@@ -144,6 +144,11 @@ impl SimDisk {
     pub fn flip(&self, offset: usize, bit: u8) {
         self.lock().data[offset] ^= 1 << (bit % 8);
     }
+
+    /// Zeroes `len` bytes at `offset`, as a tool that lays a file out anew does.
+    pub fn zero(&self, offset: usize, len: usize) {
+        self.lock().data[offset..offset + len].fill(0);
+    }
 }
 
 impl Disk {
