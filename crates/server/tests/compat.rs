@@ -506,13 +506,6 @@ fn write_then_count_hits(port: u16, count: usize) -> usize {
     reply.windows(6).filter(|window| window == b"VALUE ").count()
 }
 
-fn stat(port: u16, group: &str, name: &str) -> u64 {
-    let reply = String::from_utf8(exchange_to_sentinel(port, format!("stats {group}\r\n").as_bytes())).unwrap();
-    let prefix = format!("STAT {name} ");
-    let line = reply.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("{name} in {reply}"));
-    line[prefix.len()..].parse().unwrap()
-}
-
 #[test]
 fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
     let port = free_port();
@@ -524,8 +517,8 @@ fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
     assert!((2000..4096).contains(&small), "{small} items in 16 MiB");
     let reply = exchange_to_sentinel(port, b"cache_memlimit 128\r\ncache_memlimit 64\r\n");
     assert!(reply.starts_with(b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\nOK\r\n"));
-    assert_eq!(stat(port, "", "limit_maxbytes"), 64 << 20);
-    assert_eq!(stat(port, "settings", "maxbytes"), 64 << 20);
+    assert_eq!(stat_number(port, "", "limit_maxbytes"), 64 << 20);
+    assert_eq!(stat_number(port, "settings", "maxbytes"), 64 << 20);
     // The longer lap starts at the next wrap; after that the log holds about four times more.
     write_then_count_hits(port, 12_000);
     let large = write_then_count_hits(port, 12_000);
@@ -539,7 +532,7 @@ fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
     assert!(shrunk <= small + 100, "{shrunk} items after the shrink, {small} before the growth");
     let resident = resident_bytes(server.0.id());
     assert!(resident + (24 << 20) < grown, "{} MiB resident after the shrink, {} before", resident >> 20, grown >> 20);
-    assert!(stat(port, "", "curr_items") <= 4096 && stat(port, "", "evictions") > 0);
+    assert!(stat_number(port, "", "curr_items") <= 4096 && stat_number(port, "", "evictions") > 0);
     // Store mode cannot move its arena: only its own limit is accepted.
     let store = tierkv_with(&["--mode", "store", "-t", "2"]);
     let reply = exchange_to_sentinel(store.1, b"cache_memlimit 32\r\ncache_memlimit 64\r\n");

@@ -123,14 +123,6 @@ fn fill(port: u16, from: usize, to: usize) {
     }
 }
 
-fn stat(port: u16, name: &str) -> u64 {
-    let reply = exchange_to_sentinel(port, b"stats\r\n");
-    let text = String::from_utf8_lossy(&reply).to_string();
-    let prefix = format!("STAT {name} ");
-    let line = text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("no {name}: {text}"));
-    line[prefix.len()..].trim().parse().unwrap()
-}
-
 fn pymemcache_flash(threads: &str) {
     let flash = FlashFile::new(&format!("pymemcache-{threads}"));
     let server = hybrid(&flash, threads, &[]);
@@ -139,7 +131,7 @@ fn pymemcache_flash(threads: &str) {
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "pymemcache flash checks: {text}");
     assert!(text.contains("all checks passed"), "{text}");
-    assert!(stat(server.1, "recache_from_extstore") > 10_000, "the reads came from flash");
+    assert!(stat_number(server.1, "", "recache_from_extstore") > 10_000, "the reads came from flash");
 }
 
 #[test]
@@ -161,7 +153,7 @@ fn rust_memcache_crate_reads_flash_items_over_binary() {
     for i in 0..N {
         client.set(&format!("b{i}"), value(i).as_slice(), 0).unwrap();
     }
-    assert!(stat(server.1, "extstore_objects_used") > 5_000, "most items went to flash");
+    assert!(stat_number(server.1, "", "extstore_objects_used") > 5_000, "most items went to flash");
     let mut misses = 0;
     for i in 0..N {
         match client.get::<Vec<u8>>(&format!("b{i}")).unwrap() {
@@ -210,7 +202,7 @@ fn a_pipeline_of_dram_and_flash_keys_is_answered_in_order() {
     let mut reply = vec![0u8; expected.len()];
     stream.read_exact(&mut reply).expect("every reply");
     assert_eq!(String::from_utf8_lossy(&reply), String::from_utf8_lossy(&expected));
-    assert!(stat(server.1, "get_extstore") >= 100, "half the keys were read from flash");
+    assert!(stat_number(server.1, "", "get_extstore") >= 100, "half the keys were read from flash");
 }
 
 #[test]
@@ -259,7 +251,7 @@ fn a_clean_stop_keeps_every_item_for_the_next_start() {
     let cas: u64 = text.lines().next().unwrap().split(' ').nth(4).unwrap().parse().unwrap();
     exchange(port, b"delete k5\r\n");
     let server = restart(server, &flash, "2");
-    assert!(stat(port, "curr_items") >= 11_900);
+    assert!(stat_number(port, "", "curr_items") >= 11_900);
     let mut stream = connect(port);
     for i in (0..12_000).filter(|i| i % 3 == 0 && *i != 5) {
         stream.write_all(format!("get k{i}\r\n").as_bytes()).unwrap();
@@ -350,7 +342,7 @@ fn memcached_ext_path_is_the_flash_path() {
     assert!(reply.contains(&format!("STAT flash_path {}\r\n", flash.path())), "{reply}");
     assert!(reply.contains("STAT flash_size 67108864\r\n"), "{reply}");
     fill(port, 0, N);
-    assert!(stat(port, "extstore_objects_used") > 5_000);
+    assert!(stat_number(port, "", "extstore_objects_used") > 5_000);
     drop(server);
 }
 
@@ -400,7 +392,7 @@ fn lru_crawler_metadump_lists_flash_items_too() {
     let server = hybrid(&flash, "2", &[]);
     fill(server.1, 0, N);
     exchange(server.1, b"delete k9\r\n");
-    assert!(stat(server.1, "extstore_objects_used") > (N / 2) as u64, "most items are on flash");
+    assert!(stat_number(server.1, "", "extstore_objects_used") > (N / 2) as u64, "most items are on flash");
     let mut stream = connect(server.1);
     stream.write_all(b"lru_crawler metadump all\r\n").unwrap();
     let reply = read_until(&mut stream, b"END\r\n");

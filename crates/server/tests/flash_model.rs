@@ -211,22 +211,11 @@ fn model_rounds(name: &str, extra: &[&str]) {
 
 /// The `flash_*` figures of `stats`.
 fn stats_of(port: u16) -> HashMap<String, u64> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.write_all(b"stats\r\n").unwrap();
-    let mut text = Vec::new();
-    let mut buf = [0u8; 65536];
-    while !text.ends_with(b"END\r\n") {
-        let n = stream.read(&mut buf).unwrap();
-        assert!(n > 0, "the server closed the connection");
-        text.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split(' ').skip(1);
-            let (name, value) = (words.next()?, words.next()?);
-            Some((name.to_string(), value.parse().ok()?)).filter(|_: &(String, u64)| name.starts_with("flash_"))
-        })
+    let stats = stats_map(port, "");
+    stats
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("flash_"))
+        .filter_map(|(n, v)| Some((n, v.parse().ok()?)))
         .collect()
 }
 

@@ -3,8 +3,9 @@
 //! DRAM write buffer that is written whole, as one segment, into a FIFO ring of segments; a
 //! compact DRAM index (8 bytes per item, 2-byte tags) finds them, so a hit costs one read and a
 //! miss costs none. Or, with `FlashConfig::cascade`, the cascade index (`cascade/`): only hot
-//! mappings in DRAM, the rest in mapping blocks on flash, about a byte of DRAM per item. GC reclaims the oldest segment, keeping the items that were read while on
-//! flash; a clean close writes an index snapshot so the next open serves everything again.
+//! mappings in DRAM, the rest in mapping blocks on flash, about a byte of DRAM per item. GC
+//! reclaims the oldest segment, keeping the items that were read while on flash; a clean close
+//! writes an index snapshot so the next open serves everything again.
 //!
 //! The store is a state machine over an `IoEngine`: calls queue I/O and return at once; `poll`
 //! consumes completions and hands back finished lookups. It must not block except in `open`

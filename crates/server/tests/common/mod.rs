@@ -152,6 +152,24 @@ pub fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -
     })
 }
 
+/// `stats GROUP` (`group` "" for plain `stats`) as name -> value.
+pub fn stats_map(port: u16, group: &str) -> std::collections::HashMap<String, String> {
+    let request = if group.is_empty() { "stats\r\n".to_string() } else { format!("stats {group}\r\n") };
+    let reply = exchange_to_sentinel(port, request.as_bytes());
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .filter_map(|line| line.strip_prefix("STAT ")?.split_once(' '))
+        .map(|(name, value)| (name.to_string(), value.trim().to_string()))
+        .collect()
+}
+
+/// One number of `stats GROUP`; panics, naming it, if it is missing or not a number.
+pub fn stat_number(port: u16, group: &str, name: &str) -> u64 {
+    let stats = stats_map(port, group);
+    let value = stats.get(name).unwrap_or_else(|| panic!("no {name} in stats {group}: {stats:?}"));
+    value.parse().unwrap_or_else(|_| panic!("{name} {value} is not a number"))
+}
+
 /// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
 /// whose 24-byte response ends the reply.
 pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {

@@ -399,17 +399,16 @@ impl FlashStore {
         }
         self.relieving = true;
         let now = self.last_now;
-        let mut unused = Vec::new();
+        let (mut unused, mut completions) = (Vec::new(), Vec::new());
         for _ in 0..64 {
             self.maybe_reorg();
             let Some(c) = self.cascade.as_deref() else { break };
             if c.free_place(s).is_some() || self.io.in_flight() == 0 {
                 break;
             }
-            let mut completions = Vec::new();
             self.io.flush();
             self.io.wait(&mut completions);
-            for done in completions {
+            for done in completions.drain(..) {
                 match done.token & super::TOKEN_KIND {
                     TOKEN_MAP_WRITE | super::TOKEN_REORG => self.complete(done, now, &mut unused),
                     _ => self.deferred.push(done),

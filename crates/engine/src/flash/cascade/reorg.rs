@@ -208,8 +208,8 @@ impl Cascade {
         }
         for (j, b) in self.streams[s].blocks.iter().take(r.blocks).enumerate() {
             debug_assert!(j < r.dram.len());
-            let ms: Vec<Mapping> = match (&r.dram[j], r.t2[j].as_ref()) {
-                (Some(ms), _) => ms.clone(),
+            let ms: Vec<Mapping> = match (r.dram[j].take(), r.t2[j].as_ref()) {
+                (Some(ms), _) => ms,
                 (None, Some(buf)) => {
                     let h = decode_header(buf)?;
                     if (h.kind, h.owner, h.seq) != (KIND_T2, s as u32, b.seq) {
