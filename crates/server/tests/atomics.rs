@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 
-use common::{exchange_binary_to_sentinel, exchange_to_sentinel, tierkv_with};
+use common::{exchange_binary_to_sentinel, exchange_to_sentinel, exchange_to_sentinel_within, tierkv_with, PATIENT};
 use tierkv_protocol::binary::{opcode, status, write_request, HEADER_BYTES};
 
 const SCRIPT: &[u8] = b"set n 0 0 2\r\n10\r\n\
@@ -241,7 +241,10 @@ fn a_contended_vector_ends_at_the_sum_of_acknowledged_deltas() {
     const LEN: usize = 64;
     let server = tierkv_with(&["-t", "2"]);
     let port = server.1;
-    assert!(exchange_to_sentinel(port, b"vnew pv f32 64\r\n").starts_with(b"STORED\r\n"));
+    // The first request of a just-started server, answered for sure: a loaded machine may take
+    // longer than `QUIET` to schedule the owning worker.
+    let created = exchange_to_sentinel_within(port, b"vnew pv f32 64\r\n", PATIENT);
+    assert!(created.starts_with(b"STORED\r\n"), "{}", String::from_utf8_lossy(&created));
     let threads: Vec<_> = (0..6u32)
         .map(|t| {
             std::thread::spawn(move || {
