@@ -272,42 +272,144 @@ fn a_clean_stop_keeps_every_item_for_the_next_start() {
     drop(server);
 }
 
+/// tierkv on `port` with `threads` workers and `flash` of `size`, once every worker has opened
+/// its region (said after the port listens).
+fn opened(port: u16, flash: &FlashFile, threads: &str, size: &str, extra: &[&str]) -> Server {
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", threads]);
+    command.args(["--flash-path", flash.path(), "--flash-size", size]).args(extra);
+    let server = start(command, port);
+    assert_eq!(exchange(port, b"version\r\n")[..8], *b"VERSION ");
+    server
+}
+
+/// Keys `k{from}..k{to}` that the server answers with `value(i)` prefixed by `tag`.
+fn served_with(port: u16, from: usize, to: usize, tag: &str) -> usize {
+    let mut stream = connect(port);
+    let mut count = 0;
+    for i in from..to {
+        stream.write_all(format!("get k{i}\r\n").as_bytes()).unwrap();
+        let reply = read_until(&mut stream, b"END\r\n");
+        let mut v = tag.as_bytes().to_vec();
+        v.extend_from_slice(&value(i));
+        count += usize::from(reply.windows(v.len()).any(|w| w == v.as_slice()));
+    }
+    count
+}
+
+/// Sets `k{from}..k{to}` to `tag` + `value(i)` (odd keys deleted instead with `delete_odd`).
+fn write_tagged(port: u16, from: usize, to: usize, tag: &str, delete_odd: bool) {
+    let mut stream = connect(port);
+    for i in from..to {
+        if delete_odd && i % 2 == 1 {
+            stream.write_all(format!("delete k{i}\r\n").as_bytes()).unwrap();
+            let reply = read_until(&mut stream, b"\r\n");
+            assert!(reply == b"DELETED\r\n" || reply == b"NOT_FOUND\r\n", "{}", String::from_utf8_lossy(&reply));
+            continue;
+        }
+        let mut v = tag.as_bytes().to_vec();
+        v.extend_from_slice(&value(i));
+        let mut request = format!("set k{i} 0 0 {}\r\n", v.len()).into_bytes();
+        request.extend_from_slice(&v);
+        request.extend_from_slice(b"\r\n");
+        stream.write_all(&request).unwrap();
+        assert_eq!(read_until(&mut stream, b"\r\n"), b"STORED\r\n");
+    }
+}
+
+/// The operator's round trips: -t 2 -> -t 1 -> -t 2 and 64m -> 96m -> 64m. Run B overwrites or
+/// deletes every key run A wrote; run C must serve none of run A's values (before tierkv
+/// had one identity per layout, run C served half of them: the region run B never wrote over).
 #[test]
-fn another_thread_count_or_a_damaged_file_says_so_and_starts_empty() {
-    let flash = FlashFile::new("layout");
+fn a_round_trip_through_another_layout_serves_no_old_value() {
+    const KEYS: usize = 12_000;
+    for (a, b) in [(("2", "64m"), ("1", "64m")), (("2", "64m"), ("2", "96m"))] {
+        let flash = FlashFile::new(&format!("round-trip-{}-{}", b.0, b.1));
+        let port = free_port();
+        let server = opened(port, &flash, a.0, a.1, &[]);
+        write_tagged(port, 0, KEYS, "v1:", false);
+        assert!(!server.stderr().contains("starts empty"), "a new file is not worth a line: {}", server.stderr());
+        stop(server);
+        let server = opened(port, &flash, b.0, b.1, &[]);
+        let stderr = server.stderr();
+        assert!(stderr.contains("the layout changed (was 2 partitions"), "{stderr}");
+        assert!(stderr.contains("starts empty: written under an earlier layout"), "{stderr}");
+        write_tagged(port, 0, KEYS, "v2:", true);
+        stop(server);
+        let server = opened(port, &flash, a.0, a.1, &[]);
+        assert_eq!(served_with(port, 0, KEYS, "v1:"), 0, "{a:?} -> {b:?} -> {a:?}: {}", server.stderr());
+        stop(server);
+    }
+}
+
+#[test]
+fn a_damaged_superblock_says_so_and_starts_empty() {
+    let flash = FlashFile::new("damaged");
     let port = free_port();
-    let server = hybrid_on(port, &flash.0, "2", &[]);
+    let server = opened(port, &flash, "2", "64m", &[]);
     fill(port, 0, 3000);
-    assert!(!server.stderr().contains("starts empty"), "a new file is not worth a line: {}", server.stderr());
     stop(server);
-    let one_thread = || {
-        let mut command = Command::new(TIERKV);
-        command.args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "1"]);
-        command.args(["--flash-path", flash.path(), "--flash-size", "64m"]);
-        let server = start(command, port);
-        // Said once the worker has opened its region (after the port listens).
-        assert_eq!(exchange(port, b"version\r\n")[..8], *b"VERSION ");
-        server
-    };
-    let server = one_thread();
-    let stderr = server.stderr();
-    assert!(stderr.contains("starts empty: the layout changed (was 2 partitions"), "{stderr}");
-    assert_eq!(exchange(port, b"get k10\r\n"), b"END\r\n");
-    stop(server);
-    // Something else wrote over the superblock: said, not taken for a new file.
+    // Something wrote over region 0's superblock (the page after the file header).
     let mut bytes = std::fs::read(&flash.0).unwrap();
-    bytes[..64].fill(0x5a);
+    bytes[4096..4160].fill(0x5a);
     std::fs::write(&flash.0, &bytes).unwrap();
-    let server = one_thread();
+    let server = opened(port, &flash, "2", "64m", &[]);
     let stderr = server.stderr();
     assert!(stderr.contains("starts empty: no valid superblock: its page is neither blank nor tierkv's"), "{stderr}");
     drop(server);
 }
 
+/// A file that is not tierkv's is refused, untouched, naming the path; --flash-force takes it.
+#[test]
+fn a_foreign_file_is_refused_unless_forced() {
+    let flash = FlashFile::new("foreign");
+    let foreign: Vec<u8> = (0..(1u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(&flash.0, &foreign).unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(TIERKV)
+            .args(["-p", &free_port().to_string(), "-m", "4", "-t", "1"])
+            .args(["--flash-path", flash.path(), "--flash-size", "64m"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let output = run(&[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(&format!("--flash-path {}: holds something that is not tierkv's", flash.path())),
+        "{stderr}"
+    );
+    assert!(std::fs::read(&flash.0).unwrap() == foreign, "a refused file is left as it was");
+    let port = free_port();
+    let server = opened(port, &flash, "1", "64m", &["--flash-force"]);
+    assert!(server.stderr().contains("taken over (--flash-force)"), "{}", server.stderr());
+    fill(port, 0, 2000);
+    stop(server);
+    let server = opened(port, &flash, "1", "64m", &[]);
+    wait_restored(&server);
+    assert!(served_with(port, 0, 2000, "") > 1900, "ours from then on: {}", server.stderr());
+}
+
+/// A flash size the disk cannot hold fails start-up and leaves no file behind.
+#[test]
+fn an_oversized_flash_file_is_not_left_behind() {
+    let flash = FlashFile::new("oversized");
+    let output = Command::new(TIERKV)
+        .args(["-p", &free_port().to_string(), "-t", "4", "--flash-path", flash.path(), "--flash-size", "3t"])
+        .args(["--flash-segment-size", "4m"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot open or size it"), "{stderr}");
+    assert!(!flash.0.exists(), "the file start-up created is removed");
+}
+
 #[test]
 fn bad_flash_settings_stop_start_up_naming_the_flag() {
     let flash = FlashFile::new("bad");
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--flash-size", "64m"], "--flash-size needs --flash-path"),
         (&["--flash-path", flash.path()], "--flash-size is needed with --flash-path"),
         (&["--flash-path", flash.path(), "--flash-size", "lots"], "--flash-size \"lots\" must be a size"),
@@ -315,6 +417,7 @@ fn bad_flash_settings_stop_start_up_naming_the_flag() {
         (&["-o", "ext_item_size=64,ext_bogus=1"], "-o \"ext_bogus=1\""),
         (&["--flash-path", flash.path(), "--flash-size", "64m", "--mode", "store"], "--flash-path needs cache mode"),
         (&["--flash-path", "/", "--flash-size", "64m"], "--flash-path /: is a directory"),
+        (&["--flash-path", flash.path(), "--flash-size", "1m"], "--flash-size 1048576 cannot be laid out"),
     ];
     for (args, expected) in cases {
         let output = Command::new(TIERKV).args(["-p", &free_port().to_string()]).args(args).output().unwrap();
@@ -323,7 +426,7 @@ fn bad_flash_settings_stop_start_up_naming_the_flag() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
     let output = Command::new(TIERKV)
-        .args(["-p", &free_port().to_string(), "--flash-path", "/nonexistent-dir/x.flash", "--flash-size", "1m"])
+        .args(["-p", &free_port().to_string(), "--flash-path", "/nonexistent-dir/x.flash", "--flash-size", "64m"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -2,7 +2,7 @@
 
 use super::admission::AdmissionPolicy;
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
-use super::layout::{PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
+use super::layout::{FORMAT_VERSION, PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
 use super::mapblock::{Bloom, ENTRY_BYTES, PER_BLOCK};
 
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
@@ -32,6 +32,8 @@ pub struct FlashConfig {
     pub admission: AdmissionPolicy,
     /// None: the full DRAM index of #11 (8 bytes per item). Some: the cascade index.
     pub cascade: Option<CascadeConfig>,
+    /// The file's identity (`flash::claim_file`): a region written under another is not used.
+    pub identity: u64,
 }
 
 /// The cascade index's settings (Cascade Mapping: hot mappings in DRAM, the rest on flash).
@@ -159,7 +161,37 @@ impl FlashConfig {
             max_reads: 256,
             admission: AdmissionPolicy::All,
             cascade: None,
+            identity: 1,
         }
+    }
+
+    /// A hash of every setting that shapes the regions (partitions, file size, segment size,
+    /// index kind and sizes, format version): equal keys lay the file out identically.
+    pub fn layout_key(&self) -> u64 {
+        let c = self.cascade.map(|c| {
+            [
+                c.t1_bytes,
+                u64::from(c.reorg_at),
+                u64::from(c.max_streams),
+                u64::from(c.t3_bloom_bits),
+                u64::from(c.t2_bloom_bits),
+                u64::from(c.pages_per_stream),
+                u64::from(c.block_entries),
+            ]
+        });
+        let fields = [
+            u64::from(FORMAT_VERSION),
+            u64::from(self.partitions),
+            self.file_bytes,
+            u64::from(self.segment_bytes),
+            u64::from(self.expected_item_bytes),
+            u64::from(c.is_some()),
+        ];
+        let mut bytes = Vec::with_capacity(13 * 8);
+        for v in fields.iter().chain(c.iter().flatten()) {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64(&bytes)
     }
 }
 
@@ -199,8 +231,10 @@ impl RegionLayout {
         if cfg.write_buffers < 2 || cfg.max_reads == 0 || cfg.expected_item_bytes < 32 {
             return Err(LayoutError("need 2+ write buffers, 1+ reads and an expected item of 32+ bytes".into()));
         }
-        let region_bytes = (cfg.file_bytes / u64::from(cfg.partitions)) / PAGE as u64 * PAGE as u64;
-        let region_offset = region_bytes * u64::from(cfg.partition);
+        // The file's first page is its header (`layout::FileHeader`).
+        let region_bytes =
+            (cfg.file_bytes.saturating_sub(PAGE as u64) / u64::from(cfg.partitions)) / PAGE as u64 * PAGE as u64;
+        let region_offset = PAGE as u64 + region_bytes * u64::from(cfg.partition);
         let seg = u64::from(seg);
         let rough_slots = region_bytes.saturating_sub(PAGE as u64) / seg;
         let entries = rough_slots * seg / u64::from(cfg.expected_item_bytes);
@@ -276,7 +310,8 @@ mod tests {
         let a = RegionLayout::new(&cfg(0)).unwrap();
         let b = RegionLayout::new(&cfg(1)).unwrap();
         assert_eq!(a.region_bytes, b.region_bytes);
-        assert_eq!(b.region_offset, a.region_bytes);
+        assert_eq!(a.region_offset, PAGE as u64, "after the file header");
+        assert_eq!(b.region_offset, a.region_offset + a.region_bytes);
         assert!(a.segment_offset(a.slots) <= b.region_offset, "the last segment ends inside its region");
         assert!(a.snapshot_offset + a.snapshot_bytes <= a.segments_offset);
         assert_eq!(a.segments_offset % PAGE as u64, 0);

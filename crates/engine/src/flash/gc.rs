@@ -78,8 +78,13 @@ impl FlashStore {
             return;
         }
         let s = self.slots[slot as usize];
-        let header = SegmentHeader::decode(&buf)
-            .filter(|h| h.seq == s.seq && h.slot == slot && h.used == s.used && h.partition == self.cfg.partition);
+        let header = SegmentHeader::decode(&buf).filter(|h| {
+            h.seq == s.seq
+                && h.slot == slot
+                && h.used == s.used
+                && h.partition == self.cfg.partition
+                && h.identity == self.cfg.identity
+        });
         match (c.result, header) {
             (Err(_), _) => self.stats.gc_read_errors += 1,
             (Ok(_), None) => self.stats.gc_bad_segments += 1,

@@ -3,9 +3,16 @@
 //! little-endian. Nothing here does I/O.
 //!
 //! ```text
-//! the flash file: one region per partition, regions of equal size, each aligned to PAGE
+//! the flash file: a header page, then one region per partition, regions of equal size, each
+//! aligned to PAGE
 //!
-//!   | region 0 | region 1 | ... | region n-1 | (tail smaller than a region: unused)
+//!   | file header | region 0 | region 1 | ... | region n-1 | (tail smaller than a region: unused)
+//!
+//! file header (FILE_HEADER_BYTES used of its page): the file's identity, drawn anew whenever the
+//! layout changes; a region or segment written under another identity is never used
+//!   0 magic u64 "TKVFLASH" | 8 version u32 | 12 partitions u32 | 16 file_bytes u64
+//!  24 segment_bytes u32 | 28 index u32 (0 full, 1 cascade) | 32 layout_key u64 (xxh3 of every
+//!  setting that shapes the regions) | 40 identity u64 | 48 checksum u64 (xxh3 of bytes 0..48)
 //!
 //! a region
 //!
@@ -19,7 +26,9 @@
 //!  16 partition u32 | 20 partitions u32 | 24 region_bytes u64 | 32 segment_bytes u32
 //!  36 buckets u32 | 40 epoch u64 | 48 last_seq u64 | 56 snapshot_bytes u64
 //!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 flush_at u32 (Unix seconds of a pending
-//!  delayed flush_all, 0 = none) | 84 zero u32 | 88 checksum u64 (xxh3 of bytes 0..88)
+//!  delayed flush_all, 0 = none) | 84 zero u32 | 88 identity u64 (the file's, see above)
+//!  96 watermark u64 (the lowest segment sequence number still valid) | 104 checksum u64 (xxh3
+//!  of bytes 0..104)
 //!
 //! segment: written whole and in order from one aligned buffer
 //!   +----------------+----------------------------------------------+---------+
@@ -27,7 +36,8 @@
 //!   | SEGMENT_HEADER | most one PAGE never crosses a PAGE boundary   |         |
 //!   +----------------+----------------------------------------------+---------+
 //!   0 magic u64 "TKVSEGMT" | 8 version u32 | 12 partition u32 | 16 epoch u64
-//!  24 seq u64 | 32 slot u32 | 36 used u32 (bytes, header included) | 40 checksum u64 (of 0..40)
+//!  24 seq u64 | 32 slot u32 | 36 used u32 (bytes, header included) | 40 identity u64
+//!  48 checksum u64 (of 0..48) | 56 zero u64
 //!
 //! item
 //!   0 magic u16 0x5EA1 | 2 key_len u8 | 3 version u8 | 4 value_len u24 | 7 state u8 (the
@@ -43,15 +53,17 @@ pub const PAGE: usize = 4096;
 /// Item alignment inside a segment; index entries count offsets in these units.
 pub const ITEM_ALIGN: usize = 16;
 /// On-flash format version, in every header.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
+pub const FILE_MAGIC: u64 = u64::from_le_bytes(*b"TKVFLASH");
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
 pub const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
 pub const ITEM_MAGIC: u16 = 0x5EA1;
 
-pub const SUPERBLOCK_BYTES: usize = 96;
-pub const SEGMENT_HEADER: usize = 48;
+pub const FILE_HEADER_BYTES: usize = 56;
+pub const SUPERBLOCK_BYTES: usize = 112;
+pub const SEGMENT_HEADER: usize = 64;
 pub const ITEM_HEADER: usize = 32;
 /// The snapshot header, at the start of its own page:
 ///   0 magic u64 "TKVSNAPS" | 8 version u32 | 12 partition u32 | 16 epoch u64 | 24 slots u32
@@ -60,7 +72,8 @@ pub const ITEM_HEADER: usize = 32;
 /// buckets (64 bytes each), zero-padded to a page.
 pub const SNAPSHOT_HEADER: usize = 48;
 
-const _: () = assert!(SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
+const _: () =
+    assert!(FILE_HEADER_BYTES <= PAGE && SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(ITEM_HEADER.is_multiple_of(ITEM_ALIGN) && PAGE.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
 
@@ -104,6 +117,10 @@ pub struct Superblock {
     pub snapshot_checksum: u64,
     pub last_cas: u64,
     pub flush_at: u32,
+    /// The file identity the region was written under.
+    pub identity: u64,
+    /// The lowest segment sequence number still valid (raised when the region starts empty).
+    pub watermark: u64,
 }
 
 impl Superblock {
@@ -123,8 +140,10 @@ impl Superblock {
         put64(out, 64, self.snapshot_checksum);
         put64(out, 72, self.last_cas);
         put32(out, 80, self.flush_at);
-        let sum = xxh3_64(&out[..88]);
-        put64(out, 88, sum);
+        put64(out, 88, self.identity);
+        put64(out, 96, self.watermark);
+        let sum = xxh3_64(&out[..104]);
+        put64(out, 104, sum);
     }
 
     /// The superblock in `page`, or None if its magic, version or checksum is wrong.
@@ -132,7 +151,7 @@ impl Superblock {
         if page.len() < SUPERBLOCK_BYTES
             || u64_at(page, 0) != SUPERBLOCK_MAGIC
             || u32_at(page, 8) != FORMAT_VERSION
-            || u64_at(page, 88) != xxh3_64(&page[..88])
+            || u64_at(page, 104) != xxh3_64(&page[..104])
         {
             return None;
         }
@@ -149,6 +168,79 @@ impl Superblock {
             snapshot_checksum: u64_at(page, 64),
             last_cas: u64_at(page, 72),
             flush_at: u32_at(page, 80),
+            identity: u64_at(page, 88),
+            watermark: u64_at(page, 96),
+        })
+    }
+}
+
+/// The flash file's first page: who wrote the file, in which layout, under which identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileHeader {
+    pub partitions: u32,
+    pub file_bytes: u64,
+    pub segment_bytes: u32,
+    /// 0: the full index, 1: the cascade index.
+    pub index: u32,
+    /// A hash of every setting that shapes the regions (`FlashConfig::layout_key`).
+    pub layout_key: u64,
+    pub identity: u64,
+}
+
+/// What a file's first page holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstPage {
+    /// All zeroes: a new (or zeroed) file.
+    Blank,
+    /// A valid file header of this format.
+    Ours(FileHeader),
+    /// tierkv's, but not readable as this format's header: an earlier format (a region
+    /// superblock at the start of the file) or a header that fails its checksum.
+    OursOther,
+    /// Anything else: another program's data.
+    Foreign,
+}
+
+impl FileHeader {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..FILE_HEADER_BYTES].fill(0);
+        put64(out, 0, FILE_MAGIC);
+        put32(out, 8, FORMAT_VERSION);
+        put32(out, 12, self.partitions);
+        put64(out, 16, self.file_bytes);
+        put32(out, 24, self.segment_bytes);
+        put32(out, 28, self.index);
+        put64(out, 32, self.layout_key);
+        put64(out, 40, self.identity);
+        let sum = xxh3_64(&out[..48]);
+        put64(out, 48, sum);
+    }
+
+    /// Classifies a file's first page.
+    pub fn classify(page: &[u8]) -> FirstPage {
+        if page.iter().all(|&b| b == 0) {
+            return FirstPage::Blank;
+        }
+        if page.len() < FILE_HEADER_BYTES {
+            return FirstPage::Foreign;
+        }
+        let magic = u64_at(page, 0);
+        if magic == SUPERBLOCK_MAGIC {
+            return FirstPage::OursOther;
+        }
+        if magic != FILE_MAGIC {
+            return FirstPage::Foreign;
+        }
+        if u32_at(page, 8) != FORMAT_VERSION || u64_at(page, 48) != xxh3_64(&page[..48]) {
+            return FirstPage::OursOther;
+        }
+        FirstPage::Ours(FileHeader {
+            partitions: u32_at(page, 12),
+            file_bytes: u64_at(page, 16),
+            segment_bytes: u32_at(page, 24),
+            index: u32_at(page, 28),
+            layout_key: u64_at(page, 32),
+            identity: u64_at(page, 40),
         })
     }
 }
@@ -161,6 +253,7 @@ pub struct SegmentHeader {
     pub seq: u64,
     pub slot: u32,
     pub used: u32,
+    pub identity: u64,
 }
 
 impl SegmentHeader {
@@ -172,15 +265,17 @@ impl SegmentHeader {
         put64(out, 24, self.seq);
         put32(out, 32, self.slot);
         put32(out, 36, self.used);
-        let sum = xxh3_64(&out[..40]);
-        put64(out, 40, sum);
+        put64(out, 40, self.identity);
+        let sum = xxh3_64(&out[..48]);
+        put64(out, 48, sum);
+        put64(out, 56, 0);
     }
 
     pub fn decode(b: &[u8]) -> Option<SegmentHeader> {
         if b.len() < SEGMENT_HEADER
             || u64_at(b, 0) != SEGMENT_MAGIC
             || u32_at(b, 8) != FORMAT_VERSION
-            || u64_at(b, 40) != xxh3_64(&b[..40])
+            || u64_at(b, 48) != xxh3_64(&b[..48])
         {
             return None;
         }
@@ -190,6 +285,7 @@ impl SegmentHeader {
             seq: u64_at(b, 24),
             slot: u32_at(b, 32),
             used: u32_at(b, 36),
+            identity: u64_at(b, 40),
         })
     }
 }
@@ -340,6 +436,8 @@ mod tests {
             snapshot_checksum: 55,
             last_cas: 99,
             flush_at: 1_900_000_000,
+            identity: 0xDEAD_BEEF,
+            watermark: 77 << 32,
         };
         let mut page = vec![0u8; PAGE];
         sb.encode(&mut page);
@@ -353,7 +451,7 @@ mod tests {
 
     #[test]
     fn segment_header_round_trips_and_rejects_a_flipped_bit() {
-        let h = SegmentHeader { partition: 1, epoch: 2, seq: 3, slot: 4, used: 5000 };
+        let h = SegmentHeader { partition: 1, epoch: 2, seq: 3, slot: 4, used: 5000, identity: 6 };
         let mut b = [0u8; SEGMENT_HEADER];
         h.encode(&mut b);
         assert_eq!(SegmentHeader::decode(&b), Some(h));
@@ -378,6 +476,33 @@ mod tests {
         }
         assert_eq!(decode_item(&b[..40]), Err(Corrupt::Length));
         assert_eq!(decode_item(&[0u8; 64]), Err(Corrupt::Magic));
+    }
+
+    #[test]
+    fn file_header_round_trips_and_foreign_pages_are_told_apart() {
+        let h = FileHeader {
+            partitions: 2,
+            file_bytes: 256 << 20,
+            segment_bytes: 1 << 20,
+            index: 1,
+            layout_key: 42,
+            identity: 0x1234_5678_9ABC,
+        };
+        let mut page = vec![0u8; PAGE];
+        assert_eq!(FileHeader::classify(&page), FirstPage::Blank);
+        h.encode(&mut page);
+        assert_eq!(FileHeader::classify(&page), FirstPage::Ours(h));
+        for bit in 64..FILE_HEADER_BYTES * 8 {
+            let mut bad = page.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(FileHeader::classify(&bad), FirstPage::OursOther, "bit {bit}");
+        }
+        let mut text = vec![0u8; PAGE];
+        text[..12].copy_from_slice(b"hello world\n");
+        assert_eq!(FileHeader::classify(&text), FirstPage::Foreign);
+        let mut old = vec![0u8; PAGE];
+        old[..8].copy_from_slice(&SUPERBLOCK_MAGIC.to_le_bytes());
+        assert_eq!(FileHeader::classify(&old), FirstPage::OursOther, "an earlier format's superblock");
     }
 
     #[test]

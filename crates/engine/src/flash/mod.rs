@@ -16,9 +16,12 @@ pub mod admission;
 mod cascade;
 mod config;
 mod gc;
+mod identity;
 mod index;
 pub mod io;
 mod layout;
+#[cfg(test)]
+mod layout_tests;
 mod mapblock;
 mod recovery;
 mod ring;
@@ -36,6 +39,7 @@ pub use config::{
     CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
     MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
+pub use identity::{claim_file, Claim, ClaimError};
 use index::{Entry, FlashIndex};
 pub use io::sim::{Faults, SimDisk};
 pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
@@ -165,6 +169,8 @@ pub struct FlashStore {
     admission: Box<dyn admission::Admission>,
     epoch: u64,
     next_seq: u64,
+    /// The lowest segment sequence number still valid in this region (see `recovery`).
+    watermark: u64,
     max_cas: u64,
     /// A pending delayed flush_all's deadline (Unix seconds, 0 = none), kept across a clean
     /// restart for the owner to apply.

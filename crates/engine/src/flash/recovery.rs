@@ -69,6 +69,10 @@ impl FlashStore {
                  written by something else)"
                     .to_string(),
             ),
+            Ok(sb) if sb.identity != store.cfg.identity => (
+                false,
+                "written under an earlier layout of the file (another identity): nothing of it is used".to_string(),
+            ),
             Ok(sb) if !same_layout(sb) => (
                 false,
                 format!(
@@ -90,9 +94,11 @@ impl FlashStore {
         if let Some(c) = store.cascade.as_deref_mut() {
             c.next_seq = c.next_seq.max(store.epoch << 32);
         }
+        store.watermark = store.next_seq;
         if let Some(sb) = sb.ok().filter(|_| restored) {
             store.max_cas = sb.last_cas;
             store.flush_at = sb.flush_at;
+            store.watermark = sb.watermark;
         }
         store
             .write_superblock(STATE_OPEN, 0, 0)
@@ -122,6 +128,7 @@ impl FlashStore {
             gc: gc::Gc::new(segment),
             epoch: 0,
             next_seq: 0,
+            watermark: 0,
             max_cas: 0,
             flush_at: 0,
             submit_at_once: true,
@@ -160,6 +167,8 @@ impl FlashStore {
             snapshot_checksum,
             last_cas: self.max_cas,
             flush_at: self.flush_at,
+            identity: self.cfg.identity,
+            watermark: self.watermark,
         }
     }
 

@@ -164,6 +164,7 @@ impl FlashStore {
             seq: slot.seq,
             slot: buf.slot,
             used: buf.used as u32,
+            identity: self.cfg.identity,
         };
         header.encode(&mut data[..SEGMENT_HEADER]);
         let offset = self.layout.segment_offset(buf.slot);

@@ -122,12 +122,13 @@ fn a_changed_layout_or_a_damaged_superblock_starts_empty_and_says_why() {
     store.close(now).unwrap();
     let (store, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
     assert!(!report.restored, "the other layout's close replaced the superblock: {report:?}");
+    let region = store.layout().region_offset as usize;
     store.close(now).unwrap();
-    disk.flip(10, 1);
+    disk.flip(region + 10, 1);
     let (_, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
     assert!(report.reason.contains("no valid superblock"), "{report:?}");
     // Zeroed (as a tool that lays the file out anew leaves it): new again.
-    disk.zero(0, 4096);
+    disk.zero(region, 4096);
     let (_, report) = FlashStore::open(Box::new(disk.device()), config(), now).unwrap();
     assert_eq!(report.reason, crate::flash::NEW_FILE, "{report:?}");
 }

@@ -23,6 +23,8 @@ pub struct FlashSettings {
     pub cascade_t1_bytes: Option<u64>,
     /// Tests only (`--flash-test-index-kib`): small mapping blocks and early merges too.
     pub cascade_small: bool,
+    /// `--flash-force`: take over a file that is not tierkv's.
+    pub force: bool,
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -68,6 +70,7 @@ impl Config {
                     ("--flash-segment-size", self.flash_segment_size.is_some()),
                     ("--flash-index", self.flash_index.is_some()),
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
+                    ("--flash-force", self.flash_force),
                 ];
                 return match stray.iter().find(|(_, given)| *given) {
                     Some((flag, _)) => Err(ConfigError::flag(*flag, "needs --flash-path (or -o ext_path=PATH:SIZE)")),
@@ -117,6 +120,7 @@ impl Config {
             read_delay_ms,
             cascade_t1_bytes,
             cascade_small,
+            force: self.flash_force,
         }))
     }
 

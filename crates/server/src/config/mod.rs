@@ -185,6 +185,10 @@ pub struct Config {
     /// [default: the flash size / 512].
     #[arg(long = "flash-index-mib", value_name = "MIB", help_heading = "Flash")]
     pub flash_index_mib: Option<u64>,
+    /// Take over a --flash-path file that holds something other than tierkv's flash data
+    /// (without it such a file is refused at start-up, untouched).
+    #[arg(long = "flash-force", help_heading = "Flash")]
+    pub flash_force: bool,
     /// Tests only: the cascade index's tier 1 in KiB, all workers together (below the 1 MiB the
     /// flag above allows, so that tests demote constantly).
     #[arg(long = "flash-test-index-kib", hide = true, help_heading = "Flash")]

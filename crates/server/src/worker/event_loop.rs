@@ -114,7 +114,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         None => None,
     };
     let flash_file = match &settings.flash {
-        Some(flash) => Some(Arc::new(super::flash::open_file(flash)?)),
+        Some(flash) => Some(Arc::new(super::flash::open_file(flash, settings.threads)?)),
         None => None,
     };
     Ok(Shared {

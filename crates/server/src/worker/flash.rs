@@ -278,37 +278,17 @@ impl Worker {
     }
 }
 
-/// Opens (creating and sizing) the flash file of `--flash-path`.
-pub(super) fn open_file(flash: &crate::config::FlashSettings) -> Result<std::fs::File, ServeError> {
-    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
-    if flash.path.is_dir() {
-        return Err(fail("is a directory; name a file in it".into()));
-    }
-    let (file, direct) = tierkv_engine::flash::open_file(&flash.path, flash.size)
-        .map_err(|error| fail(format!("cannot open or size it to {} bytes: {error}", flash.size)))?;
-    if !direct {
-        eprintln!(
-            "tierkv: --flash-path {}: the file system refuses O_DIRECT; flash I/O goes through the page cache",
-            flash.path.display()
-        );
-    }
-    Ok(file)
+/// The flash file, opened, sized and claimed (`tierkv_engine::flash::claim_file`) once for all
+/// workers.
+pub(super) struct FlashFile {
+    pub(super) file: std::fs::File,
+    /// The identity every region must carry to be used.
+    pub(super) identity: u64,
 }
 
-/// Puts partition `id`'s region of the flash file behind `partition`: restored after a clean
-/// stop, else empty (and why is said).
-pub(super) fn attach(
-    partition: &mut Partition,
-    flash: &crate::config::FlashSettings,
-    file: &std::fs::File,
-    id: usize,
-    workers: usize,
-    verbose: u8,
-) -> Result<(), ServeError> {
-    use tierkv_engine::flash::{engine_for, FlashConfig, FlashStore, Now};
-    debug_assert!(workers > 0);
-    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
-    let mut cfg = FlashConfig::new(flash.size, id as u32, workers as u32);
+/// Partition `id`'s flash settings (of `workers`), before the file's identity is known.
+fn flash_config(flash: &crate::config::FlashSettings, id: usize, workers: usize) -> tierkv_engine::flash::FlashConfig {
+    let mut cfg = tierkv_engine::flash::FlashConfig::new(flash.size, id as u32, workers as u32);
     cfg.segment_bytes = flash.segment_bytes;
     cfg.admission = flash.admission;
     cfg.write_buffers = FLASH_WRITE_BUFFERS;
@@ -326,16 +306,86 @@ pub(super) fn attach(
     if flash.cascade_small {
         cfg.expected_item_bytes = 2048;
     }
+    cfg
+}
+
+/// Opens the flash file of `--flash-path` for `workers` partitions: checks that every region can
+/// be laid out, creates and sizes the file, and claims it (a file that is not tierkv's is
+/// refused unless `--flash-force`). If any step fails, a file this start created is removed
+/// and one it lengthened gets its old length back.
+pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) -> Result<FlashFile, ServeError> {
+    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
+    if flash.path.is_dir() {
+        return Err(fail("is a directory; name a file in it".into()));
+    }
+    for id in 0..workers {
+        tierkv_engine::flash::RegionLayout::new(&flash_config(flash, id, workers))
+            .map_err(|e| fail(format!("--flash-size {} cannot be laid out: {e}", flash.size)))?;
+    }
+    let before = std::fs::metadata(&flash.path).ok().map(|m| m.len());
+    let undo = |error: ServeError| {
+        match before {
+            None => {
+                let _ = std::fs::remove_file(&flash.path);
+            }
+            Some(len) => {
+                if let Ok(file) = std::fs::OpenOptions::new().write(true).open(&flash.path) {
+                    if file.metadata().is_ok_and(|m| m.len() > len) {
+                        let _ = file.set_len(len);
+                    }
+                }
+            }
+        }
+        error
+    };
+    let (file, direct) = tierkv_engine::flash::open_file(&flash.path, flash.size)
+        .map_err(|error| undo(fail(format!("cannot open or size it to {} bytes: {error}", flash.size))))?;
+    if !direct {
+        eprintln!(
+            "tierkv: --flash-path {}: the file system refuses O_DIRECT; flash I/O goes through the page cache",
+            flash.path.display()
+        );
+    }
+    let claim = file
+        .try_clone()
+        .map_err(|e| e.to_string())
+        .and_then(|clone| {
+            let mut io = tierkv_engine::flash::io::threads::ThreadsEngine::new(clone, 1);
+            tierkv_engine::flash::claim_file(&mut io, &flash_config(flash, 0, workers), flash.force)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|message| undo(fail(message)))?;
+    if let Some(why) = &claim.changed {
+        eprintln!("tierkv: --flash-path {}: {why}", flash.path.display());
+    }
+    Ok(FlashFile { file, identity: claim.identity })
+}
+
+/// Puts partition `id`'s region of the flash file behind `partition`: restored after a clean
+/// stop, else empty (and why is said).
+pub(super) fn attach(
+    partition: &mut Partition,
+    flash: &crate::config::FlashSettings,
+    file: &FlashFile,
+    id: usize,
+    workers: usize,
+    verbose: u8,
+) -> Result<(), ServeError> {
+    use tierkv_engine::flash::{engine_for, FlashStore, Now};
+    debug_assert!(workers > 0);
+    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
+    let mut cfg = flash_config(flash, id, workers);
+    cfg.identity = file.identity;
     // A cascade lookup may read a few mapping blocks before its item, and merges read too.
     let depth = cfg.max_reads * if cfg.cascade.is_some() { 2 } else { 1 } + cfg.write_buffers + 8;
     let (io, note) = if flash.read_delay_ms > 0 {
-        let file = file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
+        let file = file.file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
         let delay = std::time::Duration::from_millis(flash.read_delay_ms);
         let io: Box<dyn tierkv_engine::flash::IoEngine> =
             Box::new(tierkv_engine::flash::io::threads::ThreadsEngine::with_read_delay(file, 8, delay));
         (io, None)
     } else {
-        engine_for(flash.io, file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?
+        engine_for(flash.io, &file.file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?
     };
     if let Some(note) = note.filter(|_| id == 0) {
         eprintln!("tierkv: --flash-io: {note}");

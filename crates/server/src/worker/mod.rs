@@ -241,7 +241,7 @@ struct Shared {
     /// `--metrics-port`: where workers publish their figures.
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.
-    flash_file: Option<Arc<std::fs::File>>,
+    flash_file: Option<Arc<flash::FlashFile>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the

@@ -57,7 +57,10 @@ pub struct SimCounters {
 
 struct Disk {
     data: Vec<u8>,
-    pending: Vec<IoOp>,
+    /// Requests not yet complete, each with the device handle that submitted it (several stores
+    /// may share one disk, each region through its own handle, as the server's partitions do).
+    pending: Vec<(u64, IoOp)>,
+    devices: u64,
     /// Requests left before the process "dies" (`crash_after`); then writes stop reaching the
     /// device (the first one torn) while the store, unaware, carries on.
     fuse: Option<u64>,
@@ -76,6 +79,7 @@ impl SimDisk {
         let disk = Disk {
             data: vec![0; bytes],
             pending: Vec::new(),
+            devices: 0,
             fuse: None,
             dead: false,
             rng: SimRng::new(seed),
@@ -91,7 +95,12 @@ impl SimDisk {
 
     /// A device handle for a store to own.
     pub fn device(&self) -> SimDevice {
-        SimDevice { disk: self.clone(), in_flight: 0 }
+        let id = {
+            let mut disk = self.lock();
+            disk.devices += 1;
+            disk.devices
+        };
+        SimDevice { disk: self.clone(), id, in_flight: 0 }
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -107,7 +116,7 @@ impl SimDisk {
     pub fn crash(&self) {
         let mut disk = self.lock();
         let pending = std::mem::take(&mut disk.pending);
-        for op in pending {
+        for (_, op) in pending {
             if !matches!(op.kind, IoKind::Write) {
                 continue;
             }
@@ -165,8 +174,19 @@ impl Disk {
         Completion { token: op.token, buf: op.buf, result: Ok(op.len) }
     }
 
+    /// Completes a random one of device `id`'s pending requests, if it has any.
+    fn complete_one(&mut self, id: u64) -> Option<Completion> {
+        let mine = self.pending.iter().filter(|(d, _)| *d == id).count();
+        if mine == 0 {
+            return None;
+        }
+        let nth = self.rng.below(mine as u64) as usize;
+        let index = self.pending.iter().enumerate().filter(|(_, (d, _))| *d == id).nth(nth)?.0;
+        Some(self.complete(index))
+    }
+
     fn complete(&mut self, index: usize) -> Completion {
-        let mut op = self.pending.swap_remove(index);
+        let (_, mut op) = self.pending.swap_remove(index);
         match self.fuse {
             Some(0) => return self.after_death(op),
             Some(n) => self.fuse = Some(n - 1),
@@ -203,13 +223,14 @@ impl Disk {
 /// The store's end of a `SimDisk`: requests complete, in a random order, when polled.
 pub struct SimDevice {
     disk: SimDisk,
+    id: u64,
     in_flight: usize,
 }
 
 impl IoEngine for SimDevice {
     fn submit(&mut self, op: IoOp) {
         self.in_flight += 1;
-        self.disk.lock().pending.push(op);
+        self.disk.lock().pending.push((self.id, op));
     }
 
     fn flush(&mut self) {}
@@ -217,12 +238,10 @@ impl IoEngine for SimDevice {
     fn poll(&mut self, out: &mut Vec<Completion>) {
         let mut disk = self.disk.lock();
         // Some of what is pending finishes, in a random order: completions arrive out of order.
-        let n = disk.pending.len();
+        let n = disk.pending.iter().filter(|(d, _)| *d == self.id).count();
         let finished = if n == 0 { 0 } else { disk.rng.below(n as u64 + 1) as usize };
         for _ in 0..finished {
-            let left = disk.pending.len() as u64;
-            let index = disk.rng.below(left) as usize;
-            out.push(disk.complete(index));
+            out.extend(disk.complete_one(self.id));
         }
         self.in_flight -= finished;
     }
@@ -232,10 +251,8 @@ impl IoEngine for SimDevice {
         self.poll(out);
         if out.len() == before {
             let mut disk = self.disk.lock();
-            if !disk.pending.is_empty() {
-                let left = disk.pending.len() as u64;
-                let index = disk.rng.below(left) as usize;
-                out.push(disk.complete(index));
+            if let Some(c) = disk.complete_one(self.id) {
+                out.push(c);
                 self.in_flight -= 1;
             }
         }
