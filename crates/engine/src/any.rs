@@ -229,6 +229,10 @@ impl Engine for AnyPartition {
         each_kind!(self, p => Engine::flash_poll(p, wait, tokens));
     }
 
+    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
+        each_kind!(self, p => Engine::flash_guard_write(p, hash, token))
+    }
+
     fn flash_submit(&mut self) {
         each_kind!(self, p => Engine::flash_submit(p));
     }

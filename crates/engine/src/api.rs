@@ -165,6 +165,12 @@ pub trait Engine {
     /// flash, and `flash_poll` hands back `token` once it is in DRAM (or known absent); `Busy`
     /// means too many reads are in flight. Without a tier, always `Ready`.
     fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
+    /// Before a change of `key` runs (a write, delete, touch, ...): `Pending` while an
+    /// invalidation of its flash copy goes to the device (the change must not run before:
+    /// after a crash the copy would come back); `flash_poll` then hands back `token`, with
+    /// `FLASH_FAILED` set if the device failed the write (answer an error, change nothing).
+    /// `Ready` when the key has no flash copy; `Busy`: ask again after `flash_poll`.
+    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe;
     /// Consumes finished flash I/O (with `wait`, blocking until some finishes): promoted keys'
     /// tokens go to `tokens`.
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>);
@@ -396,6 +402,10 @@ impl<S: Storage> Engine for S {
 
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
         Storage::flash_poll(self, wait, tokens);
+    }
+
+    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
+        Storage::flash_guard_write(self, hash, token)
     }
 
     fn flash_submit(&mut self) {

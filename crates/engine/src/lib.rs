@@ -34,7 +34,7 @@ pub use any::AnyPartition;
 pub use api::Engine;
 pub use atomics::{apply as apply_atomic, read_counter, AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
 pub use batch::{SetRequest, BATCH_CHUNK};
-pub use cache::tier::{FlashProbe, FlashReport, TierStats};
+pub use cache::tier::{FlashProbe, FlashReport, TierStats, FLASH_FAILED};
 pub use cache::Partition;
 pub use config::{
     ConfigError, Mode, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,

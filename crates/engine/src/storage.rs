@@ -105,6 +105,9 @@ pub(crate) trait Storage {
         FlashProbe::Ready
     }
     fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
+    fn flash_guard_write(&mut self, _hash: KeyHash, _token: u64) -> FlashProbe {
+        FlashProbe::Ready
+    }
     fn flash_submit(&mut self) {}
     /// The items of the `n`th flash segment for a dump; false past the last one.
     fn dump_flash(&mut self, _n: usize, _f: &mut dyn FnMut(&[u8], &crate::types::ItemDebug)) -> bool {

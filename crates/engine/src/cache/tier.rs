@@ -9,7 +9,12 @@
 //! the key's latest value, and a read that completes after a change finds its entry gone (the
 //! store checks) and promotes nothing.
 //!
-//! It must not block (but in `close`), and must never let a flash copy outlive a newer write.
+//! Across a crash the same rule needs the device's help (`flash::durable`): before a change of a
+//! key with a flash copy runs, `flash_guard_write` has an invalidation mark written, and the
+//! change waits for it; an item whose key waits so is not spilled meanwhile.
+//!
+//! It must not block (but in `close` and flush_all), and must never let a flash copy outlive a
+//! newer write.
 
 use super::Partition;
 use crate::flash::{FlashMemory, FlashStats, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
@@ -50,6 +55,24 @@ pub struct TierStats {
     pub read_misses: u64,
     /// Flash copies dropped because DRAM changed the key.
     pub invalidations: u64,
+    /// Changes that waited for their invalidation to reach the device, and those the device
+    /// failed (answered with an error, nothing changed).
+    pub durable_waits: u64,
+    pub durable_failures: u64,
+    /// Evicted items not written because their key's invalidation was on its way (a newer
+    /// version is about to replace them).
+    pub spill_held: u64,
+}
+
+/// Set in a token `flash_poll` hands back when the device failed the write that a change was
+/// waiting for (`flash_guard_write`).
+pub const FLASH_FAILED: u64 = 1 << 63;
+
+/// A change waiting for its invalidation mark's write.
+struct Committing {
+    ticket: u64,
+    hash: KeyHash,
+    token: u64,
 }
 
 /// Everything `stats` shows about a partition's flash tier.
@@ -81,6 +104,8 @@ pub(crate) struct Tier {
     waiting: Vec<Option<Waiting>>,
     free: Vec<usize>,
     done: Vec<ReadDone>,
+    committing: Vec<Committing>,
+    commits: Vec<(u64, bool)>,
     stats: TierStats,
 }
 
@@ -116,6 +141,8 @@ impl Partition {
             waiting: Vec::new(),
             free: Vec::new(),
             done: Vec::new(),
+            committing: Vec::new(),
+            commits: Vec::new(),
             stats: TierStats::default(),
         };
         self.tier = Some(Box::new(tier));
@@ -198,6 +225,10 @@ impl Partition {
                 tier.stats.spill_clean += 1;
                 continue;
             }
+            if tier.store.pending(hash) {
+                tier.stats.spill_held += 1;
+                continue;
+            }
             let meta = Tier::meta(&header, header.cas.unwrap_or(position + 1));
             tier.spill(hash, key, value, meta, always);
         }
@@ -236,6 +267,22 @@ impl Partition {
         }
         self.tier = Some(tier);
         probe
+    }
+
+    /// Before a change of `key` runs: see `Engine::flash_guard_write`.
+    pub fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
+        let Some(tier) = self.tier.as_mut() else { return FlashProbe::Ready };
+        if !tier.store.needs_durable(hash) {
+            return FlashProbe::Ready;
+        }
+        match tier.store.invalidate(hash, tier.now) {
+            Ok(ticket) => {
+                tier.committing.push(Committing { ticket, hash, token });
+                tier.stats.durable_waits += 1;
+                FlashProbe::Pending
+            }
+            Err(_) => FlashProbe::Busy,
+        }
     }
 
     /// Writes an item read from flash into the log, unless DRAM already has the key (a newer
@@ -286,6 +333,7 @@ impl Partition {
             // Reads a spill's poll finished meanwhile stay for the next call.
             done.append(&mut tier.done);
             tier.done = done;
+            tier.settle_commits(tokens);
         }
     }
 
@@ -294,6 +342,7 @@ impl Partition {
     pub fn flash_submit(&mut self) {
         if let Some(tier) = self.tier.as_mut() {
             tier.store.set_submit_at_once(false);
+            tier.store.commit();
             tier.store.submit();
         }
     }
@@ -364,6 +413,29 @@ impl Partition {
 }
 
 impl Tier {
+    /// Hands back the tokens of changes whose invalidation write finished (see `FLASH_FAILED`);
+    /// a written one drops its key's flash copy now.
+    fn settle_commits(&mut self, tokens: &mut Vec<u64>) {
+        self.store.take_commits(&mut self.commits);
+        for (ticket, written) in self.commits.drain(..) {
+            let store = &mut self.store;
+            let stats = &mut self.stats;
+            self.committing.retain(|c| {
+                if c.ticket != ticket {
+                    return true;
+                }
+                if written {
+                    store.remove_invalidated(c.hash);
+                    tokens.push(c.token);
+                } else {
+                    stats.durable_failures += 1;
+                    tokens.push(c.token | FLASH_FAILED);
+                }
+                false
+            });
+        }
+    }
+
     fn spill(&mut self, hash: KeyHash, key: &[u8], value: &[u8], meta: ItemMeta, always: bool) {
         let mut outcome = self.store.insert_admitted(hash, key, value, meta, self.now, always);
         // Every buffer busy: what has finished frees one (a clean close waits for it).

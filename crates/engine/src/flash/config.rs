@@ -2,7 +2,7 @@
 
 use super::admission::AdmissionPolicy;
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
-use super::layout::{FORMAT_VERSION, PAGE, SEGMENT_HEADER, SLOT_RECORD, VALUE_LEN_MASK};
+use super::layout::{FORMAT_VERSION, PAGE, SEGMENT_HEADER, SLOT_RECORD, SUPERBLOCK_PAGES, VALUE_LEN_MASK};
 use super::mapblock::{Bloom, ENTRY_BYTES, PER_BLOCK};
 
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
@@ -236,14 +236,15 @@ impl RegionLayout {
             (cfg.file_bytes.saturating_sub(PAGE as u64) / u64::from(cfg.partitions)) / PAGE as u64 * PAGE as u64;
         let region_offset = PAGE as u64 + region_bytes * u64::from(cfg.partition);
         let seg = u64::from(seg);
-        let rough_slots = region_bytes.saturating_sub(PAGE as u64) / seg;
+        let superblocks = (SUPERBLOCK_PAGES * PAGE) as u64;
+        let rough_slots = region_bytes.saturating_sub(superblocks) / seg;
         let entries = rough_slots * seg / u64::from(cfg.expected_item_bytes);
         let mut cascade = cfg.cascade.as_ref().map(|c| CascadeLayout::new(c, entries)).transpose()?;
         if let (Some(c), Some(first)) = (cfg.cascade.as_ref(), cascade) {
             // Sized again for the items the ring holds once the mapping areas and their snapshot
             // are taken out (the Bloom filters are sized by it).
             let taken = first.area_bytes() + first.snapshot_bytes;
-            let ring = region_bytes.saturating_sub(PAGE as u64 + taken) / seg * seg;
+            let ring = region_bytes.saturating_sub(superblocks + taken) / seg * seg;
             cascade = Some(CascadeLayout::new(c, ring / u64::from(cfg.expected_item_bytes))?);
         }
         let buckets = match &cascade {
@@ -258,9 +259,9 @@ impl RegionLayout {
                 + extra
         };
         let maps = cascade.map_or(0, |c| c.area_bytes());
-        let before_segments = PAGE as u64 + snapshot(rough_slots) + maps;
+        let before_segments = superblocks + snapshot(rough_slots) + maps;
         if let Some(c) = &mut cascade {
-            c.t3_offset = region_offset + PAGE as u64 + snapshot(rough_slots);
+            c.t3_offset = region_offset + superblocks + snapshot(rough_slots);
             c.t2_offset = c.t3_offset + (page << c.t3_bits);
         }
         let slots = region_bytes.saturating_sub(before_segments) / seg;
@@ -278,7 +279,7 @@ impl RegionLayout {
         Ok(RegionLayout {
             region_offset,
             region_bytes,
-            snapshot_offset: region_offset + PAGE as u64,
+            snapshot_offset: region_offset + superblocks,
             snapshot_bytes: snapshot(slots),
             segments_offset: region_offset + before_segments,
             segment_bytes: seg as u32,

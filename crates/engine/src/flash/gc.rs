@@ -9,7 +9,7 @@
 //! whole table is swept once per trip round the ring, long before a generation repeats.
 
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
-use super::layout::{decode_item, ItemMeta, SegmentHeader, ITEM_ALIGN, ITEM_HEADER, PAGE, SEGMENT_HEADER};
+use super::layout::{decode_record, ItemMeta, Record, SegmentHeader, ITEM_ALIGN, ITEM_HEADER, PAGE, SEGMENT_HEADER};
 use super::ring::SlotState;
 use super::{FlashStore, Now, TOKEN_GC};
 use crate::hash::KeyHash;
@@ -38,31 +38,32 @@ impl FlashStore {
         self.cfg.write_buffers + 1
     }
 
-    /// Starts reclaiming the tail if free slots are low: frees it at once if nothing points into
-    /// it, else reads it back.
+    /// Starts reclaiming the tail if free slots are low: retires it at once if nothing points
+    /// into it, else reads it back. One retirement at a time: the slot is freed when its
+    /// watermark is on the device (`durable`).
     pub(super) fn maybe_reclaim(&mut self) {
-        while !self.gc.paused && self.gc.reading.is_none() && self.used_slots > 0 {
-            if self.layout.slots - self.used_slots >= self.reclaim_mark() {
-                return;
-            }
-            let tail = self.tail();
-            let slot = self.slots[tail as usize];
-            if slot.state != SlotState::Sealed {
-                return;
-            }
-            if slot.live == 0 {
-                self.free_tail();
-                continue;
-            }
-            let Some(buf) = self.gc.buf.take() else { return };
-            let len = (slot.used as usize).next_multiple_of(PAGE);
-            let offset = self.layout.segment_offset(tail);
-            self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_GC | u64::from(tail) });
-            self.stats.gc_reads += 1;
-            self.stats.read_bytes += len as u64;
-            self.gc.reading = Some((tail, slot.gen));
+        if self.gc.paused || self.gc.reading.is_some() || self.used_slots == 0 || self.durable.retiring.is_some() {
             return;
         }
+        if self.layout.slots - self.used_slots >= self.reclaim_mark() {
+            return;
+        }
+        let tail = self.tail();
+        let slot = self.slots[tail as usize];
+        if slot.state != SlotState::Sealed {
+            return;
+        }
+        if slot.live == 0 {
+            self.retire_tail();
+            return;
+        }
+        let Some(buf) = self.gc.buf.take() else { return };
+        let len = (slot.used as usize).next_multiple_of(PAGE);
+        let offset = self.layout.segment_offset(tail);
+        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_GC | u64::from(tail) });
+        self.stats.gc_reads += 1;
+        self.stats.read_bytes += len as u64;
+        self.gc.reading = Some((tail, slot.gen));
     }
 
     /// The tail segment is back: rewrite its hit items, then free the slot.
@@ -79,11 +80,7 @@ impl FlashStore {
         }
         let s = self.slots[slot as usize];
         let header = SegmentHeader::decode(&buf).filter(|h| {
-            h.seq == s.seq
-                && h.slot == slot
-                && h.used == s.used
-                && h.partition == self.cfg.partition
-                && h.identity == self.cfg.identity
+            h.seq == s.seq && h.slot == slot && h.partition == self.cfg.partition && h.identity == self.cfg.identity
         });
         match (c.result, header) {
             (Err(_), _) => self.stats.gc_read_errors += 1,
@@ -96,17 +93,18 @@ impl FlashStore {
                 self.gc.reading = None;
             }
         }
-        self.free_tail();
         self.gc.buf = Some(buf);
-        self.maybe_reclaim();
+        self.retire_tail();
     }
 
     /// Walks a segment's items; the ones the index still points at and that were hit on flash
     /// move to the head.
     fn rewrite_hits(&mut self, slot: u32, gen: u8, segment: &[u8], now: Now) {
-        walk_items(segment, |at, item| {
+        let seed = self.slots[slot as usize].seq;
+        walk_items(segment, seed, |at, item| {
             let hash = KeyHash::of(item.key);
-            if let Some(entry) = self.index.find(hash).filter(|&e| names(e, slot, gen, at)) {
+            // A key whose invalidation is on its way must get no newer record (see `durable`).
+            if let Some(entry) = self.index.find(hash).filter(|&e| names(e, slot, gen, at) && !self.pending(hash)) {
                 // The cascade index keeps what tier 1 holds (its CLOCK clears hit bits).
                 let keep = (entry.hit() || self.cascade.is_some())
                     && !is_expired(item.meta.expiry, now.unix)
@@ -147,7 +145,7 @@ impl FlashStore {
                 buf[..s.used as usize].to_vec()
             }
         };
-        walk_items(&segment, |at, item| {
+        walk_items(&segment, s.seq, |at, item| {
             let current = self.index.find(KeyHash::of(item.key)).is_some_and(|e| names(e, slot, s.gen, at));
             if current && !is_expired(item.meta.expiry, now.unix) {
                 f(item.key, item.value, item.meta, item.bytes);
@@ -176,16 +174,26 @@ fn names(e: super::index::Entry, slot: u32, gen: u8, at: usize) -> bool {
 
 /// Calls `visit` with the offset and contents of every item that checks out in `segment` (the
 /// segment header first).
-fn walk_items(segment: &[u8], mut visit: impl FnMut(usize, super::layout::ItemRef<'_>)) {
+pub(super) fn walk_items(segment: &[u8], seed: u64, mut visit: impl FnMut(usize, super::layout::ItemRef<'_>)) {
+    walk_records(segment, seed, |at, record| {
+        if let Record::Item(item) = record {
+            visit(at, item);
+        }
+    });
+}
+
+/// Calls `visit` with the offset and contents of every record (items and marks) that checks
+/// out in `segment` under `seed`. Padding (or damage) before a page boundary: records resume at
+/// the next page.
+pub(super) fn walk_records(segment: &[u8], seed: u64, mut visit: impl FnMut(usize, Record<'_>)) {
     let mut at = SEGMENT_HEADER;
     while at + ITEM_HEADER <= segment.len() {
-        let Ok(item) = decode_item(&segment[at..]) else {
-            // Padding before a page boundary (or damage): items resume at the next page.
+        let Ok(record) = decode_record(&segment[at..], seed) else {
             at = (at + 1).next_multiple_of(PAGE);
             continue;
         };
-        let bytes = item.bytes;
-        visit(at, item);
+        let bytes = record.bytes();
+        visit(at, record);
         at += bytes;
     }
 }

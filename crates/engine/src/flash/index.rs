@@ -85,8 +85,12 @@ struct Bucket([u64; WAYS]);
 pub struct Displaced {
     /// The key's previous entry (or a tag twin's), now gone.
     pub replaced: Option<Entry>,
+    /// The bucket the replaced entry sat in.
+    pub replaced_bucket: usize,
     /// A valid entry of another key pushed out because the bucket was full.
     pub evicted: Option<Entry>,
+    /// The bucket the evicted entry sat in.
+    pub evicted_bucket: usize,
 }
 
 pub struct FlashIndex {
@@ -152,8 +156,26 @@ impl FlashIndex {
 
     /// Removes and returns the entry with this key's tag.
     pub fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
+        self.remove_at(hash).map(|(_, e)| e)
+    }
+
+    /// `remove`, with the bucket the entry sat in.
+    pub fn remove_at(&mut self, hash: KeyHash) -> Option<(usize, Entry)> {
         let (b, w) = self.position(hash)?;
-        Some(Entry(std::mem::take(&mut self.buckets[b].0[w])))
+        Some((b, Entry(std::mem::take(&mut self.buckets[b].0[w]))))
+    }
+
+    /// The groups (first bucket and tag, as `FlashStore::group`) an entry with `tag` found in
+    /// bucket `b` may belong to: `b` is its key's first bucket or its second.
+    pub fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
+        let n = self.buckets.len();
+        let first_if_second = if n == 1 || self.clock {
+            b
+        } else {
+            let step = (u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
+            (b + n - step) % n
+        };
+        [(b as u64) << 16 | u64::from(tag), (first_if_second as u64) << 16 | u64::from(tag)]
     }
 
     /// Puts `entry` in the emptier of the key's buckets, dropping its tag's previous entry. With
@@ -167,8 +189,14 @@ impl FlashIndex {
         age: impl Fn(Entry) -> u64,
     ) -> Displaced {
         debug_assert_eq!(entry.tag(), hash.tag());
-        let mut displaced = Displaced { replaced: self.remove(hash), evicted: None };
+        let removed = self.remove_at(hash);
+        let mut displaced = Displaced {
+            replaced: removed.map(|(_, e)| e),
+            replaced_bucket: removed.map_or(0, |(b, _)| b),
+            ..Displaced::default()
+        };
         if self.clock {
+            displaced.evicted_bucket = self.bucket_of(hash);
             displaced.evicted = self.clock_insert(self.bucket_of(hash), entry);
             return displaced;
         }
@@ -184,6 +212,7 @@ impl FlashIndex {
                 None => {
                     let oldest = ways.into_iter().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
                     displaced.evicted = Some(Entry(self.buckets[oldest.0].0[oldest.1]));
+                    displaced.evicted_bucket = oldest.0;
                     oldest
                 }
             }

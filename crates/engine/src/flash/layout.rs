@@ -17,8 +17,8 @@
 //! a region
 //!
 //!   +-------------+---------------------------+------+------+-----+------+
-//!   | superblock  | index snapshot area       | seg0 | seg1 | ... | segN |
-//!   | (one PAGE)  | (written only on close)   |      |      |     |      |
+//!   | superblocks | index snapshot area       | seg0 | seg1 | ... | segN |
+//!   | (two PAGEs) | (written only on close)   |      |      |     |      |
 //!   +-------------+---------------------------+------+------+-----+------+
 //!
 //! superblock (SUPERBLOCK_BYTES used of its page)
@@ -27,8 +27,13 @@
 //!  36 buckets u32 | 40 epoch u64 | 48 last_seq u64 | 56 snapshot_bytes u64
 //!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 flush_at u32 (Unix seconds of a pending
 //!  delayed flush_all, 0 = none) | 84 zero u32 | 88 identity u64 (the file's, see above)
-//!  96 watermark u64 (the lowest segment sequence number still valid) | 104 checksum u64 (xxh3
-//!  of bytes 0..104)
+//!  96 watermark u64 (the lowest segment sequence number still valid) | 104 generation u64
+//!  112 record_seq u64 (the last record sequence number handed out) | 120 checksum u64 (xxh3
+//!  of bytes 0..120)
+//!
+//! A region has two superblock pages, written in turn (generation even: the first, odd: the
+//! second); open takes the valid one of the larger generation, so a torn write of one leaves the
+//! other.
 //!
 //! segment: written whole and in order from one aligned buffer
 //!   +----------------+----------------------------------------------+---------+
@@ -42,8 +47,18 @@
 //! item
 //!   0 magic u16 0x5EA1 | 2 key_len u8 | 3 version u8 | 4 value_len u24 | 7 state u8 (the
 //!  DRAM item's meta state bits: fetched, stale, token sent) | 8 flags u32
-//!  12 expiry u32 (Unix seconds, 0 = never) | 16 cas u64 | 24 checksum u64 (xxh3 of bytes 0..24,
-//!  the key and the value) | 32 key | value | zero padding to 16 bytes
+//!  12 expiry u32 (Unix seconds, 0 = never) | 16 cas u64 | 24 seq u64 (the record's sequence
+//!  number: of two records for one key, the larger is newer) | 32 checksum u64 (xxh3 seeded
+//!  with the segment's sequence number, of bytes 0..32, the key and the value) | 40 key | value
+//!  | zero padding to 16 bytes
+//!
+//! mark (a record that kills older records, see `recovery`)
+//!   0 magic u16 0x5EA2 | 2 kind u8 (1 invalidate, 2 flush) | 3 version u8 | 4 zero u32
+//!   8 group u64 (which keys: `FlashStore::group`) | 16 zero u64 | 24 seq u64 | 32 checksum u64
+//!  (seeded as an item's, of bytes 0..32) | 40 zero padding to 48
+//!
+//! The seeded checksums mean bytes left in a slot by an earlier segment never pass as records
+//! of the segment written there now.
 //! ```
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
@@ -60,11 +75,16 @@ pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
 pub const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
 pub const ITEM_MAGIC: u16 = 0x5EA1;
+pub const MARK_MAGIC: u16 = 0x5EA2;
 
 pub const FILE_HEADER_BYTES: usize = 56;
-pub const SUPERBLOCK_BYTES: usize = 112;
+pub const SUPERBLOCK_BYTES: usize = 128;
+/// Superblock pages at the start of a region.
+pub const SUPERBLOCK_PAGES: usize = 2;
 pub const SEGMENT_HEADER: usize = 64;
-pub const ITEM_HEADER: usize = 32;
+pub const ITEM_HEADER: usize = 40;
+/// A mark's bytes on flash.
+pub const MARK_BYTES: usize = 48;
 /// The snapshot header, at the start of its own page:
 ///   0 magic u64 "TKVSNAPS" | 8 version u32 | 12 partition u32 | 16 epoch u64 | 24 slots u32
 ///  28 buckets u32 | 32 head u32 | 36 used_slots u32 | 40 checksum u64 (of 0..40)
@@ -74,7 +94,8 @@ pub const SNAPSHOT_HEADER: usize = 48;
 
 const _: () =
     assert!(FILE_HEADER_BYTES <= PAGE && SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
-const _: () = assert!(ITEM_HEADER.is_multiple_of(ITEM_ALIGN) && PAGE.is_multiple_of(ITEM_ALIGN));
+const _: () = assert!(MARK_BYTES.is_multiple_of(ITEM_ALIGN) && MARK_BYTES >= ITEM_HEADER);
+const _: () = assert!(PAGE.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
 
 /// A slot's record in the snapshot: 0 seq u64 | 8 used u32 | 12 gen u8 | 13 sealed u8 | 14 zero
@@ -121,6 +142,10 @@ pub struct Superblock {
     pub identity: u64,
     /// The lowest segment sequence number still valid (raised when the region starts empty).
     pub watermark: u64,
+    /// Counts superblock writes; its parity names the page.
+    pub generation: u64,
+    /// The last record sequence number handed out.
+    pub record_seq: u64,
 }
 
 impl Superblock {
@@ -142,8 +167,10 @@ impl Superblock {
         put32(out, 80, self.flush_at);
         put64(out, 88, self.identity);
         put64(out, 96, self.watermark);
-        let sum = xxh3_64(&out[..104]);
-        put64(out, 104, sum);
+        put64(out, 104, self.generation);
+        put64(out, 112, self.record_seq);
+        let sum = xxh3_64(&out[..120]);
+        put64(out, 120, sum);
     }
 
     /// The superblock in `page`, or None if its magic, version or checksum is wrong.
@@ -151,7 +178,7 @@ impl Superblock {
         if page.len() < SUPERBLOCK_BYTES
             || u64_at(page, 0) != SUPERBLOCK_MAGIC
             || u32_at(page, 8) != FORMAT_VERSION
-            || u64_at(page, 104) != xxh3_64(&page[..104])
+            || u64_at(page, 120) != xxh3_64(&page[..120])
         {
             return None;
         }
@@ -170,6 +197,8 @@ impl Superblock {
             flush_at: u32_at(page, 80),
             identity: u64_at(page, 88),
             watermark: u64_at(page, 96),
+            generation: u64_at(page, 104),
+            record_seq: u64_at(page, 112),
         })
     }
 }
@@ -311,8 +340,9 @@ pub fn item_bytes(key_len: usize, value_len: usize) -> usize {
 }
 
 /// Writes an item (header, key, value, zero padding) at the start of `out`, which must hold
-/// `item_bytes(key.len(), value.len())` bytes. Returns the bytes written.
-pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta) -> usize {
+/// `item_bytes(key.len(), value.len())` bytes; `seq` is the record's sequence number and `seed`
+/// the segment's. Returns the bytes written.
+pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta, seq: u64, seed: u64) -> usize {
     let total = item_bytes(key.len(), value.len());
     let key_len = u8::try_from(key.len()).expect("keys are at most 250 bytes");
     let value_len = u32::try_from(value.len()).ok().filter(|&len| len <= VALUE_LEN_MASK).expect("values fit a segment");
@@ -323,15 +353,73 @@ pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta) -> 
     put32(out, 8, meta.flags);
     put32(out, 12, meta.expiry);
     put64(out, 16, meta.cas);
+    put64(out, 24, seq);
     let body = ITEM_HEADER + key.len();
     out[ITEM_HEADER..body].copy_from_slice(key);
     out[body..body + value.len()].copy_from_slice(value);
     out[body + value.len()..total].fill(0);
-    let mut hasher = Xxh3::new();
-    hasher.update(&out[..24]);
+    let mut hasher = Xxh3::with_seed(seed);
+    hasher.update(&out[..32]);
     hasher.update(&out[ITEM_HEADER..body + value.len()]);
-    put64(out, 24, hasher.digest());
+    put64(out, 32, hasher.digest());
     total
+}
+
+/// What a mark kills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkKind {
+    /// Every older record of the keys in its group.
+    Invalidate,
+    /// Every older record (flush_all).
+    Flush,
+}
+
+/// Writes a mark at the start of `out` (MARK_BYTES); seeded as `encode_item`.
+pub fn encode_mark(out: &mut [u8], kind: MarkKind, group: u64, seq: u64, seed: u64) -> usize {
+    out[..MARK_BYTES].fill(0);
+    out[0..2].copy_from_slice(&MARK_MAGIC.to_le_bytes());
+    out[2] = match kind {
+        MarkKind::Invalidate => 1,
+        MarkKind::Flush => 2,
+    };
+    out[3] = FORMAT_VERSION as u8;
+    put64(out, 8, group);
+    put64(out, 24, seq);
+    put64(out, 32, xxhash_rust::xxh3::xxh3_64_with_seed(&out[..32], seed));
+    MARK_BYTES
+}
+
+/// A record found in a segment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    Item(ItemRef<'a>),
+    Mark { kind: MarkKind, group: u64, seq: u64 },
+}
+
+impl Record<'_> {
+    /// Bytes the record takes, padding included.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Record::Item(item) => item.bytes,
+            Record::Mark { .. } => MARK_BYTES,
+        }
+    }
+}
+
+/// Decodes and verifies the record at the start of `b` (written under `seed`).
+pub fn decode_record(b: &[u8], seed: u64) -> Result<Record<'_>, Corrupt> {
+    if b.len() >= MARK_BYTES && u16::from_le_bytes([b[0], b[1]]) == MARK_MAGIC {
+        let kind = match b[2] {
+            1 => MarkKind::Invalidate,
+            2 => MarkKind::Flush,
+            _ => return Err(Corrupt::Magic),
+        };
+        if u32::from(b[3]) != FORMAT_VERSION || u64_at(b, 32) != xxhash_rust::xxh3::xxh3_64_with_seed(&b[..32], seed) {
+            return Err(Corrupt::Checksum);
+        }
+        return Ok(Record::Mark { kind, group: u64_at(b, 8), seq: u64_at(b, 24) });
+    }
+    decode_item(b, seed).map(Record::Item)
 }
 
 /// An item found in a page: its key and value borrowed from the buffer.
@@ -340,6 +428,8 @@ pub struct ItemRef<'a> {
     pub key: &'a [u8],
     pub value: &'a [u8],
     pub meta: ItemMeta,
+    /// The record's sequence number.
+    pub seq: u64,
     /// Bytes the item takes, padding included.
     pub bytes: usize,
 }
@@ -352,8 +442,8 @@ pub enum Corrupt {
     Checksum,
 }
 
-/// Decodes and verifies the item at the start of `b`.
-pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
+/// Decodes and verifies the item at the start of `b` (written under `seed`).
+pub fn decode_item(b: &[u8], seed: u64) -> Result<ItemRef<'_>, Corrupt> {
     if b.len() < ITEM_HEADER || u16::from_le_bytes([b[0], b[1]]) != ITEM_MAGIC || u32::from(b[3]) != FORMAT_VERSION {
         return Err(Corrupt::Magic);
     }
@@ -363,15 +453,21 @@ pub fn decode_item(b: &[u8]) -> Result<ItemRef<'_>, Corrupt> {
     if key_len == 0 || end > b.len() {
         return Err(Corrupt::Length);
     }
-    let mut hasher = Xxh3::new();
-    hasher.update(&b[..24]);
+    let mut hasher = Xxh3::with_seed(seed);
+    hasher.update(&b[..32]);
     hasher.update(&b[ITEM_HEADER..end]);
-    if hasher.digest() != u64_at(b, 24) {
+    if hasher.digest() != u64_at(b, 32) {
         return Err(Corrupt::Checksum);
     }
     let meta = ItemMeta { flags: u32_at(b, 8), expiry: u32_at(b, 12), cas: u64_at(b, 16), state: b[7] };
     let key = &b[ITEM_HEADER..ITEM_HEADER + key_len];
-    Ok(ItemRef { key, value: &b[ITEM_HEADER + key_len..end], meta, bytes: item_bytes(key_len, value_len) })
+    Ok(ItemRef {
+        key,
+        value: &b[ITEM_HEADER + key_len..end],
+        meta,
+        seq: u64_at(b, 24),
+        bytes: item_bytes(key_len, value_len),
+    })
 }
 
 /// The snapshot header at the start of a region's snapshot area; the payload that follows (the
@@ -438,6 +534,8 @@ mod tests {
             flush_at: 1_900_000_000,
             identity: 0xDEAD_BEEF,
             watermark: 77 << 32,
+            generation: 12,
+            record_seq: 1 << 40,
         };
         let mut page = vec![0u8; PAGE];
         sb.encode(&mut page);
@@ -463,19 +561,40 @@ mod tests {
     fn item_round_trips_with_padding_and_every_flipped_bit_is_caught() {
         let meta = ItemMeta { flags: 7, expiry: 1_900_000_000, cas: 42, state: 0x40 };
         let mut b = vec![0xAAu8; 96];
-        let n = encode_item(&mut b, b"key", b"value!", meta);
+        let n = encode_item(&mut b, b"key", b"value!", meta, 99, 5);
         assert_eq!(n, item_bytes(3, 6));
-        assert_eq!(n, 48);
+        assert_eq!(n, 64);
         assert!(b[ITEM_HEADER + 9..n].iter().all(|&x| x == 0), "padding is zeroed");
-        let item = decode_item(&b).unwrap();
-        assert_eq!((item.key, item.value, item.meta, item.bytes), (&b"key"[..], &b"value!"[..], meta, 48));
+        let item = decode_item(&b, 5).unwrap();
+        assert_eq!(
+            (item.key, item.value, item.meta, item.seq, item.bytes),
+            (&b"key"[..], &b"value!"[..], meta, 99, 64)
+        );
+        assert_eq!(decode_item(&b, 6), Err(Corrupt::Checksum), "another segment's seed");
         for bit in 0..(ITEM_HEADER + 9) * 8 {
             let mut bad = b.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode_item(&bad).is_err(), "bit {bit}");
+            assert!(decode_item(&bad, 5).is_err(), "bit {bit}");
         }
-        assert_eq!(decode_item(&b[..40]), Err(Corrupt::Length));
-        assert_eq!(decode_item(&[0u8; 64]), Err(Corrupt::Magic));
+        assert_eq!(decode_item(&b[..40], 5), Err(Corrupt::Length));
+        assert_eq!(decode_item(&[0u8; 64], 5), Err(Corrupt::Magic));
+    }
+
+    #[test]
+    fn marks_round_trip_and_fail_under_another_seed_or_a_flipped_bit() {
+        let mut b = vec![0xAAu8; MARK_BYTES];
+        assert_eq!(encode_mark(&mut b, MarkKind::Invalidate, 0xABCD, 1234, 9), MARK_BYTES);
+        let mark = decode_record(&b, 9).unwrap();
+        assert_eq!(mark, Record::Mark { kind: MarkKind::Invalidate, group: 0xABCD, seq: 1234 });
+        assert_eq!(mark.bytes(), MARK_BYTES);
+        assert!(decode_record(&b, 8).is_err());
+        for bit in 0..32 * 8 {
+            let mut bad = b.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_record(&bad, 9).is_err(), "bit {bit}");
+        }
+        encode_mark(&mut b, MarkKind::Flush, 0, 7, 9);
+        assert_eq!(decode_record(&b, 9), Ok(Record::Mark { kind: MarkKind::Flush, group: 0, seq: 7 }));
     }
 
     #[test]

@@ -15,6 +15,8 @@
 pub mod admission;
 mod cascade;
 mod config;
+mod crash;
+mod durable;
 mod gc;
 mod identity;
 mod index;
@@ -127,8 +129,8 @@ enum Miss {
 }
 
 /// Checks the item at the start of `bytes` against `key` and the clock.
-fn check(key: &[u8], bytes: &[u8], now: Now) -> Result<FlashItem, Miss> {
-    let item = decode_item(bytes).map_err(Miss::Corrupt)?;
+fn check(key: &[u8], bytes: &[u8], now: Now, seed: u64) -> Result<FlashItem, Miss> {
+    let item = decode_item(bytes, seed).map_err(Miss::Corrupt)?;
     if item.key != key {
         return Err(Miss::OtherKey);
     }
@@ -146,6 +148,7 @@ const TOKEN_META: u64 = 4 << 56;
 const TOKEN_MAP_READ: u64 = 5 << 56;
 const TOKEN_MAP_WRITE: u64 = 6 << 56;
 const TOKEN_REORG: u64 = 7 << 56;
+const TOKEN_SUPER: u64 = 8 << 56;
 const TOKEN_KIND: u64 = 0xFF << 56;
 
 /// One partition's flash store.
@@ -171,6 +174,11 @@ pub struct FlashStore {
     next_seq: u64,
     /// The lowest segment sequence number still valid in this region (see `recovery`).
     watermark: u64,
+    /// The watermark of the superblock write in flight (`durable::retire_tail`).
+    pending_watermark: u64,
+    durable: durable::Durable,
+    /// Lookups finished inside a blocking wait, handed out at the next `poll`.
+    early: Vec<ReadDone>,
     max_cas: u64,
     /// A pending delayed flush_all's deadline (Unix seconds, 0 = none), kept across a clean
     /// restart for the owner to apply.
@@ -225,6 +233,7 @@ impl FlashStore {
 
     /// Forgets every item (flush_all): no I/O, the segments are reclaimed as they come due.
     pub fn clear(&mut self) {
+        self.flush_mark();
         self.index.clear();
         if let Some(c) = self.cascade.as_deref_mut() {
             c.clear();
@@ -278,7 +287,10 @@ impl FlashStore {
         always: bool,
     ) -> InsertOutcome {
         self.last_now = now;
-        let old = self.index.remove(hash);
+        let removed = self.index.remove_at(hash);
+        let old = removed.map(|(_, e)| e);
+        self.dropped_entry(hash, removed);
+        let had_copy = old.is_some_and(|e| Self::valid(&self.slots, e)) && self.cascade.is_none();
         self.forget(old);
         let bytes = item_bytes(key.len(), value.len());
         let outcome = if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
@@ -294,6 +306,10 @@ impl FlashStore {
             InsertOutcome::Stored
         };
         if outcome != InsertOutcome::Stored {
+            if had_copy {
+                // Its older copy stays dead only if a mark says so (a stored record would).
+                self.drop_group(self.group(hash));
+            }
             // The key's older mappings below tier 1 must not come back.
             self.bury(self.fingerprint(hash));
             return outcome;
@@ -309,6 +325,10 @@ impl FlashStore {
     pub fn delete(&mut self, hash: KeyHash) -> bool {
         let old = self.index.remove(hash);
         let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+        if found && self.cascade.is_none() {
+            // Durable with the next commit (an owner that must wait uses `invalidate` first).
+            self.drop_group(self.group(hash));
+        }
         self.forget(old);
         self.bury(self.fingerprint(hash));
         self.stats.deletes += u64::from(found);
@@ -474,7 +494,8 @@ impl FlashStore {
     /// Checks bytes found for `entry` (starting at the item): magic, checksum, key, expiry.
     /// Misses are counted; an expired item leaves the index.
     fn verify(&mut self, hash: KeyHash, key: &[u8], entry: Entry, bytes: &[u8], now: Now) -> Option<FlashItem> {
-        let miss = match check(key, bytes, now) {
+        let seed = self.slots[entry.slot() as usize].seq;
+        let miss = match check(key, bytes, now, seed) {
             Ok(item) => return Some(item),
             Err(miss) => miss,
         };
@@ -522,6 +543,7 @@ impl FlashStore {
     /// go to `out`. Never blocks.
     pub fn poll(&mut self, now: Now, out: &mut Vec<ReadDone>) {
         self.last_now = now;
+        out.append(&mut self.early);
         for c in std::mem::take(&mut self.deferred) {
             self.complete(c, now, out);
         }
@@ -590,6 +612,7 @@ impl FlashStore {
             TOKEN_MAP_READ => self.map_read_done(number as u64, c, now, out),
             TOKEN_MAP_WRITE => self.t2_written(number as u64, c),
             TOKEN_REORG => self.reorg_done(number as u64, c),
+            TOKEN_SUPER => self.watermark_done(number as u32, c),
             _ => {}
         }
     }

@@ -19,7 +19,7 @@ use xxhash_rust::xxh3::Xxh3;
 use super::admission::admission_for;
 use super::index::FlashIndex;
 use super::io::{AlignedBuf, IoEngine, IoKind, IoOp};
-use super::layout::{SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN};
+use super::layout::{SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN, SUPERBLOCK_PAGES};
 use super::ring::{Slot, SlotState, WriteBuf};
 use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_META};
 
@@ -61,6 +61,7 @@ impl FlashStore {
                     expected.buckets,
                 )
         };
+        let mut crashed = false;
         let (restored, reason) = match &sb {
             Err(true) => (false, NEW_FILE.to_string()),
             Err(false) => (
@@ -80,7 +81,24 @@ impl FlashStore {
                     sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets
                 ),
             ),
-            Ok(sb) if sb.state != STATE_CLEAN => (false, "the last run did not close cleanly".to_string()),
+            Ok(sb) if sb.state != STATE_CLEAN && store.cascade.is_some() => (
+                false,
+                "the last run did not close cleanly (the cascade index is rebuilt only after a clean stop)".into(),
+            ),
+            Ok(sb) if sb.state != STATE_CLEAN => {
+                store.epoch = sb.epoch + 1;
+                store.durable.record_seq = sb.record_seq;
+                match store.recover(sb, now) {
+                    Ok(items) => {
+                        crashed = true;
+                        (true, format!("recovered {items} items from the segments after a crash"))
+                    }
+                    Err(why) => {
+                        store.reset();
+                        (false, why)
+                    }
+                }
+            }
             Ok(sb) => match store.load_snapshot(sb) {
                 Ok(()) => (true, "restored".to_string()),
                 Err(why) => {
@@ -95,10 +113,16 @@ impl FlashStore {
             c.next_seq = c.next_seq.max(store.epoch << 32);
         }
         store.watermark = store.next_seq;
+        if let Some(sb) = sb.as_ref().ok().filter(|sb| sb.identity == store.cfg.identity) {
+            store.durable.sb_generation = sb.generation;
+            store.durable.record_seq = store.durable.record_seq.max(sb.record_seq);
+        }
         if let Some(sb) = sb.ok().filter(|_| restored) {
-            store.max_cas = sb.last_cas;
-            store.flush_at = sb.flush_at;
+            store.max_cas = store.max_cas.max(sb.last_cas);
             store.watermark = sb.watermark;
+            if !crashed {
+                store.flush_at = sb.flush_at;
+            }
         }
         store
             .write_superblock(STATE_OPEN, 0, 0)
@@ -129,6 +153,9 @@ impl FlashStore {
             epoch: 0,
             next_seq: 0,
             watermark: 0,
+            pending_watermark: 0,
+            durable: super::durable::Durable::default(),
+            early: Vec::new(),
             max_cas: 0,
             flush_at: 0,
             submit_at_once: true,
@@ -153,7 +180,7 @@ impl FlashStore {
         self.used_slots = 0;
     }
 
-    fn superblock(&self, state: u32, snapshot_bytes: u64, snapshot_checksum: u64) -> Superblock {
+    pub(super) fn superblock(&self, state: u32, snapshot_bytes: u64, snapshot_checksum: u64) -> Superblock {
         Superblock {
             state,
             partition: self.cfg.partition,
@@ -169,6 +196,8 @@ impl FlashStore {
             flush_at: self.flush_at,
             identity: self.cfg.identity,
             watermark: self.watermark,
+            generation: self.durable.sb_generation,
+            record_seq: self.durable.record_seq,
         }
     }
 
@@ -200,18 +229,54 @@ impl FlashStore {
         }
     }
 
-    /// The region's superblock, or why there is none: `Err(true)` when its page is blank (a
-    /// new file), `Err(false)` when it cannot be read or is not a valid superblock.
+    /// The region's superblock (of its two pages, the valid one of the larger generation), or
+    /// why there is none: `Err(true)` when both pages are blank (a new file), `Err(false)` when
+    /// neither holds a valid superblock. A page that does not check out is read again (a read
+    /// can fail or flip a bit); if it stays damaged while the other says "clean", nothing is
+    /// trusted: a damaged page may be the newer one, and a clean close older than a run that
+    /// crashed must never be restored.
     fn read_superblock(&mut self) -> Result<Superblock, bool> {
-        let (buf, result) = self.sync_io(IoKind::Read, self.layout.region_offset, AlignedBuf::new(PAGE), PAGE);
-        result.map_err(|_| false)?;
-        Superblock::decode(&buf).ok_or_else(|| buf[..PAGE].iter().all(|&b| b == 0))
+        let mut best: Option<Superblock> = None;
+        let (mut blank, mut damaged) = (true, false);
+        for page in 0..SUPERBLOCK_PAGES as u64 {
+            let offset = self.layout.region_offset + page * PAGE as u64;
+            let mut outcome = None;
+            for _ in 0..3 {
+                let (buf, result) = self.sync_io(IoKind::Read, offset, AlignedBuf::new(PAGE), PAGE);
+                outcome = match (result, Superblock::decode(&buf)) {
+                    (Ok(_), Some(sb)) => Some(Ok(sb)),
+                    (Ok(_), None) if buf[..PAGE].iter().all(|&b| b == 0) => Some(Err(true)),
+                    _ => Some(Err(false)),
+                };
+                if outcome != Some(Err(false)) {
+                    break;
+                }
+            }
+            match outcome.expect("read at least once") {
+                Ok(sb) => {
+                    blank = false;
+                    if best.is_none_or(|b| sb.generation > b.generation) {
+                        best = Some(sb);
+                    }
+                }
+                Err(true) => {}
+                Err(false) => (blank, damaged) = (false, true),
+            }
+        }
+        match best {
+            Some(sb) if damaged && sb.state == STATE_CLEAN => Err(false),
+            Some(sb) => Ok(sb),
+            None => Err(blank),
+        }
     }
 
-    fn write_superblock(&mut self, state: u32, snapshot_bytes: u64, checksum: u64) -> Result<(), i32> {
+    /// Writes the superblock (to the page its generation names) and syncs.
+    pub(super) fn write_superblock(&mut self, state: u32, snapshot_bytes: u64, checksum: u64) -> Result<(), i32> {
+        self.durable.sb_generation += 1;
         let mut buf = AlignedBuf::new(PAGE);
         self.superblock(state, snapshot_bytes, checksum).encode(&mut buf);
-        self.sync_io(IoKind::Write, self.layout.region_offset, buf, PAGE).1?;
+        let offset = self.layout.region_offset + (self.durable.sb_generation % 2) * PAGE as u64;
+        self.sync_io(IoKind::Write, offset, buf, PAGE).1?;
         self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map(|_| ())
     }
 

@@ -1,10 +1,16 @@
-//! The region's ring of segments and the DRAM write buffers that fill them: placing items,
-//! sealing a buffer into a segment write, taking the next slot, and dropping the oldest slot
-//! when none is free.
+//! The region's ring of segments and the DRAM write buffers that fill them: placing records,
+//! writing a buffer's pages (a commit writes what is filled so far, `durable`; sealing writes the
+//! rest), taking the next slot, and retiring the oldest slot when none is free.
+//!
+//! Every page of a segment is written once: a commit pads the buffer to a page boundary, so the
+//! next record starts on a fresh page, and a buffer has at most one write in flight. A failed
+//! write is tried again from the same pages; the buffer stays in DRAM (and serves reads) until
+//! its last page is on the device.
 
 use super::index::{Entry, GENERATIONS};
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::layout::{encode_item, item_bytes, ItemMeta, SegmentHeader, ITEM_ALIGN, PAGE, SEGMENT_HEADER};
+use super::layout::{encode_mark, MarkKind, MARK_BYTES};
 use super::{FlashStore, Now, ReadDone, TOKEN_WRITE};
 use crate::hash::KeyHash;
 
@@ -36,7 +42,7 @@ impl Slot {
     pub const EMPTY: Slot = Slot { gen: 0, state: SlotState::Free, seq: 0, used: 0, live: 0 };
 }
 
-/// A segment-sized DRAM buffer; `data` is None while the device writes it.
+/// A segment-sized DRAM buffer; `data` is None while the device writes it whole.
 pub struct WriteBuf {
     pub data: Option<AlignedBuf>,
     pub slot: u32,
@@ -44,11 +50,45 @@ pub struct WriteBuf {
     pub opened_ns: u64,
     /// Lookups waiting for this buffer's write to finish.
     pub waiters: Vec<usize>,
+    /// Bytes from the segment's start already on the device (whole pages).
+    pub committed: usize,
+    /// The write in flight, if any.
+    pub write: Option<BufWrite>,
+    /// Filled (or closing): its last pages go to the device once the write in flight is done.
+    pub seal_pending: bool,
+    /// Holds the slot's segment until its last page is on the device.
+    pub in_use: bool,
+    /// The ticket the next write of this buffer reports, once a mark asked for one.
+    pub open_ticket: Option<u64>,
+    /// Groups of marks appended since the last write, and of those in the write in flight.
+    pub marks_unwritten: Vec<u64>,
+    pub marks_in_flight: Vec<u64>,
+}
+
+/// One write of a buffer's pages up to `end`; `last` seals the segment.
+#[derive(Clone, Copy, Debug)]
+pub struct BufWrite {
+    pub end: usize,
+    pub last: bool,
+    pub ticket: Option<u64>,
 }
 
 impl WriteBuf {
     pub fn new(bytes: usize) -> WriteBuf {
-        WriteBuf { data: Some(AlignedBuf::new(bytes)), slot: 0, used: 0, opened_ns: 0, waiters: Vec::new() }
+        WriteBuf {
+            data: Some(AlignedBuf::new(bytes)),
+            slot: 0,
+            used: 0,
+            opened_ns: 0,
+            waiters: Vec::new(),
+            committed: 0,
+            write: None,
+            seal_pending: false,
+            in_use: false,
+            open_ticket: None,
+            marks_unwritten: Vec::new(),
+            marks_in_flight: Vec::new(),
+        }
     }
 }
 
@@ -65,16 +105,9 @@ fn place(used: usize, bytes: usize, segment: usize) -> Option<(usize, u32)> {
 }
 
 impl FlashStore {
-    /// Appends an item to the active buffer (opening one if needed) and indexes it.
-    pub(super) fn append(
-        &mut self,
-        hash: KeyHash,
-        key: &[u8],
-        value: &[u8],
-        meta: ItemMeta,
-        now: Now,
-    ) -> Option<Entry> {
-        let bytes = item_bytes(key.len(), value.len());
+    /// The active buffer with room for `bytes` more (opening one if needed): (buffer, offset,
+    /// pages), or None if no buffer or slot is free.
+    fn room(&mut self, bytes: usize, now: Now) -> Option<(usize, usize, u32)> {
         let segment = self.layout.segment_bytes as usize;
         let mut spot = self.active.and_then(|b| place(self.bufs[b].used, bytes, segment).map(|p| (b, p)));
         if spot.is_none() {
@@ -88,12 +121,54 @@ impl FlashStore {
         let buf = &mut self.bufs[b];
         let data = buf.data.as_mut().expect("the active buffer is in DRAM");
         data[buf.used..at].fill(0);
-        encode_item(&mut data[at..], key, value, meta);
+        Some((b, at, pages))
+    }
+
+    /// Appends an item to the active buffer (opening one if needed) and indexes it.
+    pub(super) fn append(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        now: Now,
+    ) -> Option<Entry> {
+        let bytes = item_bytes(key.len(), value.len());
+        let (b, at, pages) = self.room(bytes, now)?;
+        let seq = self.next_record_seq();
+        let buf = &mut self.bufs[b];
+        let seed = self.slots[buf.slot as usize].seq;
+        let data = buf.data.as_mut().expect("the active buffer is in DRAM");
+        encode_item(&mut data[at..], key, value, meta, seq, seed);
         buf.used = at + bytes;
         let slot = buf.slot;
         let entry = Entry::new(hash.tag(), slot, self.slots[slot as usize].gen, (at / ITEM_ALIGN) as u32, pages);
         self.t1_insert(hash, entry);
         Some(entry)
+    }
+
+    /// Appends a mark for `group` to the active buffer; returns the ticket of the write that
+    /// will carry it (reported by `take_commits`), or None if no buffer or slot is free.
+    pub(super) fn append_mark(&mut self, kind: MarkKind, group: u64, now: Now) -> Option<u64> {
+        let (b, at, _) = self.room(MARK_BYTES, now)?;
+        let seq = self.next_record_seq();
+        let ticket = match self.bufs[b].open_ticket {
+            Some(ticket) => ticket,
+            None => {
+                self.durable.tickets += 1;
+                self.durable.tickets
+            }
+        };
+        let buf = &mut self.bufs[b];
+        buf.open_ticket = Some(ticket);
+        let seed = self.slots[buf.slot as usize].seq;
+        let data = buf.data.as_mut().expect("the active buffer is in DRAM");
+        encode_mark(&mut data[at..], kind, group, seq, seed);
+        buf.used = at + MARK_BYTES;
+        buf.marks_unwritten.push(group);
+        *self.durable.pending.entry(group).or_insert(0) += 1;
+        self.stats.marks += 1;
+        Some(ticket)
     }
 
     /// Puts `entry` in the (tier-1) index: the key's previous entry is forgotten; an entry a full
@@ -107,6 +182,7 @@ impl FlashStore {
         } else {
             self.index.insert(hash, entry, |e| Self::valid(slots, e), |e| slots[e.slot() as usize].seq)
         };
+        self.dropped_entry(hash, displaced.replaced.map(|e| (displaced.replaced_bucket, e)));
         self.forget(displaced.replaced);
         if let Some(evicted) = displaced.evicted {
             if Self::valid(&self.slots, evicted) {
@@ -115,6 +191,7 @@ impl FlashStore {
             if self.cascade.is_some() {
                 self.demote(self.index.bucket_of(hash) as u32, evicted);
             } else {
+                self.dropped_entry(hash, Some((displaced.evicted_bucket, evicted)));
                 self.forget(Some(evicted));
             }
         }
@@ -123,12 +200,27 @@ impl FlashStore {
         }
     }
 
-    /// Makes a free buffer active on the next free slot, dropping the oldest segment if the
-    /// ring is full (GC could not keep up: the pressure path).
+    /// An entry removed from bucket `b` to make way for `hash` (full index): if it was valid and
+    /// may be another key's, a mark of its groups makes the drop durable (see `durable`).
+    pub(super) fn dropped_entry(&mut self, hash: KeyHash, removed: Option<(usize, Entry)>) {
+        let Some((b, e)) = removed.filter(|&(_, e)| self.cascade.is_none() && Self::valid(&self.slots, e)) else {
+            return;
+        };
+        let own = self.group(hash);
+        for group in self.index.groups_of(b, e.tag()) {
+            if group != own {
+                self.drop_group(group);
+            }
+        }
+    }
+
+    /// Makes a free buffer active on the next free slot, retiring the oldest segment if the
+    /// ring is full (GC could not keep up: the pressure path); None until that is done.
     fn open_buffer(&mut self, now: Now) -> Option<usize> {
         debug_assert!(self.active.is_none());
-        let b = self.bufs.iter().position(|buf| buf.data.is_some())?;
-        if self.used_slots == self.layout.slots && !self.drop_tail() {
+        let b = self.bufs.iter().position(|buf| !buf.in_use && buf.data.is_some())?;
+        if self.used_slots == self.layout.slots {
+            self.drop_tail();
             return None;
         }
         let slot = self.head;
@@ -142,60 +234,119 @@ impl FlashStore {
         let buf = &mut self.bufs[b];
         buf.slot = slot;
         buf.used = SEGMENT_HEADER;
+        buf.committed = 0;
+        buf.in_use = true;
         buf.opened_ns = now.nanos;
+        debug_assert!(buf.write.is_none() && buf.marks_unwritten.is_empty());
         self.active = Some(b);
         Some(b)
     }
 
-    /// Writes buffer `b` as its slot's segment (only the pages in use).
+    /// Buffer `b` is full (or closing): its remaining pages go to the device as its slot's
+    /// segment, after the write in flight if there is one.
     pub(super) fn seal(&mut self, b: usize) {
         if self.active == Some(b) {
             self.active = None;
         }
-        let buf = &mut self.bufs[b];
-        let mut data = buf.data.take().expect("sealing a buffer in DRAM");
-        let len = buf.used.next_multiple_of(PAGE);
-        data[buf.used..len].fill(0);
-        let slot = &mut self.slots[buf.slot as usize];
-        slot.used = buf.used as u32;
-        let header = SegmentHeader {
-            partition: self.cfg.partition,
-            epoch: self.epoch,
-            seq: slot.seq,
-            slot: buf.slot,
-            used: buf.used as u32,
-            identity: self.cfg.identity,
-        };
-        header.encode(&mut data[..SEGMENT_HEADER]);
-        let offset = self.layout.segment_offset(buf.slot);
-        self.io.submit(IoOp { kind: IoKind::Write, offset, buf: data, len, token: TOKEN_WRITE | b as u64 });
-        self.stats.segments_written += 1;
-        self.stats.write_bytes += len as u64;
+        self.bufs[b].seal_pending = true;
+        if self.bufs[b].write.is_none() {
+            self.write_pages(b);
+        }
         self.maybe_reclaim();
     }
 
-    /// A segment write finished: the slot is on flash (or, if the write failed, dead), and the
-    /// lookups that waited on it are answered from the buffer.
+    /// Writes buffer `b`'s pages from `committed` to the end of what it holds (padded to a
+    /// page); the last write (after `seal`) makes the slot sealed. A segment written whole moves
+    /// its buffer; a part is copied, so the buffer keeps filling and serving reads.
+    pub(super) fn write_pages(&mut self, b: usize) {
+        let slot_seq = self.slots[self.bufs[b].slot as usize].seq;
+        let (partition, identity) = (self.cfg.partition, self.cfg.identity);
+        let buf = &mut self.bufs[b];
+        debug_assert!(buf.write.is_none());
+        let last = buf.seal_pending;
+        let end = buf.used.next_multiple_of(PAGE);
+        let start = buf.committed;
+        let data = buf.data.as_mut().expect("a buffer being written is in DRAM");
+        data[buf.used..end].fill(0);
+        if start == 0 {
+            let header = SegmentHeader { partition, epoch: 0, seq: slot_seq, slot: buf.slot, used: 0, identity };
+            header.encode(&mut data[..SEGMENT_HEADER]);
+        }
+        buf.used = end;
+        buf.marks_in_flight.append(&mut buf.marks_unwritten);
+        let ticket = buf.open_ticket.take();
+        buf.write = Some(BufWrite { end, last, ticket });
+        let slot = buf.slot;
+        let op_buf = if start == end {
+            AlignedBuf::new(0)
+        } else if last && start == 0 {
+            buf.data.take().expect("checked above")
+        } else {
+            let mut part = AlignedBuf::new(end - start);
+            part[..end - start].copy_from_slice(&data[start..end]);
+            part
+        };
+        self.slots[slot as usize].used = end as u32;
+        if start == end {
+            // Nothing new (a commit filled the segment exactly): done with no I/O.
+            let completion = Completion { token: TOKEN_WRITE | b as u64, buf: op_buf, result: Ok(0) };
+            self.deferred.push(completion);
+            return;
+        }
+        let offset = self.layout.segment_offset(slot) + start as u64;
+        let len = end - start;
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf: op_buf, len, token: TOKEN_WRITE | b as u64 });
+        self.stats.segments_written += u64::from(last);
+        self.stats.commits += u64::from(!last);
+        self.stats.write_bytes += len as u64;
+    }
+
+    /// A write of buffer `b` finished. On success its marks are durable (its ticket reported),
+    /// and after the last write the slot is on flash and the lookups that waited on it are
+    /// answered. On failure the ticket is reported failed and the same pages are written again.
     pub(super) fn write_done(&mut self, b: usize, c: Completion, now: Now, out: &mut Vec<ReadDone>) {
-        let slot = self.bufs[b].slot as usize;
+        let write = self.bufs[b].write.take().expect("a write in flight");
+        if self.bufs[b].data.is_none() {
+            self.bufs[b].data = Some(c.buf);
+        }
+        if let Some(ticket) = write.ticket {
+            self.durable.done.push((ticket, c.result.is_ok()));
+        }
+        let buf = &mut self.bufs[b];
         if c.result.is_err() {
             self.stats.write_errors += 1;
-            self.kill_slot(slot as u32);
+            buf.marks_unwritten.append(&mut buf.marks_in_flight);
+            buf.used = buf.used.max(write.end);
+            self.write_pages(b);
+            return;
         }
+        buf.committed = write.end;
+        for group in std::mem::take(&mut buf.marks_in_flight) {
+            self.durable.settle(group);
+        }
+        if !write.last {
+            if self.bufs[b].seal_pending {
+                self.write_pages(b);
+            }
+            return;
+        }
+        let slot = self.bufs[b].slot as usize;
         if self.slots[slot].state == SlotState::Buffer(b) {
             self.slots[slot].state = SlotState::Sealed;
         }
         let waiters = std::mem::take(&mut self.bufs[b].waiters);
+        let data = self.bufs[b].data.take().expect("put back above");
         for &i in &waiters {
             let entry = self.reads[i].as_ref().expect("a waiting lookup").entry;
             let at = entry.offset_units() as usize * ITEM_ALIGN;
-            let bytes = if c.result.is_ok() { Ok(&c.buf[at..]) } else { Err(libc::EIO) };
-            self.finish_read(i, bytes, now, out);
+            self.finish_read(i, Ok(&data[at..]), now, out);
         }
         let buf = &mut self.bufs[b];
+        buf.data = Some(data);
         buf.waiters = waiters;
         buf.waiters.clear();
-        buf.data = Some(c.buf);
+        buf.seal_pending = false;
+        buf.in_use = false;
     }
 
     /// Invalidates everything in `slot` at once (no I/O): its generation moves on.
@@ -206,19 +357,22 @@ impl FlashStore {
         s.gen = (s.gen + 1) % GENERATIONS;
     }
 
-    /// Frees the oldest slot without reading it; false if it is still being written.
+    /// Retires the oldest slot without reading it (the ring is full); false if it is still being
+    /// written or read, or a retirement is already under way.
     pub(super) fn drop_tail(&mut self) -> bool {
         let tail = self.tail();
         let walking = self.gc.walking && self.gc.reading.is_some_and(|(slot, _)| slot == tail);
         if self.used_slots == 0 || self.slots[tail as usize].state != SlotState::Sealed || walking {
             return false;
         }
-        self.stats.pressure_drops += 1;
-        self.free_tail();
-        true
+        if self.retire_tail() {
+            self.stats.pressure_drops += 1;
+            return true;
+        }
+        false
     }
 
-    /// Retires the tail slot: its entries die with its generation.
+    /// Frees the tail slot (its watermark is durable): its entries die with its generation.
     pub(super) fn free_tail(&mut self) {
         let tail = self.tail();
         self.kill_slot(tail);

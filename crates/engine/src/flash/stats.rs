@@ -47,6 +47,14 @@ pub struct FlashStats {
     pub swept: u64,
     /// flush_all: every entry forgotten at once.
     pub clears: u64,
+    /// Marks appended (invalidations, drops, flushes) and commits written for them.
+    pub marks: u64,
+    pub commits: u64,
+    /// Superblock writes that raised the watermark (one per retired segment).
+    pub watermark_writes: u64,
+    /// Crash recovery: segments scanned and items adopted.
+    pub recovered_segments: u64,
+    pub recovered_items: u64,
 }
 
 /// Every heap byte the store holds, by structure.

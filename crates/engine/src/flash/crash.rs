@@ -1,0 +1,184 @@
+//! Crash recovery (Cascade Mapping's recovery from the FIFO order of the segments): after a run
+//! that did not close cleanly, the region's segments are read back and the index rebuilt from
+//! their records. A segment counts only if its header is intact and carries the file's
+//! identity, this partition, its own slot and a sequence number at or above the superblock's
+//! watermark (`durable`: a retired segment is below it). Each record's checksum is seeded with
+//! its segment's sequence number, so bytes of an earlier segment in the same slot never pass.
+//! Of the records of one group (first index bucket and tag) the newest item wins unless a mark
+//! of that group, or a flush mark, is newer; expired items are skipped.
+//!
+//! It blocks (it runs inside `open`) and never trusts what it reads: a bad record is skipped.
+
+use std::collections::HashMap;
+
+use super::gc::walk_records;
+use super::index::Entry;
+use super::io::{AlignedBuf, IoKind};
+use super::layout::{MarkKind, Record, SegmentHeader, Superblock, ITEM_ALIGN, PAGE};
+use super::ring::{Slot, SlotState};
+use super::{FlashStore, Now};
+use crate::hash::KeyHash;
+use crate::time::is_expired;
+
+/// The newest item of a group found so far.
+#[derive(Clone, Copy)]
+struct Candidate {
+    seq: u64,
+    hash: KeyHash,
+    slot: u32,
+    at: usize,
+    pages: u32,
+    expiry: u32,
+}
+
+/// What the scan of every segment found.
+#[derive(Default)]
+struct Found {
+    items: HashMap<u64, Candidate>,
+    marks: HashMap<u64, u64>,
+    flush: u64,
+    max_record: u64,
+    max_cas: u64,
+    /// (slot, seq, bytes up to the last record) of every valid segment.
+    segments: Vec<(u32, u64, usize)>,
+}
+
+/// Whether a segment's records resume after bytes that are neither a record nor zero padding:
+/// valid records form a prefix of a segment (a write torn by a crash is its last), so such a
+/// gap is damage, not an end.
+fn damaged_mid_way(segment: &[u8], seed: u64) -> bool {
+    let mut at = super::layout::SEGMENT_HEADER;
+    let mut garbage = false;
+    while at + super::layout::ITEM_HEADER <= segment.len() {
+        match super::layout::decode_record(&segment[at..], seed) {
+            Ok(record) => {
+                if garbage {
+                    return true;
+                }
+                at += record.bytes();
+            }
+            Err(_) => {
+                let next = (at + 1).next_multiple_of(PAGE).min(segment.len());
+                garbage |= segment[at..next].iter().any(|&b| b != 0);
+                at = next;
+            }
+        }
+    }
+    false
+}
+
+impl FlashStore {
+    /// Rebuilds the ring and the index from the segments after a crash; returns the items
+    /// adopted. The caller has set the epoch; `now` decides expiry.
+    pub(super) fn recover(&mut self, sb: &Superblock, now: Now) -> Result<u64, String> {
+        let mut found = Found::default();
+        let segment = self.layout.segment_bytes as usize;
+        let mut buf = AlignedBuf::new(segment);
+        for slot in 0..self.layout.slots {
+            let offset = self.layout.segment_offset(slot);
+            // A read that fails or comes back damaged mid-way is tried again: a mark missed
+            // could let an older copy come back.
+            let mut tries = 0;
+            let header = loop {
+                tries += 1;
+                let (back, result) = self.sync_io(IoKind::Read, offset, buf, segment);
+                buf = back;
+                let header = SegmentHeader::decode(&buf);
+                let clean = result.is_ok() && header.is_none_or(|h| !damaged_mid_way(&buf[..segment], h.seq));
+                if clean {
+                    break header;
+                }
+                if tries == 3 {
+                    return Err(format!("segment {slot} reads back damaged; nothing is adopted"));
+                }
+            };
+            let Some(header) = header.filter(|h| {
+                h.identity == self.cfg.identity
+                    && h.partition == self.cfg.partition
+                    && h.slot == slot
+                    && h.seq >= sb.watermark
+            }) else {
+                continue;
+            };
+            self.scan_segment(slot, header.seq, &buf[..segment], &mut found);
+        }
+        self.rebuild(found, now)
+    }
+
+    fn scan_segment(&self, slot: u32, seq: u64, bytes: &[u8], found: &mut Found) {
+        let mut end = 0;
+        walk_records(bytes, seq, |at, record| {
+            end = at + record.bytes();
+            match record {
+                Record::Mark { kind: MarkKind::Flush, seq, .. } => {
+                    found.flush = found.flush.max(seq);
+                    found.max_record = found.max_record.max(seq);
+                }
+                Record::Mark { kind: MarkKind::Invalidate, group, seq } => {
+                    let newest = found.marks.entry(group).or_insert(0);
+                    *newest = (*newest).max(seq);
+                    found.max_record = found.max_record.max(seq);
+                }
+                Record::Item(item) => {
+                    found.max_record = found.max_record.max(item.seq);
+                    found.max_cas = found.max_cas.max(item.meta.cas);
+                    let hash = KeyHash::of(item.key);
+                    let pages = ((at + item.bytes - 1) / PAGE - at / PAGE + 1) as u32;
+                    let candidate = Candidate { seq: item.seq, hash, slot, at, pages, expiry: item.meta.expiry };
+                    let group = self.group(hash);
+                    match found.items.get(&group) {
+                        Some(older) if older.seq > item.seq => {}
+                        _ => {
+                            found.items.insert(group, candidate);
+                        }
+                    }
+                }
+            }
+        });
+        found.segments.push((slot, seq, end.next_multiple_of(PAGE)));
+    }
+
+    /// Lays the ring out as the valid segments say (oldest to newest, in slot order) and
+    /// indexes every item no newer record killed.
+    fn rebuild(&mut self, found: Found, now: Now) -> Result<u64, String> {
+        let Some(&(newest, _, _)) = found.segments.iter().max_by_key(|s| s.1) else {
+            return Ok(0);
+        };
+        let &(oldest, _, _) = found.segments.iter().min_by_key(|s| s.1).expect("one at least");
+        let slots = self.layout.slots;
+        self.head = (newest + 1) % slots;
+        self.used_slots = (self.head + slots - oldest - 1) % slots + 1;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let in_ring = (i as u32 + slots - oldest) % slots < self.used_slots;
+            // A slot in the ring whose segment never landed: sealed and empty, GC frees it.
+            let state = if in_ring { SlotState::Sealed } else { SlotState::Free };
+            *slot = Slot { state, ..Slot::EMPTY };
+        }
+        for &(slot, seq, used) in &found.segments {
+            let s = &mut self.slots[slot as usize];
+            (s.seq, s.used) = (seq, used as u32);
+        }
+        self.durable.record_seq = self.durable.record_seq.max(found.max_record);
+        self.max_cas = self.max_cas.max(found.max_cas);
+        let mut adopted: Vec<Candidate> = found
+            .items
+            .into_iter()
+            .filter(|(group, c)| {
+                c.seq > found.flush
+                    && found.marks.get(group).is_none_or(|&mark| c.seq > mark)
+                    && !is_expired(c.expiry, now.unix)
+            })
+            .map(|(_, c)| c)
+            .collect();
+        // Oldest first, so a full bucket keeps the newest, as it did before the crash.
+        adopted.sort_unstable_by_key(|c| c.seq);
+        for c in &adopted {
+            let gen = self.slots[c.slot as usize].gen;
+            let entry = Entry::new(c.hash.tag(), c.slot, gen, (c.at / ITEM_ALIGN) as u32, c.pages);
+            self.t1_insert(c.hash, entry);
+        }
+        self.stats.recovered_segments = found.segments.len() as u64;
+        self.stats.recovered_items = adopted.len() as u64;
+        Ok(adopted.len() as u64)
+    }
+}

@@ -1,0 +1,213 @@
+//! Keeping the never-stale promise across a crash (`recovery` rebuilds the tier from the
+//! segments). A flash copy may come back after a crash unless something on the device says it
+//! is dead, so everything that makes a copy obsolete is written down before it is acknowledged:
+//!
+//! - A change of a key that has (or may have) a flash copy: the owner appends an invalidation
+//!   mark (`invalidate`), commits once per loop turn (`commit`: the active buffer's new pages,
+//!   padded to a page), and runs the change only once `take_commits` reports the mark's write done
+//!   (`remove_invalidated` then drops the index entry). Writes of keys with no flash copy never
+//!   wait. Until then the key's group counts as pending (`needs_durable`), GC does not rewrite
+//!   it and the owner does not spill it: no newer record may overtake the mark.
+//! - An index entry another key pushes out (bucket full, tag twin): a mark for each group the
+//!   entry may belong to, pending until written, so a write of such a key waits for it.
+//! - A segment GC or the ring's pressure retires: its slot is freed only once a superblock with
+//!   a watermark above its sequence number is on the device (`retire_tail`); recovery adopts no
+//!   segment below the watermark.
+//! - flush_all: a flush mark, committed before `clear` returns.
+//!
+//! Records carry sequence numbers; of a group's records the newest wins, and a mark kills every
+//! older record of its group (a flush mark every older record).
+
+use std::collections::HashMap;
+
+use super::io::{AlignedBuf, Completion, IoKind, IoOp};
+use super::layout::{MarkKind, Superblock, PAGE, STATE_OPEN};
+use super::{FlashStore, Now, TOKEN_SUPER};
+use crate::hash::KeyHash;
+
+/// The durability state of one store.
+#[derive(Default)]
+pub(super) struct Durable {
+    /// The next record's sequence number.
+    pub record_seq: u64,
+    /// The last ticket handed out.
+    pub tickets: u64,
+    /// Groups with marks not yet on the device, and how many.
+    pub pending: HashMap<u64, u32>,
+    /// Groups whose drop mark found no room yet (pending too): appended at the next commit.
+    pub unrecorded: Vec<u64>,
+    /// Finished writes that carried marks: (ticket, written).
+    pub done: Vec<(u64, bool)>,
+    /// The tail slot whose watermark write is in flight.
+    pub retiring: Option<u32>,
+    /// The generation of the last superblock written.
+    pub sb_generation: u64,
+}
+
+impl Durable {
+    /// One mark of `group` reached the device.
+    pub fn settle(&mut self, group: u64) {
+        if let Some(n) = self.pending.get_mut(&group) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(&group);
+            }
+        }
+    }
+}
+
+/// Why an invalidation cannot be appended now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoRoom;
+
+impl FlashStore {
+    pub(super) fn next_record_seq(&mut self) -> u64 {
+        self.durable.record_seq += 1;
+        self.durable.record_seq
+    }
+
+    /// The group of `hash`: its first index bucket and tag (what marks name).
+    pub fn group(&self, hash: KeyHash) -> u64 {
+        (self.index.bucket_of(hash) as u64) << 16 | u64::from(hash.tag())
+    }
+
+    /// Whether a change of `key` must wait for an invalidation mark: the key has or may have
+    /// a flash copy, or a mark of its group is not on the device yet.
+    pub fn needs_durable(&self, hash: KeyHash) -> bool {
+        self.may_hold(hash) || self.durable.pending.contains_key(&self.group(hash))
+    }
+
+    /// Whether marks of `hash`'s group are still on their way to the device.
+    pub fn pending(&self, hash: KeyHash) -> bool {
+        !self.durable.pending.is_empty() && self.durable.pending.contains_key(&self.group(hash))
+    }
+
+    /// Appends an invalidation mark for `key`; the change may run once `take_commits` reports
+    /// the returned ticket written. Nothing else changes until then.
+    pub fn invalidate(&mut self, hash: KeyHash, now: Now) -> Result<u64, NoRoom> {
+        self.last_now = now;
+        let group = self.group(hash);
+        self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)
+    }
+
+    /// After a durable invalidation: drops `key`'s index entry (no mark: one is on the device).
+    pub fn remove_invalidated(&mut self, hash: KeyHash) {
+        let old = self.index.remove(hash);
+        let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+        self.forget(old);
+        self.bury(self.fingerprint(hash));
+        self.stats.deletes += u64::from(found);
+    }
+
+    /// Marks `group` dropped from the index (see the module comment): pending until written.
+    pub(super) fn drop_group(&mut self, group: u64) {
+        if self.active.is_none() || self.relieving {
+            *self.durable.pending.entry(group).or_insert(0) += 1;
+            self.durable.unrecorded.push(group);
+            return;
+        }
+        if self.append_mark(MarkKind::Invalidate, group, self.last_now).is_none() {
+            *self.durable.pending.entry(group).or_insert(0) += 1;
+            self.durable.unrecorded.push(group);
+        }
+    }
+
+    /// Writes the marks appended since the last commit (one write of the active buffer's new
+    /// pages); the owner calls this once per loop turn. No-op when nothing waits.
+    pub fn commit(&mut self) {
+        for group in std::mem::take(&mut self.durable.unrecorded) {
+            match self.append_mark(MarkKind::Invalidate, group, self.last_now) {
+                // The first count was taken when it was put aside.
+                Some(_) => self.durable.settle(group),
+                None => self.durable.unrecorded.push(group),
+            }
+        }
+        let Some(b) = self.active else { return };
+        let buf = &self.bufs[b];
+        if buf.write.is_none() && !buf.marks_unwritten.is_empty() {
+            self.write_pages(b);
+            self.io.flush();
+        }
+    }
+
+    /// Finished commits since the last call: (ticket, written). A ticket reported false was
+    /// not written (the change it guards must not run); its mark is written again later.
+    pub fn take_commits(&mut self, out: &mut Vec<(u64, bool)>) {
+        out.append(&mut self.durable.done);
+    }
+
+    /// Appends a flush mark and waits until it is on the device (flush_all is rare).
+    pub(super) fn flush_mark(&mut self) {
+        let now = self.last_now;
+        let Some(ticket) = self.append_mark(MarkKind::Flush, 0, now) else {
+            // No room for it: nothing may come back from before, so the ring is given up.
+            self.raise_watermark_now();
+            return;
+        };
+        let mut done = Vec::new();
+        for _ in 0..10_000 {
+            self.commit();
+            if let Some(at) = self.durable.done.iter().position(|&(t, _)| t == ticket) {
+                done.push(self.durable.done.swap_remove(at));
+                break;
+            }
+            let mut completions = Vec::new();
+            self.io.wait(&mut completions);
+            let mut finished = std::mem::take(&mut self.early);
+            for c in completions {
+                self.complete(c, now, &mut finished);
+            }
+            self.early = finished;
+        }
+        if !done.first().is_some_and(|&(_, ok)| ok) {
+            self.raise_watermark_now();
+        }
+    }
+
+    /// Makes every segment written so far invalid for recovery (a blocking superblock write).
+    fn raise_watermark_now(&mut self) {
+        self.watermark = self.next_seq;
+        let _ = self.write_superblock(STATE_OPEN, 0, 0);
+    }
+
+    /// Starts retiring the tail slot: a superblock whose watermark is above its segment goes to
+    /// the device, and the slot is freed when that write is done. False if a retirement is
+    /// already under way.
+    pub(super) fn retire_tail(&mut self) -> bool {
+        if self.durable.retiring.is_some() || self.used_slots == 0 {
+            return false;
+        }
+        let tail = self.tail();
+        let next = (tail + 1) % self.layout.slots;
+        let watermark = if self.used_slots > 1 { self.slots[next as usize].seq } else { self.next_seq };
+        self.durable.retiring = Some(tail);
+        self.durable.sb_generation += 1;
+        let generation = self.durable.sb_generation;
+        let sb = Superblock { watermark, generation, ..self.superblock(STATE_OPEN, 0, 0) };
+        let mut buf = AlignedBuf::new(PAGE);
+        sb.encode(&mut buf);
+        let offset = self.layout.region_offset + (generation % 2) * PAGE as u64;
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token: TOKEN_SUPER | u64::from(tail) });
+        self.io.flush();
+        self.pending_watermark = watermark;
+        self.stats.watermark_writes += 1;
+        true
+    }
+
+    /// A watermark write finished: the tail it retires is freed (or, if it failed, kept until
+    /// the next try).
+    pub(super) fn watermark_done(&mut self, tail: u32, c: Completion) {
+        debug_assert_eq!(self.durable.retiring, Some(tail));
+        self.durable.retiring = None;
+        if c.result.is_err() {
+            self.stats.write_errors += 1;
+            return;
+        }
+        self.watermark = self.watermark.max(self.pending_watermark);
+        // Closing: the slot stays (its items go into the snapshot; recovery would skip it).
+        if self.used_slots > 0 && self.tail() == tail && !self.gc.paused {
+            self.free_tail();
+        }
+        self.maybe_reclaim();
+    }
+}
