@@ -74,11 +74,13 @@ pub mod status {
     pub const AUTH_CONTINUE: u16 = 0x21;
     pub const UNKNOWN_COMMAND: u16 = 0x81;
     pub const ENOMEM: u16 = 0x82;
+    pub const EINTERNAL: u16 = 0x84;
 
     /// The body memcached sends with an error status.
     pub fn message(status: u16) -> &'static [u8] {
         match status {
             ENOMEM => b"Out of memory",
+            EINTERNAL => b"Internal error",
             UNKNOWN_COMMAND => b"Unknown command",
             KEY_ENOENT => b"Not found",
             EINVAL => b"Invalid arguments",

@@ -349,9 +349,10 @@ fn a_damaged_superblock_says_so_and_starts_empty() {
     let server = opened(port, &flash, "2", "64m", &[]);
     fill(port, 0, 3000);
     stop(server);
-    // Something wrote over region 0's superblock (the page after the file header).
+    // Something wrote over region 0's two superblock pages (after the file header).
     let mut bytes = std::fs::read(&flash.0).unwrap();
     bytes[4096..4160].fill(0x5a);
+    bytes[8192..8256].fill(0x5a);
     std::fs::write(&flash.0, &bytes).unwrap();
     let server = opened(port, &flash, "2", "64m", &[]);
     let stderr = server.stderr();

@@ -72,9 +72,10 @@ impl FlashStore {
     }
 
     /// Whether a change of `key` must wait for an invalidation mark: the key has or may have
-    /// a flash copy, or a mark of its group is not on the device yet.
+    /// a flash copy, or a mark of its group is not on the device yet. Never with the cascade
+    /// index, which starts empty after a crash (nothing to take back).
     pub fn needs_durable(&self, hash: KeyHash) -> bool {
-        self.may_hold(hash) || self.durable.pending.contains_key(&self.group(hash))
+        self.cascade.is_none() && (self.may_hold(hash) || self.durable.pending.contains_key(&self.group(hash)))
     }
 
     /// Whether marks of `hash`'s group are still on their way to the device.

@@ -332,7 +332,7 @@ impl Worker {
                 memory_applied: settings.memory_bytes,
                 budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
                 line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
-                parking: super::flash::Parking::new(settings.flash.is_some()),
+                parking: super::parking::Parking::new(settings.flash.is_some()),
             },
             connections: Vec::new(),
             free: Vec::new(),

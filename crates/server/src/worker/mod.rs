@@ -43,6 +43,7 @@ mod flash;
 mod forwarded;
 mod lifecycle;
 mod order;
+mod parking;
 mod requests;
 mod streams;
 mod turns;
@@ -293,7 +294,7 @@ struct Core {
     /// Where a split get's single-key lines are encoded (reused; one line at a time).
     line: Vec<u8>,
     /// Requests waiting for flash reads (`flash`).
-    parking: flash::Parking,
+    parking: parking::Parking,
 }
 
 struct Worker {

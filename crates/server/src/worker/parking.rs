@@ -1,0 +1,401 @@
+//! Requests that wait for flash (KV-Direct's out-of-order execution with in-order replies).
+//! Before a request on a key runs, the partition is asked whether it must wait: for a read of
+//! the key's item from flash (`Engine::flash_probe`, for requests that must see the item) and,
+//! for a change of the key, for an invalidation of its flash copy to reach the device
+//! (`Engine::flash_guard_write`: a change acknowledged before that could be undone by a crash).
+//! A request that must wait is parked here and its reply holds a numbered part of its
+//! connection's reply order, as a forwarded request does; the connection and the worker go on.
+//! A request forwarded from another worker is parked the same way and its reply goes back as a
+//! late message.
+//!
+//! Requests on one key run in the order they arrived: each key with parked requests has a
+//! queue, only its head waits for flash, and a request for a key with a queue joins its back
+//! (so a read after a write sees the write, and a write after a read does not overtake it).
+//! When too many reads are in flight, heads wait their turn in `unissued`: nothing is dropped.
+//!
+//! It must not read or write sockets (replies reach connections through `lifecycle`).
+
+use super::*;
+use std::collections::{HashMap, VecDeque};
+use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
+use tierkv_protocol::StoreMode;
+
+/// A request waiting for flash.
+struct Parked {
+    /// Its reply's place (slot, generation, sequence) and kind, as for a forwarded request.
+    entry: Entry,
+    /// The worker that forwarded it (None: a connection of this worker).
+    from: Option<usize>,
+    request: Vec<u8>,
+    hash: KeyHash,
+    /// It must see its key's item (still to be read), and it changes the key.
+    item: bool,
+    write: bool,
+    /// What it waits for: its change's invalidation (else its item's read); once that is
+    /// done, `guarded` (it is not asked for again).
+    awaiting_guard: bool,
+    guarded: bool,
+}
+
+/// This worker's parked requests.
+#[derive(Default)]
+pub(super) struct Parking {
+    /// The partition has a flash tier.
+    pub(super) enabled: bool,
+    parked: Vec<Option<Parked>>,
+    free: Vec<usize>,
+    /// Per key (hash) with parked requests, their ids in arrival order; the head waits for
+    /// flash, the others for the head.
+    queues: HashMap<u64, VecDeque<usize>>,
+    /// Heads that found no room for their read or mark, oldest first.
+    unissued: VecDeque<usize>,
+    tokens: Vec<u64>,
+    /// Connections a flash turn answered (reused).
+    touched: Vec<usize>,
+    /// The last flash turn finished some requests.
+    busy: bool,
+    /// Reads that must go back to other workers, per worker.
+    late: Vec<Option<Box<Batch>>>,
+}
+
+impl Parking {
+    pub(super) fn new(enabled: bool) -> Parking {
+        Parking { enabled, ..Parking::default() }
+    }
+}
+
+/// Whether a request must see its key's item wherever it is: everything keyed but a plain
+/// set (which only replaces, and drops the flash copy as it does).
+pub(super) fn needs_item(request: &Request<'_>) -> bool {
+    match request.command {
+        Command::Store { mode: StoreMode::Set, cas: 0, .. } => matches!(request.style, ReplyStyle::Meta(_)),
+        Command::Get { .. }
+        | Command::Store { .. }
+        | Command::Delete { .. }
+        | Command::Arith { .. }
+        | Command::Atomic { .. }
+        | Command::Vector { .. }
+        | Command::Touch { .. }
+        | Command::MetaDebug { .. } => true,
+        _ => false,
+    }
+}
+
+/// Whether a request may change its key (and so must not run before its flash copy's
+/// invalidation is on the device): every keyed command but plain reads.
+pub(super) fn changes_key(request: &Request<'_>) -> bool {
+    match request.command {
+        Command::Get { touch, .. } => touch.is_some(),
+        Command::Store { .. }
+        | Command::Delete { .. }
+        | Command::Arith { .. }
+        | Command::Atomic { .. }
+        | Command::Vector { .. }
+        | Command::Touch { .. } => true,
+        _ => false,
+    }
+}
+
+/// The one key of a request (`buffer` holds a base64 key decoded).
+fn request_key<'b>(request: &Request<'b>, buffer: &'b mut [u8; 256]) -> Option<&'b [u8]> {
+    request.command.key()?.decode_into(buffer)
+}
+
+/// memcached-style answer to a change whose invalidation the device failed: nothing changed.
+fn failed_reply(request: &Request<'_>, out: &mut Vec<u8>) {
+    match request.style {
+        ReplyStyle::Binary(info) => binary::write_error(out, &info, binary::status::EINTERNAL),
+        ReplyStyle::Text { noreply: true } => {}
+        _ => reply::error(out, &ErrorReply::Server("flash write failed; nothing changed")),
+    }
+}
+
+impl Core {
+    /// Parks `raw` (the request decoded as `request`) if it must wait for flash: true if
+    /// parked (its reply comes later), false if it may run now. `entry` says where its reply
+    /// goes, `from` which worker forwarded it.
+    pub(super) fn park(&mut self, request: &Request<'_>, raw: &[u8], entry: Entry, from: Option<usize>) -> bool {
+        let (item, write) = (needs_item(request), changes_key(request));
+        if !self.parking.enabled || !(item || write) {
+            return false;
+        }
+        let mut buffer = [0u8; 256];
+        let Some(key) = request_key(request, &mut buffer) else { return false };
+        let hash = KeyHash::of(key);
+        let parking = &mut self.parking;
+        let id = parking.free.pop().unwrap_or_else(|| {
+            parking.parked.push(None);
+            parking.parked.len() - 1
+        });
+        let behind = parking.queues.get(&hash.0).is_some_and(|queue| !queue.is_empty());
+        let mut awaiting_guard = false;
+        if !behind {
+            let probe;
+            (probe, awaiting_guard) = self.probe(key, hash, item, write, id);
+            match probe {
+                FlashProbe::Ready => {
+                    self.parking.free.push(id);
+                    return false;
+                }
+                FlashProbe::Busy => self.parking.unissued.push_back(id),
+                FlashProbe::Pending => {}
+            }
+        }
+        let parking = &mut self.parking;
+        parking.queues.entry(hash.0).or_default().push_back(id);
+        let parked = Parked { entry, from, request: raw.to_vec(), hash, item, write, awaiting_guard, guarded: false };
+        parking.parked[id] = Some(parked);
+        self.state.counters.flash_parked += 1;
+        true
+    }
+
+    /// What the head of a key's queue waits for now: its item's read, then (`guard`) its
+    /// change's invalidation; `Ready` when it may run. The bool: it waits for the invalidation.
+    fn probe(&mut self, key: &[u8], hash: KeyHash, item: bool, guard: bool, id: usize) -> (FlashProbe, bool) {
+        if item {
+            let probe = self.partition.flash_probe(key, hash, id as u64);
+            if probe != FlashProbe::Ready {
+                return (probe, false);
+            }
+        }
+        if guard {
+            return (self.partition.flash_guard_write(hash, id as u64), true);
+        }
+        (FlashProbe::Ready, false)
+    }
+
+    /// `probe` for parked request `id` (decoded again in place).
+    fn probe_parked(&mut self, id: usize) -> FlashProbe {
+        let Some(parked) = self.parking.parked[id].as_ref() else { return FlashProbe::Ready };
+        let (hash, item, guard) = (parked.hash, parked.item, parked.write && !parked.guarded);
+        let slot = self.parking.parked[id].as_mut().expect("checked");
+        let request: Vec<u8> = std::mem::take(&mut slot.request);
+        let (probe, awaiting_guard) = match decode_request(&request, &self.limits) {
+            Decoded::Request { request, .. } => {
+                let mut buffer = [0u8; 256];
+                let key = request_key(&request, &mut buffer).unwrap_or_default();
+                self.probe(key, hash, item, guard, id)
+            }
+            // Not expected (it decoded when it was parked): it runs and answers now.
+            _ => (FlashProbe::Ready, false),
+        };
+        let parked = self.parking.parked[id].as_mut().expect("still parked");
+        parked.request = request;
+        parked.awaiting_guard = awaiting_guard;
+        probe
+    }
+
+    /// Parks a request of `connection` with a part of its reply order waiting for it; true if
+    /// parked (`kind` is Read or GetKey for reads, which the connection bounds).
+    pub(super) fn park_local(
+        &mut self,
+        connection: &mut Connection,
+        slot: usize,
+        request: &Request<'_>,
+        raw: &[u8],
+        kind: Kind,
+    ) -> bool {
+        let seq = connection.order.next_seq();
+        let entry = Entry { slot, generation: connection.generation, seq, kind, hash: 0, request_end: 0, reply_end: 0 };
+        if !self.park(request, raw, entry, None) {
+            return false;
+        }
+        connection.order.push_waiting(self.pool.pop().unwrap_or_default(), 1);
+        // Reads count against the connection's bound (delivery takes them off again).
+        connection.remote_reads += usize::from(kind != Kind::Request);
+        true
+    }
+
+    /// Runs a request that waited for flash (or answers that its change failed); its reply
+    /// goes to `replies`.
+    fn run_parked(&mut self, parked: &Parked, failed: bool, replies: &mut Vec<u8>) {
+        self.state.fd = -1;
+        if failed {
+            if let Decoded::Request { request, .. } = decode_request(&parked.request, &self.limits) {
+                failed_reply(&request, replies);
+            }
+            return;
+        }
+        self.run_entry(parked.entry.kind, &parked.request, replies);
+    }
+
+    /// Runs one forwarded (or parked) request of `kind`.
+    pub(super) fn run_entry(&mut self, kind: Kind, request: &[u8], replies: &mut Vec<u8>) {
+        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else { return };
+        match request.command {
+            // A split get's key: its VALUE only; the connection's worker ends the line.
+            Command::Get { keys, return_cas, touch, .. } if kind == Kind::GetKey => {
+                for key in keys.iter() {
+                    get_value(&mut self.partition, key, return_cas, touch, replies, &mut self.state);
+                }
+            }
+            _ => {
+                execute(&mut self.partition, &request, replies, &mut self.state, &mut Progress::whole());
+            }
+        }
+    }
+}
+
+impl Worker {
+    /// Consumes finished flash I/O: heads whose read or invalidation finished go on (or run),
+    /// the requests behind them follow in order, and heads waiting for room get it.
+    pub(super) fn flash_turn(&mut self, poll: &Poll) {
+        if !self.core.parking.enabled {
+            return;
+        }
+        let mut tokens = std::mem::take(&mut self.core.parking.tokens);
+        self.core.partition.flash_poll(false, &mut tokens);
+        let mut touched = std::mem::take(&mut self.core.parking.touched);
+        self.core.parking.busy = !tokens.is_empty();
+        for token in tokens.drain(..) {
+            let id = (token & !FLASH_FAILED) as usize;
+            if token & FLASH_FAILED != 0 {
+                self.finish_parked(id, true, &mut touched);
+            } else {
+                self.advance(id, &mut touched);
+            }
+        }
+        self.core.parking.tokens = tokens;
+        while let Some(&id) = self.core.parking.unissued.front() {
+            if self.core.parking.parked[id].is_none() {
+                self.core.parking.unissued.pop_front();
+                continue;
+            }
+            match self.core.probe_parked(id) {
+                FlashProbe::Busy => break,
+                FlashProbe::Pending => {
+                    self.core.parking.unissued.pop_front();
+                }
+                FlashProbe::Ready => {
+                    self.core.parking.unissued.pop_front();
+                    self.finish_parked(id, false, &mut touched);
+                }
+            }
+        }
+        // One write per connection for all the replies this turn completed.
+        touched.sort_unstable();
+        touched.dedup();
+        self.settle(&touched, poll);
+        touched.clear();
+        self.core.parking.touched = touched;
+        self.core.partition.flash_submit();
+        self.send_late();
+    }
+
+    /// Head `id`'s wait is over: it runs, or waits for its next step (a write whose item was
+    /// read then waits for its invalidation).
+    fn advance(&mut self, id: usize, touched: &mut Vec<usize>) {
+        let Some(parked) = self.core.parking.parked.get_mut(id).and_then(Option::as_mut) else { return };
+        // What it waited for is done: its invalidation is on the device (a failed one comes back
+        // as FLASH_FAILED), or its item is in DRAM or known absent (not read again).
+        if parked.awaiting_guard {
+            parked.guarded = true;
+        } else {
+            parked.item = false;
+        }
+        match self.core.probe_parked(id) {
+            FlashProbe::Ready => self.finish_parked(id, false, touched),
+            FlashProbe::Pending => {}
+            FlashProbe::Busy => self.core.parking.unissued.push_back(id),
+        }
+    }
+
+    /// Runs parked request `id` (or answers that its change failed), then the requests queued
+    /// behind it on its key that need not wait.
+    fn finish_parked(&mut self, id: usize, failed: bool, touched: &mut Vec<usize>) {
+        let Some(hash) = self.run_one(id, failed, touched) else { return };
+        loop {
+            let parking = &mut self.core.parking;
+            let Some(&next) = parking.queues.get(&hash.0).and_then(VecDeque::front) else {
+                parking.queues.remove(&hash.0);
+                return;
+            };
+            match self.core.probe_parked(next) {
+                FlashProbe::Ready => {
+                    self.run_one(next, false, touched);
+                }
+                FlashProbe::Pending => return,
+                FlashProbe::Busy => {
+                    self.core.parking.unissued.push_back(next);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs parked request `id` (or answers that its change failed), puts its reply where it
+    /// belongs (a connection of this worker goes to `touched`) and takes it off its key's
+    /// queue; returns its key.
+    fn run_one(&mut self, id: usize, failed: bool, touched: &mut Vec<usize>) -> Option<KeyHash> {
+        let parked = self.core.parking.parked.get_mut(id).and_then(Option::take)?;
+        self.core.parking.free.push(id);
+        if let Some(queue) = self.core.parking.queues.get_mut(&parked.hash.0) {
+            debug_assert_eq!(queue.front(), Some(&id), "only a key's head runs");
+            queue.retain(|&queued| queued != id);
+        }
+        match parked.from {
+            Some(from) => {
+                let parking = &mut self.core.parking;
+                if parking.late.len() <= from {
+                    parking.late.resize_with(from + 1, || None);
+                }
+                let mut batch = parking.late[from].take().unwrap_or_default();
+                self.core.run_parked(&parked, failed, &mut batch.replies);
+                let mut entry = parked.entry;
+                entry.reply_end = batch.replies.len();
+                entry.request_end = 0;
+                batch.entries.push(entry);
+                self.core.parking.late[from] = Some(batch);
+            }
+            None => {
+                let mut replies = self.core.pool.pop().unwrap_or_default();
+                replies.clear();
+                self.core.run_parked(&parked, failed, &mut replies);
+                if self.deliver_one(parked.entry, &replies) {
+                    touched.push(parked.entry.slot);
+                }
+                replies.clear();
+                self.core.pool.push(replies);
+            }
+        }
+        Some(parked.hash)
+    }
+
+    /// Sends the replies of other workers' parked requests back to them.
+    fn send_late(&mut self) {
+        for from in 0..self.core.parking.late.len() {
+            if let Some(batch) = self.core.parking.late[from].take() {
+                self.core.links.send_late(from, batch);
+            }
+        }
+    }
+
+    /// Whether the loop must poll again without sleeping: requests wait for room to start
+    /// their reads, or the I/O engine has no eventfd to wake the worker with.
+    pub(super) fn flash_waiting(&self) -> bool {
+        let parking = &self.core.parking;
+        let in_flight = self.core.partition.flash_in_flight() > 0 || parking.free.len() < parking.parked.len();
+        // With an eventfd, the worker still polls on while completions keep coming (under load
+        // that keeps up the depth: measured ~80k against ~95k flash reads/s sleeping between
+        // them), and sleeps once a turn finds none.
+        parking.enabled && (!parking.unissued.is_empty() || (in_flight && (self.flash_fd.is_none() || parking.busy)))
+    }
+
+    /// Registers the flash engine's completion eventfd with the poll, so the worker sleeps
+    /// while flash reads are in flight and wakes when they finish.
+    pub(super) fn watch_flash(&mut self, poll: &Poll) -> Result<(), ServeError> {
+        let Some(fd) = self.core.partition.flash_notify_fd() else { return Ok(()) };
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(&fd), FLASH_EVENT, Interest::READABLE)
+            .map_err(ServeError::system("watch the flash completion eventfd"))?;
+        self.flash_fd = Some(fd);
+        Ok(())
+    }
+
+    /// The eventfd said completions wait: empty its counter (`flash_turn` takes them).
+    pub(super) fn flash_event(&mut self) {
+        if let Some(fd) = self.flash_fd {
+            crate::sys::drain_eventfd(fd);
+        }
+    }
+}
