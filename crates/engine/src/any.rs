@@ -229,8 +229,8 @@ impl Engine for AnyPartition {
         each_kind!(self, p => Engine::flash_poll(p, wait, tokens));
     }
 
-    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
-        each_kind!(self, p => Engine::flash_guard_write(p, hash, token))
+    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+        each_kind!(self, p => Engine::flash_guard_write(p, key, hash, token))
     }
 
     fn flash_submit(&mut self) {

@@ -170,7 +170,7 @@ pub trait Engine {
     /// after a crash the copy would come back); `flash_poll` then hands back `token`, with
     /// `FLASH_FAILED` set if the device failed the write (answer an error, change nothing).
     /// `Ready` when the key has no flash copy; `Busy`: ask again after `flash_poll`.
-    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe;
+    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
     /// Consumes finished flash I/O (with `wait`, blocking until some finishes): promoted keys'
     /// tokens go to `tokens`.
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>);
@@ -404,8 +404,8 @@ impl<S: Storage> Engine for S {
         Storage::flash_poll(self, wait, tokens);
     }
 
-    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
-        Storage::flash_guard_write(self, hash, token)
+    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+        Storage::flash_guard_write(self, key, hash, token)
     }
 
     fn flash_submit(&mut self) {

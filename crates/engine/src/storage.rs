@@ -105,7 +105,7 @@ pub(crate) trait Storage {
         FlashProbe::Ready
     }
     fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
-    fn flash_guard_write(&mut self, _hash: KeyHash, _token: u64) -> FlashProbe {
+    fn flash_guard_write(&mut self, _key: &[u8], _hash: KeyHash, _token: u64) -> FlashProbe {
         FlashProbe::Ready
     }
     fn flash_submit(&mut self) {}

@@ -679,8 +679,8 @@ impl Storage for Partition {
         Partition::flash_poll(self, wait, tokens);
     }
 
-    fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> tier::FlashProbe {
-        Partition::flash_guard_write(self, hash, token)
+    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> tier::FlashProbe {
+        Partition::flash_guard_write(self, key, hash, token)
     }
 
     fn flash_submit(&mut self) {

@@ -62,6 +62,10 @@ pub struct TierStats {
     /// Evicted items not written because their key's invalidation was on its way (a newer
     /// version is about to replace them).
     pub spill_held: u64,
+    /// Keys now both in DRAM and on flash (promoted, not changed since): `curr_items` counts
+    /// them once. An estimate: a flash copy GC drops under a DRAM item still counts until
+    /// that item leaves DRAM.
+    pub in_both: u64,
 }
 
 /// Set in a token `flash_poll` hands back when the device failed the write that a change was
@@ -73,6 +77,7 @@ struct Committing {
     ticket: u64,
     hash: KeyHash,
     token: u64,
+    key: Vec<u8>,
 }
 
 /// Everything `stats` shows about a partition's flash tier.
@@ -166,12 +171,16 @@ impl Partition {
         }
     }
 
-    /// `invalidate_flash` for an item found in the log (its key hashed again).
+    /// `invalidate_flash` for an item found in the log (its key hashed again): a key that was
+    /// in both tiers is in one now.
     pub(super) fn invalidate_found(&mut self, found: &super::Found) {
-        if self.tier.is_some() {
+        if let Some(tier) = self.tier.as_mut() {
             let start = found.payload_start();
             let hash = KeyHash::of(&self.log.bytes_from(start)[..found.header.key_len]);
-            self.invalidate_flash(hash);
+            if tier.store.delete(hash) {
+                tier.stats.invalidations += 1;
+                tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
+            }
         }
     }
 
@@ -223,6 +232,7 @@ impl Partition {
             }
             if tier.store.may_contain(hash) {
                 tier.stats.spill_clean += 1;
+                tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
                 continue;
             }
             if tier.store.pending(hash) {
@@ -270,14 +280,14 @@ impl Partition {
     }
 
     /// Before a change of `key` runs: see `Engine::flash_guard_write`.
-    pub fn flash_guard_write(&mut self, hash: KeyHash, token: u64) -> FlashProbe {
+    pub fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
         let Some(tier) = self.tier.as_mut() else { return FlashProbe::Ready };
         if !tier.store.needs_durable(hash) {
             return FlashProbe::Ready;
         }
         match tier.store.invalidate(hash, tier.now) {
             Ok(ticket) => {
-                tier.committing.push(Committing { ticket, hash, token });
+                tier.committing.push(Committing { ticket, hash, token, key: key.to_vec() });
                 tier.stats.durable_waits += 1;
                 FlashProbe::Pending
             }
@@ -305,6 +315,7 @@ impl Partition {
         self.write_item(hash, &header, key, [value, &[]]);
         if let Some(tier) = self.tier.as_mut() {
             tier.stats.promoted += 1;
+            tier.stats.in_both += 1;
         }
     }
 
@@ -333,7 +344,13 @@ impl Partition {
             // Reads a spill's poll finished meanwhile stay for the next call.
             done.append(&mut tier.done);
             tier.done = done;
-            tier.settle_commits(tokens);
+            let mut removed = Vec::new();
+            tier.settle_commits(tokens, &mut removed);
+            // A key whose flash copy just went that DRAM also holds is in one tier now.
+            let in_dram = removed.iter().filter(|(key, hash)| self.find_live(key, *hash).is_some()).count();
+            if let Some(tier) = self.tier.as_mut() {
+                tier.stats.in_both = tier.stats.in_both.saturating_sub(in_dram as u64);
+            }
         }
     }
 
@@ -415,17 +432,19 @@ impl Partition {
 impl Tier {
     /// Hands back the tokens of changes whose invalidation write finished (see `FLASH_FAILED`);
     /// a written one drops its key's flash copy now.
-    fn settle_commits(&mut self, tokens: &mut Vec<u64>) {
+    fn settle_commits(&mut self, tokens: &mut Vec<u64>, removed: &mut Vec<(Vec<u8>, KeyHash)>) {
         self.store.take_commits(&mut self.commits);
         for (ticket, written) in self.commits.drain(..) {
             let store = &mut self.store;
             let stats = &mut self.stats;
-            self.committing.retain(|c| {
+            self.committing.retain_mut(|c| {
                 if c.ticket != ticket {
                     return true;
                 }
                 if written {
-                    store.remove_invalidated(c.hash);
+                    if store.remove_invalidated(c.hash) {
+                        removed.push((std::mem::take(&mut c.key), c.hash));
+                    }
                     tokens.push(c.token);
                 } else {
                     stats.durable_failures += 1;

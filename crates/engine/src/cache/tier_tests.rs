@@ -123,7 +123,7 @@ fn guard(p: &mut Partition, key: &[u8]) -> bool {
     let hash = KeyHash::of(key);
     let mut tokens = Vec::new();
     for _ in 0..10_000 {
-        match p.flash_guard_write(hash, 9) {
+        match p.flash_guard_write(key, hash, 9) {
             FlashProbe::Ready => return true,
             FlashProbe::Pending => loop {
                 p.flash_submit();
@@ -169,7 +169,7 @@ fn a_crash_brings_back_flash_items_and_never_an_old_value() {
         }
         let mut waiting = 0;
         for &k in batch {
-            match p.flash_guard_write(KeyHash::of(&key(k)), u64::from(k)) {
+            match p.flash_guard_write(&key(k), KeyHash::of(&key(k)), u64::from(k)) {
                 FlashProbe::Ready => {}
                 FlashProbe::Pending => waiting += 1,
                 FlashProbe::Busy => assert!(guard(&mut p, &key(k))),

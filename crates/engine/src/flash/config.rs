@@ -34,6 +34,9 @@ pub struct FlashConfig {
     pub cascade: Option<CascadeConfig>,
     /// The file's identity (`flash::claim_file`): a region written under another is not used.
     pub identity: u64,
+    /// A commit of marks is followed by a device flush (fdatasync) before the changes it
+    /// guards run: they then survive power loss, not only the process's death.
+    pub sync_commits: bool,
 }
 
 /// The cascade index's settings (Cascade Mapping: hot mappings in DRAM, the rest on flash).
@@ -162,6 +165,7 @@ impl FlashConfig {
             admission: AdmissionPolicy::All,
             cascade: None,
             identity: 1,
+            sync_commits: false,
         }
     }
 

@@ -91,13 +91,15 @@ impl FlashStore {
         self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)
     }
 
-    /// After a durable invalidation: drops `key`'s index entry (no mark: one is on the device).
-    pub fn remove_invalidated(&mut self, hash: KeyHash) {
+    /// After a durable invalidation: drops `key`'s index entry (no mark: one is on the device);
+    /// true if it named a live item.
+    pub fn remove_invalidated(&mut self, hash: KeyHash) -> bool {
         let old = self.index.remove(hash);
         let found = old.is_some_and(|e| Self::valid(&self.slots, e));
         self.forget(old);
         self.bury(self.fingerprint(hash));
         self.stats.deletes += u64::from(found);
+        found
     }
 
     /// Marks `group` dropped from the index (see the module comment): pending until written.

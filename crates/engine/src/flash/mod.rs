@@ -149,6 +149,7 @@ const TOKEN_MAP_READ: u64 = 5 << 56;
 const TOKEN_MAP_WRITE: u64 = 6 << 56;
 const TOKEN_REORG: u64 = 7 << 56;
 const TOKEN_SUPER: u64 = 8 << 56;
+const TOKEN_SYNC: u64 = 9 << 56;
 const TOKEN_KIND: u64 = 0xFF << 56;
 
 /// One partition's flash store.
@@ -613,6 +614,7 @@ impl FlashStore {
             TOKEN_MAP_WRITE => self.t2_written(number as u64, c),
             TOKEN_REORG => self.reorg_done(number as u64, c),
             TOKEN_SUPER => self.watermark_done(number as u32, c),
+            TOKEN_SYNC => self.durable.done.push((number as u64, c.result.is_ok())),
             _ => {}
         }
     }

@@ -11,7 +11,7 @@ use super::index::{Entry, GENERATIONS};
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::layout::{encode_item, item_bytes, ItemMeta, SegmentHeader, ITEM_ALIGN, PAGE, SEGMENT_HEADER};
 use super::layout::{encode_mark, MarkKind, MARK_BYTES};
-use super::{FlashStore, Now, ReadDone, TOKEN_WRITE};
+use super::{FlashStore, Now, ReadDone, TOKEN_SYNC, TOKEN_WRITE};
 use crate::hash::KeyHash;
 
 /// What a ring slot holds.
@@ -309,8 +309,16 @@ impl FlashStore {
         if self.bufs[b].data.is_none() {
             self.bufs[b].data = Some(c.buf);
         }
-        if let Some(ticket) = write.ticket {
-            self.durable.done.push((ticket, c.result.is_ok()));
+        match write.ticket {
+            // Its ticket is reported once the device has flushed it.
+            Some(ticket) if c.result.is_ok() && self.cfg.sync_commits => {
+                let op =
+                    IoOp { kind: IoKind::Sync, offset: 0, buf: AlignedBuf::new(0), len: 0, token: TOKEN_SYNC | ticket };
+                self.io.submit(op);
+                self.io.flush();
+            }
+            Some(ticket) => self.durable.done.push((ticket, c.result.is_ok())),
+            None => {}
         }
         let buf = &mut self.bufs[b];
         if c.result.is_err() {

@@ -25,6 +25,8 @@ pub struct FlashSettings {
     pub cascade_small: bool,
     /// `--flash-force`: take over a file that is not tierkv's.
     pub force: bool,
+    /// `--flash-sync`: a device flush after each commit of invalidations.
+    pub sync: bool,
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -71,6 +73,7 @@ impl Config {
                     ("--flash-index", self.flash_index.is_some()),
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
                     ("--flash-force", self.flash_force),
+                    ("--flash-sync", self.flash_sync),
                 ];
                 return match stray.iter().find(|(_, given)| *given) {
                     Some((flag, _)) => Err(ConfigError::flag(*flag, "needs --flash-path (or -o ext_path=PATH:SIZE)")),
@@ -121,6 +124,7 @@ impl Config {
             cascade_t1_bytes,
             cascade_small,
             force: self.flash_force,
+            sync: self.flash_sync,
         }))
     }
 

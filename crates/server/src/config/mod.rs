@@ -189,6 +189,11 @@ pub struct Config {
     /// (without it such a file is refused at start-up, untouched).
     #[arg(long = "flash-force", help_heading = "Flash")]
     pub flash_force: bool,
+    /// Flush the device (fdatasync) after each commit of flash invalidations, so an
+    /// acknowledged change of a flash-resident key survives power loss, not only a crash of
+    /// the process [default: off].
+    #[arg(long = "flash-sync", help_heading = "Flash")]
+    pub flash_sync: bool,
     /// Tests only: the cascade index's tier 1 in KiB, all workers together (below the 1 MiB the
     /// flag above allows, so that tests demote constantly).
     #[arg(long = "flash-test-index-kib", hide = true, help_heading = "Flash")]

@@ -19,6 +19,7 @@ fn flash_config(flash: &crate::config::FlashSettings, id: usize, workers: usize)
     let mut cfg = tierkv_engine::flash::FlashConfig::new(flash.size, id as u32, workers as u32);
     cfg.segment_bytes = flash.segment_bytes;
     cfg.admission = flash.admission;
+    cfg.sync_commits = flash.sync;
     cfg.write_buffers = FLASH_WRITE_BUFFERS;
     // A buffer is written when full (or at a clean stop), never early: a part-filled segment
     // would take a whole slot of the ring, and early writes protect nothing here (after a

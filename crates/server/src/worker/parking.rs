@@ -159,7 +159,7 @@ impl Core {
             }
         }
         if guard {
-            return (self.partition.flash_guard_write(hash, id as u64), true);
+            return (self.partition.flash_guard_write(key, hash, id as u64), true);
         }
         (FlashProbe::Ready, false)
     }
