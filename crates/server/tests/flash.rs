@@ -410,7 +410,7 @@ fn an_oversized_flash_file_is_not_left_behind() {
 #[test]
 fn bad_flash_settings_stop_start_up_naming_the_flag() {
     let flash = FlashFile::new("bad");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--flash-size", "64m"], "--flash-size needs --flash-path"),
         (&["--flash-path", flash.path()], "--flash-size is needed with --flash-path"),
         (&["--flash-path", flash.path(), "--flash-size", "lots"], "--flash-size \"lots\" must be a size"),
@@ -419,6 +419,10 @@ fn bad_flash_settings_stop_start_up_naming_the_flag() {
         (&["--flash-path", flash.path(), "--flash-size", "64m", "--mode", "store"], "--flash-path needs cache mode"),
         (&["--flash-path", "/", "--flash-size", "64m"], "--flash-path /: is a directory"),
         (&["--flash-path", flash.path(), "--flash-size", "1m"], "--flash-size 1048576 cannot be laid out"),
+        (
+            &["--flash-path", flash.path(), "--flash-size", "4g", "--flash-memory-mib", "4"],
+            "--flash-memory-mib 4 MiB cannot hold",
+        ),
     ];
     for (args, expected) in cases {
         let output = Command::new(TIERKV).args(["-p", &free_port().to_string()]).args(args).output().unwrap();
@@ -556,4 +560,22 @@ fn curr_items_counts_a_key_in_both_tiers_once() {
         assert!(stats.contains_key(name), "{name}");
     }
     assert_eq!(stats_map(port, "settings")["flash_sync"], "yes");
+}
+
+/// One budget for all the flash tier's DRAM: the index that fits it is chosen, and what the
+/// tier holds stays within it.
+#[test]
+fn the_flash_tier_keeps_to_its_memory_budget() {
+    let flash = FlashFile::new("budget");
+    for (budget, index) in [("48", "full"), ("24", "cascade")] {
+        let port = free_port();
+        let server = opened(port, &flash, "2", "512m", &["--flash-memory-mib", budget]);
+        let settings = stats_map(port, "settings");
+        assert_eq!((settings["flash_memory_mib"].as_str(), settings["flash_index"].as_str()), (budget, index));
+        fill(port, 0, 20_000);
+        let held = stat_number(port, "", "flash_index_bytes");
+        assert!(held <= budget.parse::<u64>().unwrap() << 20, "{held} bytes held with a {budget} MiB budget");
+        stop(server);
+        let _ = std::fs::remove_file(&flash.0);
+    }
 }

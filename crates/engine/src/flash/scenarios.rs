@@ -309,3 +309,23 @@ fn cascade_deletes_and_failed_overwrites_stay_gone_through_merges_and_a_restart(
     assert!(h.store().cascade_stats().expect("cascade").reorgs == 0, "counters start again after a restart");
     assert!(h.store().tier_counts().t3 > 0, "tier 3 survives the restart");
 }
+
+#[test]
+fn a_store_holds_no_more_dram_than_its_configuration_says() {
+    for cfg in [config(), super::tests::cascade_config()] {
+        let bound = cfg.dram_bytes().unwrap();
+        let mut h = Harness::with(cfg, 11, Faults::default());
+        for k in 0..3000 {
+            h.insert(k % 500, 100 + (k as usize * 7) % 900, None);
+            if k % 7 == 0 {
+                h.lookup(k % 500);
+            }
+            if k % 64 == 0 {
+                h.poll();
+            }
+        }
+        h.settle();
+        let held = h.store().memory().total();
+        assert!(held <= bound, "{held} bytes held, {bound} promised");
+    }
+}

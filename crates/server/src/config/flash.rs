@@ -27,6 +27,44 @@ pub struct FlashSettings {
     pub force: bool,
     /// `--flash-sync`: a device flush after each commit of invalidations.
     pub sync: bool,
+    /// The flash tier's DRAM budget, all workers together (`--flash-memory-mib`, or what the
+    /// index chosen needs).
+    pub memory_bytes: u64,
+}
+
+/// DRAM write buffers of one segment each, per partition: evictions keep filling one while
+/// others are written.
+pub const FLASH_WRITE_BUFFERS: u32 = 4;
+
+impl FlashSettings {
+    /// Partition `id`'s store settings (of `workers`), before the file's identity is known.
+    pub fn store_config(&self, id: usize, workers: usize) -> tierkv_engine::flash::FlashConfig {
+        let mut cfg = tierkv_engine::flash::FlashConfig::new(self.size, id as u32, workers as u32);
+        cfg.segment_bytes = self.segment_bytes;
+        cfg.admission = self.admission;
+        cfg.sync_commits = self.sync;
+        cfg.write_buffers = FLASH_WRITE_BUFFERS;
+        // A buffer is written when full (or at a clean stop, or for a commit), never on a
+        // timer: a part-filled segment would take a whole slot of the ring.
+        cfg.flush_delay_ns = u64::MAX;
+        cfg.cascade = self.cascade_t1_bytes.map(|bytes| {
+            let mut c = tierkv_engine::flash::CascadeConfig::with_t1_bytes((bytes / workers as u64).max(1 << 10));
+            if self.cascade_small {
+                (c.block_entries, c.reorg_at, c.pages_per_stream) = (16, 4, 16);
+            }
+            c
+        });
+        if self.cascade_small {
+            cfg.expected_item_bytes = 2048;
+        }
+        cfg
+    }
+
+    /// The DRAM all `workers` partitions' stores hold at most; None if a region cannot be
+    /// laid out.
+    pub fn dram_bytes(&self, workers: usize) -> Option<u64> {
+        (0..workers).map(|id| self.store_config(id, workers).dram_bytes().ok()).sum()
+    }
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -59,7 +97,7 @@ pub const EXTSTORE_NOTED: [&str; 12] = [
 ];
 
 impl Config {
-    pub(super) fn flash(&self, extended: &Extended) -> Result<Option<FlashSettings>, ConfigError> {
+    pub(super) fn flash(&self, extended: &Extended, threads: usize) -> Result<Option<FlashSettings>, ConfigError> {
         let (path, size) = match (&extended.ext_path, &self.flash_path) {
             (Some((path, size)), _) => (path.clone(), Some(size.clone())),
             (None, Some(path)) => (path.clone(), self.flash_size.clone()),
@@ -74,6 +112,7 @@ impl Config {
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
                     ("--flash-force", self.flash_force),
                     ("--flash-sync", self.flash_sync),
+                    ("--flash-memory-mib", self.flash_memory_mib.is_some()),
                 ];
                 return match stray.iter().find(|(_, given)| *given) {
                     Some((flag, _)) => Err(ConfigError::flag(*flag, "needs --flash-path (or -o ext_path=PATH:SIZE)")),
@@ -114,7 +153,7 @@ impl Config {
         let io = if read_delay_ms > 0 { FlashIo::Threads } else { io };
         let cascade_t1_bytes = self.flash_index_kind(size)?;
         let cascade_small = self.flash_test_index_kib.is_some();
-        Ok(Some(FlashSettings {
+        let settings = FlashSettings {
             path,
             size,
             io,
@@ -125,7 +164,56 @@ impl Config {
             cascade_small,
             force: self.flash_force,
             sync: self.flash_sync,
-        }))
+            memory_bytes: 0,
+        };
+        self.flash_budget(settings, threads).map(Some)
+    }
+
+    /// `--flash-memory-mib`: the index that fits the budget (or a clear error); without it the
+    /// budget is what the index chosen needs.
+    fn flash_budget(&self, mut settings: FlashSettings, threads: usize) -> Result<FlashSettings, ConfigError> {
+        let laid_out = |s: &FlashSettings| s.dram_bytes(threads);
+        let Some(mib) = self.flash_memory_mib else {
+            // Unplaceable layouts are reported (naming --flash-size) when the file is opened.
+            settings.memory_bytes = laid_out(&settings).unwrap_or(0);
+            return Ok(settings);
+        };
+        let budget = mib.checked_mul(1 << 20).filter(|&b| b > 0);
+        let budget = budget.ok_or_else(|| ConfigError::flag("--flash-memory-mib", "must be 1 or more MiB"))?;
+        settings.memory_bytes = budget;
+        let chosen =
+            self.flash_index.is_some() || self.flash_index_mib.is_some() || self.flash_test_index_kib.is_some();
+        let fits = |s: &FlashSettings| laid_out(s).is_some_and(|bytes| bytes <= budget);
+        if chosen || fits(&FlashSettings { cascade_t1_bytes: None, ..settings.clone() }) {
+            if !chosen {
+                settings.cascade_t1_bytes = None;
+            }
+            return match laid_out(&settings) {
+                Some(bytes) if bytes > budget => Err(ConfigError::flag(
+                    "--flash-memory-mib",
+                    format!(
+                        "{mib} MiB cannot hold the flash tier as configured ({} MiB needed)",
+                        bytes.div_ceil(1 << 20)
+                    ),
+                )),
+                _ => Ok(settings),
+            };
+        }
+        // The cascade index with the largest tier 1 that fits (halving from the whole budget).
+        let mut t1 = budget;
+        while t1 >= (64 << 10) * threads as u64 {
+            let candidate = FlashSettings { cascade_t1_bytes: Some(t1), ..settings.clone() };
+            if fits(&candidate) {
+                return Ok(candidate);
+            }
+            t1 /= 2;
+        }
+        let least = laid_out(&FlashSettings { cascade_t1_bytes: Some((64 << 10) * threads as u64), ..settings })
+            .map_or("more".to_string(), |bytes| format!("{} MiB", bytes.div_ceil(1 << 20)));
+        Err(ConfigError::flag(
+            "--flash-memory-mib",
+            format!("{mib} MiB cannot hold a flash tier of this size (the smallest cascade index needs {least})"),
+        ))
     }
 
     /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None. With

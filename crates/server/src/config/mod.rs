@@ -194,6 +194,12 @@ pub struct Config {
     /// the process [default: off].
     #[arg(long = "flash-sync", help_heading = "Flash")]
     pub flash_sync: bool,
+    /// All the DRAM the flash tier may hold, in MiB (its index, Bloom filters, write and GC
+    /// buffers, read pages), on top of -m. With --flash-index auto the full index is used
+    /// while it fits, else the cascade index with the largest tier 1 that fits [default: what
+    /// the index chosen needs; `stats settings` shows it].
+    #[arg(long = "flash-memory-mib", value_name = "MIB", help_heading = "Flash")]
+    pub flash_memory_mib: Option<u64>,
     /// Tests only: the cascade index's tier 1 in KiB, all workers together (below the 1 MiB the
     /// flag above allows, so that tests demote constantly).
     #[arg(long = "flash-test-index-kib", hide = true, help_heading = "Flash")]
@@ -434,7 +440,7 @@ impl Config {
         // memcached's -o options stand for tierkv's flags (and win over the file's).
         let extended = extended_options(&self.extended)?;
         let idle_timeout = extended.idle_timeout.or(self.idle_timeout).unwrap_or(0);
-        let flash = self.flash(&extended)?;
+        let flash = self.flash(&extended, threads)?;
         let mut notes = self.notes();
         notes.extend(
             extended

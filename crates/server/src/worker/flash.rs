@@ -16,26 +16,7 @@ pub(super) struct FlashFile {
 
 /// Partition `id`'s flash settings (of `workers`), before the file's identity is known.
 fn flash_config(flash: &crate::config::FlashSettings, id: usize, workers: usize) -> tierkv_engine::flash::FlashConfig {
-    let mut cfg = tierkv_engine::flash::FlashConfig::new(flash.size, id as u32, workers as u32);
-    cfg.segment_bytes = flash.segment_bytes;
-    cfg.admission = flash.admission;
-    cfg.sync_commits = flash.sync;
-    cfg.write_buffers = FLASH_WRITE_BUFFERS;
-    // A buffer is written when full (or at a clean stop), never early: a part-filled segment
-    // would take a whole slot of the ring, and early writes protect nothing here (after a
-    // crash the tier starts empty anyway).
-    cfg.flush_delay_ns = u64::MAX;
-    cfg.cascade = flash.cascade_t1_bytes.map(|bytes| {
-        let mut c = tierkv_engine::flash::CascadeConfig::with_t1_bytes((bytes / workers as u64).max(1 << 10));
-        if flash.cascade_small {
-            (c.block_entries, c.reorg_at, c.pages_per_stream) = (16, 4, 16);
-        }
-        c
-    });
-    if flash.cascade_small {
-        cfg.expected_item_bytes = 2048;
-    }
-    cfg
+    flash.store_config(id, workers)
 }
 
 /// Opens the flash file of `--flash-path` for `workers` partitions: checks that every region can
@@ -133,10 +114,6 @@ pub(super) fn attach(
     }
     partition.attach_flash(store).map_err(fail)
 }
-
-/// DRAM write buffers of one segment each, per partition: evictions keep filling one while
-/// others are written.
-const FLASH_WRITE_BUFFERS: u32 = 4;
 
 impl Worker {
     /// A clean stop: this partition's DRAM items go to flash and its region closes cleanly.
