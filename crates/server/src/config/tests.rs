@@ -199,10 +199,12 @@ fn the_flash_tier_from_flags_from_ext_path_and_from_its_section() {
     let dir = std::env::temp_dir().join(format!("tierkv-flash-toml-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("tierkv.toml");
-    let text = "[flash]\npath = \"/data/tierkv.flash\"\nsize = \"8g\"\nadmission = \"p:0.5\"\nsegment-size = \"4m\"\n";
+    let text = "[flash]\npath = \"/data/tierkv.flash\"\nsize = \"8g\"\nadmission = \"p:0.5\"\nsegment-size = \"4m\"\n\
+                force = true\nsync = true\nmemory-mib = 600\n";
     std::fs::write(&file, text).unwrap();
     let from_file = flash(&["--config", file.to_str().unwrap()]).unwrap().unwrap();
     assert_eq!((from_file.size, from_file.segment_bytes), (8 << 30, 4 << 20));
+    assert!(from_file.force && from_file.sync && from_file.memory_bytes == 600 << 20);
     assert_eq!(from_file.admission, AdmissionPolicy::Probability(0.5));
     std::fs::remove_dir_all(&dir).unwrap();
     for (args, complaint) in [
