@@ -132,7 +132,11 @@ fn store_found<S: Storage>(
 
 /// delete, optionally only if the item has CAS `cas` (0 = any).
 pub(crate) fn delete<S: Storage>(s: &mut S, key: &[u8], cas: u64) -> DeleteOutcome {
-    let Some(found) = s.lookup(key, KeyHash::of(key)) else { return DeleteOutcome::NotFound };
+    let hash = KeyHash::of(key);
+    let Some(found) = s.lookup(key, hash) else {
+        s.forget_absent(hash);
+        return DeleteOutcome::NotFound;
+    };
     if cas != 0 && cas != S::cas(&found) {
         return DeleteOutcome::Exists;
     }

@@ -69,6 +69,9 @@ pub(crate) trait Storage {
         prior: Prior<Self::Found>,
     ) -> Result<u64, EngineError>;
     fn remove(&mut self, found: &Self::Found);
+    /// A delete found no item: any copy another tier still holds goes too (a flash read that
+    /// missed for a moment must not let a deleted key come back).
+    fn forget_absent(&mut self, _hash: KeyHash) {}
     /// The same key and value with a new header (a `cas` of None gets a new CAS).
     fn rewrite(&mut self, found: &Self::Found, header: &ItemHeader) -> Result<Self::Found, EngineError>;
     /// A new expiry, keeping the CAS.

@@ -228,12 +228,7 @@ fn kill_round(port: u16, flash: &Path, extra: &[&str], seed: u64) -> f64 {
     loader.join().unwrap();
     drop(running);
     let model = Arc::try_unwrap(model).ok().unwrap().into_inner().unwrap();
-    // The cascade index still lets a deleted key's older value be read now and then under
-    // this load, crash or not (a known defect of the index itself, reported with issue 28's
-    // note); the full index never does.
-    if !extra.contains(&"cascade") {
-        assert_eq!(model.stale_reads, 0, "a get under load returned something but the last acknowledged value");
-    }
+    assert_eq!(model.stale_reads, 0, "a get under load returned something but the last acknowledged value");
     let port = free_port();
     let restarted = server(port, flash, extra);
     let mut client = Client::new(port);

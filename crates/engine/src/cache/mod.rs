@@ -632,6 +632,10 @@ impl Storage for Partition {
         Ok(cas)
     }
 
+    fn forget_absent(&mut self, hash: KeyHash) {
+        self.invalidate_flash(hash);
+    }
+
     fn remove(&mut self, found: &Found) {
         self.invalidate_found(found);
         self.index.set(found.slot, 0);
