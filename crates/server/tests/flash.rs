@@ -579,3 +579,28 @@ fn the_flash_tier_keeps_to_its_memory_budget() {
         let _ = std::fs::remove_file(&flash.0);
     }
 }
+
+/// A change of a flash-resident key whose invalidation the device fails to write is answered
+/// SERVER_ERROR and changes nothing: the old value is still served, and once the device works
+/// again the same change goes through.
+#[test]
+fn a_failed_invalidation_write_is_a_server_error_and_changes_nothing() {
+    let flash = FlashFile::new("failing");
+    let switch = std::env::temp_dir().join(format!("tierkv-fail-writes-{}", std::process::id()));
+    let _ = std::fs::remove_file(&switch);
+    let server = hybrid(&flash, "1", &["--flash-test-fail-writes-while", switch.to_str().unwrap()]);
+    let port = server.1;
+    // k0 leaves DRAM early and its segment is written long before the fill ends.
+    fill(port, 0, N);
+    std::fs::write(&switch, b"").unwrap();
+    let reply = exchange(port, b"set k0 0 0 4\r\nnew!\r\n");
+    std::fs::remove_file(&switch).unwrap();
+    assert_eq!(String::from_utf8_lossy(&reply), "SERVER_ERROR flash write failed; nothing changed\r\n");
+    let mut old = b"VALUE k0 0 150\r\n".to_vec();
+    old.extend_from_slice(&value(0));
+    old.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(String::from_utf8_lossy(&exchange(port, b"get k0\r\n")), String::from_utf8_lossy(&old));
+    assert_eq!(exchange(port, b"set k0 0 0 4\r\nnew!\r\n"), b"STORED\r\n");
+    assert_eq!(exchange(port, b"get k0\r\n"), b"VALUE k0 0 4\r\nnew!\r\nEND\r\n");
+    assert!(stat_number(port, "", "flash_durable_failures") >= 1);
+}

@@ -553,6 +553,7 @@ impl Storage for Partition {
         if self.flush.request(delay, self.now) {
             self.flush_now();
         }
+        self.persist_flush_deadline();
     }
 
     /// Counters of the engine's own work.

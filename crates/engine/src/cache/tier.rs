@@ -184,11 +184,22 @@ impl Partition {
         }
     }
 
-    /// flush_all reached the tier: every flash copy is forgotten.
+    /// flush_all reached the tier: every flash copy is forgotten (a flush mark on the device
+    /// says so before this returns).
     pub(super) fn flush_tier(&mut self) {
         if let Some(tier) = self.tier.as_mut() {
             tier.store.clear();
             tier.cursor = self.log.tail();
+        }
+        self.persist_flush_deadline();
+    }
+
+    /// A delayed flush_all's deadline (or none) goes to the device at once: a crash before it
+    /// must not forget it, nor keep one already done.
+    pub(super) fn persist_flush_deadline(&mut self) {
+        let pending = self.flush.pending().unwrap_or(0);
+        if let Some(tier) = self.tier.as_mut() {
+            tier.store.persist_flush_at(pending);
         }
     }
 

@@ -232,6 +232,17 @@ impl FlashStore {
         self.flush_at = at;
     }
 
+    /// Records the owner's pending delayed flush_all (0: none) and writes it to the device at
+    /// once, so a crash before its deadline does not forget it (flush_all is rare).
+    pub fn persist_flush_at(&mut self, at: u32) {
+        if self.flush_at != at {
+            self.flush_at = at;
+            if self.write_superblock(layout::STATE_OPEN, 0, 0).is_err() {
+                self.stats.write_errors += 1;
+            }
+        }
+    }
+
     /// Forgets every item (flush_all): no I/O, the segments are reclaimed as they come due.
     pub fn clear(&mut self) {
         self.flush_mark();

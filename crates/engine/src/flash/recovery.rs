@@ -61,7 +61,6 @@ impl FlashStore {
                     expected.buckets,
                 )
         };
-        let mut crashed = false;
         let (restored, reason) = match &sb {
             Err(true) => (false, NEW_FILE.to_string()),
             Err(false) => (
@@ -89,10 +88,7 @@ impl FlashStore {
                 store.epoch = sb.epoch + 1;
                 store.durable.record_seq = sb.record_seq;
                 match store.recover(sb, now) {
-                    Ok(items) => {
-                        crashed = true;
-                        (true, format!("recovered {items} items from the segments after a crash"))
-                    }
+                    Ok(items) => (true, format!("recovered {items} items from the segments after a crash")),
                     Err(why) => {
                         store.reset();
                         (false, why)
@@ -120,9 +116,7 @@ impl FlashStore {
         if let Some(sb) = sb.ok().filter(|_| restored) {
             store.max_cas = store.max_cas.max(sb.last_cas);
             store.watermark = sb.watermark;
-            if !crashed {
-                store.flush_at = sb.flush_at;
-            }
+            store.flush_at = sb.flush_at;
         }
         store
             .write_superblock(STATE_OPEN, 0, 0)
@@ -195,7 +189,13 @@ impl FlashStore {
             last_cas: self.max_cas,
             flush_at: self.flush_at,
             identity: self.cfg.identity,
-            watermark: self.watermark,
+            // A retirement in flight: its watermark already (a superblock written meanwhile
+            // must not carry an older one past the slot's freeing).
+            watermark: if self.durable.retiring.is_some() {
+                self.watermark.max(self.pending_watermark)
+            } else {
+                self.watermark
+            },
             generation: self.durable.sb_generation,
             record_seq: self.durable.record_seq,
         }

@@ -18,6 +18,8 @@ pub struct FlashSettings {
     pub segment_bytes: u32,
     /// Tests only: every read this much slower (on the thread pool).
     pub read_delay_ms: u64,
+    /// Tests only: every write fails while this file exists (on the thread pool).
+    pub fail_writes_while: Option<PathBuf>,
     /// The cascade index with this many bytes of tier 1 (all workers together); None: the full
     /// index.
     pub cascade_t1_bytes: Option<u64>,
@@ -150,7 +152,8 @@ impl Config {
             return Err(ConfigError::flag("--flash-path", "needs cache mode (store mode evicts nothing to flash)"));
         }
         let read_delay_ms = self.flash_test_read_delay_ms.unwrap_or(0);
-        let io = if read_delay_ms > 0 { FlashIo::Threads } else { io };
+        let fail_writes_while = self.flash_test_fail_writes_while.clone();
+        let io = if read_delay_ms > 0 || fail_writes_while.is_some() { FlashIo::Threads } else { io };
         let cascade_t1_bytes = self.flash_index_kind(size)?;
         let cascade_small = self.flash_test_index_kib.is_some();
         let settings = FlashSettings {
@@ -160,6 +163,7 @@ impl Config {
             admission,
             segment_bytes,
             read_delay_ms,
+            fail_writes_while,
             cascade_t1_bytes,
             cascade_small,
             force: self.flash_force,

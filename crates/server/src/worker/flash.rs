@@ -88,11 +88,12 @@ pub(super) fn attach(
     cfg.identity = file.identity;
     // A cascade lookup may read a few mapping blocks before its item, and merges read too.
     let depth = cfg.max_reads * if cfg.cascade.is_some() { 2 } else { 1 } + cfg.write_buffers + 8;
-    let (io, note) = if flash.read_delay_ms > 0 {
+    let (io, note) = if flash.read_delay_ms > 0 || flash.fail_writes_while.is_some() {
         let file = file.file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
         let delay = std::time::Duration::from_millis(flash.read_delay_ms);
+        let failing = flash.fail_writes_while.clone();
         let io: Box<dyn tierkv_engine::flash::IoEngine> =
-            Box::new(tierkv_engine::flash::io::threads::ThreadsEngine::with_read_delay(file, 8, delay));
+            Box::new(tierkv_engine::flash::io::threads::ThreadsEngine::for_tests(file, 8, delay, failing));
         (io, None)
     } else {
         engine_for(flash.io, &file.file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?

@@ -21,6 +21,8 @@ struct Shared {
     ready: Condvar,
     /// Added to every read (tests of slow devices).
     read_delay: std::time::Duration,
+    /// While this file exists every write fails with EIO (tests of a failing device).
+    fail_writes_while: Option<std::path::PathBuf>,
     /// Signalled after every completion.
     eventfd: Option<std::os::fd::OwnedFd>,
 }
@@ -60,7 +62,8 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
         if matches!(op.kind, IoKind::Read) && !shared.read_delay.is_zero() {
             std::thread::sleep(shared.read_delay);
         }
-        let result = perform(&file, &mut op);
+        let failing = matches!(op.kind, IoKind::Write) && shared.fail_writes_while.as_ref().is_some_and(|p| p.exists());
+        let result = if failing { Err(libc::EIO) } else { perform(&file, &mut op) };
         if done.send(Completion { token: op.token, buf: op.buf, result }).is_err() {
             return;
         }
@@ -78,11 +81,23 @@ impl ThreadsEngine {
     /// An engine whose every read takes `read_delay` longer (to test that nothing waits for a
     /// slow read).
     pub fn with_read_delay(file: File, threads: usize, read_delay: std::time::Duration) -> ThreadsEngine {
+        ThreadsEngine::for_tests(file, threads, read_delay, None)
+    }
+
+    /// `with_read_delay`, and every write fails with EIO while `fail_writes_while` exists (to
+    /// test what a failing device is answered).
+    pub fn for_tests(
+        file: File,
+        threads: usize,
+        read_delay: std::time::Duration,
+        fail_writes_while: Option<std::path::PathBuf>,
+    ) -> ThreadsEngine {
         let file = Arc::new(file);
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue { ops: VecDeque::new(), closing: false }),
             ready: Condvar::new(),
             read_delay,
+            fail_writes_while,
             eventfd: super::new_eventfd().ok(),
         });
         let (tx, done) = channel();
