@@ -76,19 +76,23 @@ impl FlashStore {
         let mut buf = AlignedBuf::new(segment);
         for slot in 0..self.layout.slots {
             let offset = self.layout.segment_offset(slot);
-            // A read that fails or comes back damaged mid-way is tried again: a mark missed
-            // could let an older copy come back.
+            // A read that fails, comes back damaged mid-way, or whose header and last records do
+            // not read back the same a second time is tried again: a mark missed (a bit flipped
+            // in the last record looks like the end of the segment) could let an older copy
+            // come back.
             let mut tries = 0;
             let header = loop {
                 tries += 1;
                 let (back, result) = self.sync_io(IoKind::Read, offset, buf, segment);
                 buf = back;
                 let header = SegmentHeader::decode(&buf);
-                let clean = result.is_ok() && header.is_none_or(|h| !damaged_mid_way(&buf[..segment], h.seq));
+                let clean = result.is_ok()
+                    && header.is_none_or(|h| !damaged_mid_way(&buf[..segment], h.seq))
+                    && self.reads_back_the_same(offset, &buf[..segment], header.map(|h| h.seq));
                 if clean {
                     break header;
                 }
-                if tries == 3 {
+                if tries == 5 {
                     return Err(format!("segment {slot} reads back damaged; nothing is adopted"));
                 }
             };
@@ -103,6 +107,28 @@ impl FlashStore {
             self.scan_segment(slot, header.seq, &buf[..segment], &mut found);
         }
         self.rebuild(found, now)
+    }
+
+    /// Whether the header page and the pages around the end of the last valid record read the
+    /// same again (the places where damage could pass for an end).
+    fn reads_back_the_same(&mut self, offset: u64, segment: &[u8], seq: Option<u64>) -> bool {
+        let mut end = 0;
+        if let Some(seq) = seq {
+            walk_records(segment, seq, |at, record| end = at + record.bytes());
+        }
+        let from = (end.saturating_sub(1) / PAGE * PAGE).max(PAGE);
+        let to = (end.next_multiple_of(PAGE) + PAGE).min(segment.len());
+        let mut ranges = vec![(0, PAGE)];
+        if from < to {
+            ranges.push((from, to));
+        }
+        for (a, b) in ranges {
+            let (again, result) = self.sync_io(IoKind::Read, offset + a as u64, AlignedBuf::new(b - a), b - a);
+            if result.is_err() || again[..b - a] != segment[a..b] {
+                return false;
+            }
+        }
+        true
     }
 
     fn scan_segment(&self, slot: u32, seq: u64, bytes: &[u8], found: &mut Found) {

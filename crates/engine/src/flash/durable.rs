@@ -42,6 +42,12 @@ pub(super) struct Durable {
     pub retiring: Option<u32>,
     /// The generation of the last superblock written.
     pub sb_generation: u64,
+    /// Keys whose invalidation waits for its write (ticket, key): their index entries go the
+    /// moment it is done, before anything else (GC) could copy them past the mark.
+    pub invalidated: Vec<(u64, KeyHash)>,
+    /// Keys whose entries that moment removed, and whether each named a live item (for
+    /// `remove_invalidated`).
+    pub removed: HashMap<u64, bool>,
 }
 
 impl Durable {
@@ -78,9 +84,11 @@ impl FlashStore {
         self.cascade.is_none() && (self.may_hold(hash) || self.durable.pending.contains_key(&self.group(hash)))
     }
 
-    /// Whether marks of `hash`'s group are still on their way to the device.
+    /// Whether marks of `hash`'s group are still on their way to the device, or a change of it
+    /// still waits for its invalidation's ticket (with `--flash-sync`, until the flush).
     pub fn pending(&self, hash: KeyHash) -> bool {
-        !self.durable.pending.is_empty() && self.durable.pending.contains_key(&self.group(hash))
+        (!self.durable.pending.is_empty() && self.durable.pending.contains_key(&self.group(hash)))
+            || self.durable.invalidated.iter().any(|&(_, h)| h.0 == hash.0)
     }
 
     /// Appends an invalidation mark for `key`; the change may run once `take_commits` reports
@@ -88,18 +96,38 @@ impl FlashStore {
     pub fn invalidate(&mut self, hash: KeyHash, now: Now) -> Result<u64, NoRoom> {
         self.last_now = now;
         let group = self.group(hash);
-        self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)
+        let ticket = self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)?;
+        self.durable.invalidated.push((ticket, hash));
+        Ok(ticket)
     }
 
-    /// After a durable invalidation: drops `key`'s index entry (no mark: one is on the device);
-    /// true if it named a live item.
+    /// After a durable invalidation (`take_commits` reported its ticket written): whether the
+    /// key's index entry, dropped when the write finished, named a live item.
     pub fn remove_invalidated(&mut self, hash: KeyHash) -> bool {
-        let old = self.index.remove(hash);
-        let found = old.is_some_and(|e| Self::valid(&self.slots, e));
-        self.forget(old);
-        self.bury(self.fingerprint(hash));
-        self.stats.deletes += u64::from(found);
-        found
+        self.durable.removed.remove(&hash.0).unwrap_or(false)
+    }
+
+    /// A write that carried marks finished: the keys its invalidations guard leave the index
+    /// now (if it was written), and its ticket is reported.
+    pub(super) fn ticket_done(&mut self, ticket: u64, written: bool) {
+        let mut i = 0;
+        while i < self.durable.invalidated.len() {
+            let (t, hash) = self.durable.invalidated[i];
+            if t != ticket {
+                i += 1;
+                continue;
+            }
+            self.durable.invalidated.swap_remove(i);
+            if written {
+                let old = self.index.remove(hash);
+                let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+                self.forget(old);
+                self.bury(self.fingerprint(hash));
+                self.stats.deletes += u64::from(found);
+                *self.durable.removed.entry(hash.0).or_insert(false) |= found;
+            }
+        }
+        self.durable.done.push((ticket, written));
     }
 
     /// Marks `group` dropped from the index (see the module comment): pending until written.

@@ -625,7 +625,7 @@ impl FlashStore {
             TOKEN_MAP_WRITE => self.t2_written(number as u64, c),
             TOKEN_REORG => self.reorg_done(number as u64, c),
             TOKEN_SUPER => self.watermark_done(number as u32, c),
-            TOKEN_SYNC => self.durable.done.push((number as u64, c.result.is_ok())),
+            TOKEN_SYNC => self.ticket_done(number as u64, c.result.is_ok()),
             _ => {}
         }
     }

@@ -317,7 +317,7 @@ impl FlashStore {
                 self.io.submit(op);
                 self.io.flush();
             }
-            Some(ticket) => self.durable.done.push((ticket, c.result.is_ok())),
+            Some(ticket) => self.ticket_done(ticket, c.result.is_ok()),
             None => {}
         }
         let buf = &mut self.bufs[b];

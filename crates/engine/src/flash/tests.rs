@@ -497,3 +497,44 @@ proptest! {
         run(&ops, seed, Faults { fail_per_million: 20_000, flip_per_million: 50_000 }, cascade_config());
     }
 }
+
+/// Found by the fault-injecting model test on a fresh clone: GC ran between an invalidation's
+/// write finishing and its key leaving the index, and copied the old value past the mark; after
+/// a crash that copy was the newest record of the key.
+#[test]
+fn gc_never_copies_a_value_past_its_invalidation() {
+    use Op::*;
+    let ops = [
+        Insert(0, 2756, None),
+        Insert(3, 1, None),
+        Invalidate(1),
+        Insert(19, 1, None),
+        Insert(9, 1, None),
+        Fill(321),
+        CrashDuringClose(4),
+        Insert(18, 1, None),
+        Insert(0, 1, None),
+        Insert(10, 1, None),
+        Fill(25),
+        Insert(6, 1, None),
+        Insert(32, 1, None),
+        Lookup(0),
+        Insert(0, 1, None),
+        Insert(7, 1, None),
+        Insert(2, 1, None),
+        Lookup(0),
+        Insert(0, 1, None),
+        Delete(2),
+        CleanRestart,
+        Fill(312),
+        Fill(25),
+        Advance(1),
+        Insert(18, 138, None),
+        Insert(32, 189, None),
+        Crash,
+        Fill(430),
+    ];
+    for seed in [15_420_672_538_523_154_027, 1, 2, 3, 4, 5, 6, 7] {
+        run(&ops, seed, Faults { fail_per_million: 20_000, flip_per_million: 50_000 }, config());
+    }
+}
