@@ -14,11 +14,6 @@ pub(super) struct FlashFile {
     pub(super) identity: u64,
 }
 
-/// Partition `id`'s flash settings (of `workers`), before the file's identity is known.
-fn flash_config(flash: &crate::config::FlashSettings, id: usize, workers: usize) -> tierkv_engine::flash::FlashConfig {
-    flash.store_config(id, workers)
-}
-
 /// Opens the flash file of `--flash-path` for `workers` partitions: checks that every region can
 /// be laid out, creates and sizes the file, and claims it (a file that is not tierkv's is
 /// refused unless `--flash-force`). If any step fails, a file this start created is removed
@@ -29,7 +24,7 @@ pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) ->
         return Err(fail("is a directory; name a file in it".into()));
     }
     for id in 0..workers {
-        tierkv_engine::flash::RegionLayout::new(&flash_config(flash, id, workers))
+        tierkv_engine::flash::RegionLayout::new(&flash.store_config(id, workers))
             .map_err(|e| fail(format!("--flash-size {} cannot be laid out: {e}", flash.size)))?;
     }
     let before = std::fs::metadata(&flash.path).ok().map(|m| m.len());
@@ -61,7 +56,7 @@ pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) ->
         .map_err(|e| e.to_string())
         .and_then(|clone| {
             let mut io = tierkv_engine::flash::io::threads::ThreadsEngine::new(clone, 1);
-            tierkv_engine::flash::claim_file(&mut io, &flash_config(flash, 0, workers), flash.force)
+            tierkv_engine::flash::claim_file(&mut io, &flash.store_config(0, workers), flash.force)
                 .map_err(|e| e.to_string())
         })
         .map_err(|message| undo(fail(message)))?;
@@ -84,7 +79,7 @@ pub(super) fn attach(
     use tierkv_engine::flash::{engine_for, FlashStore, Now};
     debug_assert!(workers > 0);
     let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
-    let mut cfg = flash_config(flash, id, workers);
+    let mut cfg = flash.store_config(id, workers);
     cfg.identity = file.identity;
     // A cascade lookup may read a few mapping blocks before its item, and merges read too.
     let depth = cfg.max_reads * if cfg.cascade.is_some() { 2 } else { 1 } + cfg.write_buffers + 8;
