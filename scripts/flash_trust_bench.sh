@@ -30,21 +30,26 @@ PY
 }
 
 if [ -z "${ONLY_SET_COST:-}" ]; then
-echo "== crash recovery: -t 2 -m 64 --flash-size 2g, 2.2M items of 900 bytes, kill -9, restart"
-rm -f "$F"
-$T -p $PORT -t 2 -m 64 --flash-path "$F" --flash-size 2g --flash-index full 2>/dev/null &
+for index in ${RECOVERY_INDEXES:-full cascade}; do
+echo "== crash recovery: -t 2 -m 64 --flash-size 2g --flash-index $index, 2.2M items of 900 bytes, kill -9, restart"
+rm -f "$F"; PORT=$((PORT + 1))
+$T -p $PORT -t 2 -m 64 --flash-path "$F" --flash-size 2g --flash-index $index 2>/dev/null &
 pid=$!; wait_port
 $B run --target 127.0.0.1:$PORT --keys 2200000 --value-bytes 900 --dist uniform --get-ratio 1 --seconds 1 --preload --connections 8 >/dev/null
 echo "items on flash before the kill: $(stat_of - extstore_objects_used)"
 kill -9 $pid; wait $pid 2>/dev/null || true
 start=$(date +%s%N)
-$T -p $PORT -t 2 -m 64 --flash-path "$F" --flash-size 2g --flash-index full 2>/tmp/trust-recover.log &
+$T -p $PORT -t 2 -m 64 --flash-path "$F" --flash-size 2g --flash-index $index 2>/tmp/trust-recover.log &
 pid=$!
 until [ "$(grep -c restored /tmp/trust-recover.log || true)" -ge 2 ]; do sleep 0.01; done
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 grep restored /tmp/trust-recover.log
+wait_port
 echo "recovered $(stat_of - flash_recovered_items) items in ${ms} ms from 2 GiB: $(python3 -c "print(round($ms/2000, 3))") s per GiB"
+echo "served after the restart: $(stat_of - extstore_objects_used) on flash; page overflow drops $(stat_of - flash_page_overflow_drops), stream drops $(stat_of - flash_stream_drops)"
 kill $pid; wait $pid 2>/dev/null || true
+done
+[ -n "${ONLY_RECOVERY:-}" ] && exit 0
 
 for index in full cascade; do
   echo "== RSS: -t 2 -m 64 --flash-size 2g --flash-index $index, 5M items of 100 bytes"
@@ -61,11 +66,12 @@ done
 
 fi
 
+for index in ${SET_INDEXES:-full}; do
 for sync in "" "--flash-sync"; do
   for keys in 200000 1000000; do
-    echo "== SET cost: -t 1 -m 64 --flash-size 1g $sync, $keys keys of 100 bytes (200k fit DRAM; 1M: about half on flash)"
+    echo "== SET cost: -t 1 -m 64 --flash-size 1g --flash-index $index $sync, $keys keys of 100 bytes (200k fit DRAM; 1M: about half on flash)"
     rm -f "$F"; PORT=$((PORT + 1))
-    taskset -c 0 $T -p $PORT -t 1 -m 64 --flash-path "$F" --flash-size 1g --flash-index full $sync 2>>/tmp/trust-server.log &
+    taskset -c 0 $T -p $PORT -t 1 -m 64 --flash-path "$F" --flash-size 1g --flash-index $index $sync 2>>/tmp/trust-server.log &
     pid=$!; wait_port
     taskset -c 1 $B run --target 127.0.0.1:$PORT --keys $keys --value-bytes 100 --dist uniform --get-ratio 1 --seconds 1 --preload --connections 8 >/dev/null
     before=$(stat_of - flash_durable_waits); before=${before:-0}
@@ -79,3 +85,4 @@ for sync in "" "--flash-sync"; do
   done
 done
 rm -f "$F"
+done

@@ -1,10 +1,9 @@
 //! kill -9 under load with the flash tier: the server is killed in the middle of a pipelined
 //! mix of sets, deletes and gets, restarted on the same file, and a reader checks every key.
 //! Nothing may come back but a key's last acknowledged value (or the value of a request that
-//! was in flight when the process died), a deleted key never; with the full index at least
-//! nine in ten of the items that were on flash and untouched since come back (the tier is
-//! rebuilt from the segments), with the cascade index the tier starts empty. Every get under
-//! load is checked too.
+//! was in flight when the process died), a deleted key never; with either index at least nine
+//! in ten of the items that were on flash and untouched since come back (the tier is rebuilt
+//! from the segments). Every get under load is checked too.
 
 mod common;
 
@@ -29,8 +28,11 @@ fn server(port: u16, flash: &Path, extra: &[&str]) -> Server {
     let mut command = Command::new(TIERKV);
     command
         .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
-        .args(["--flash-path", flash.to_str().unwrap(), "--flash-size", "64m"])
+        .args(["--flash-path", flash.to_str().unwrap()])
         .args(extra);
+    if !extra.contains(&"--flash-size") {
+        command.args(["--flash-size", "64m"]);
+    }
     let server = start(command, port);
     // The workers open their regions after the port listens: one answer means they have.
     let mut conn = Client::new(port);
@@ -283,9 +285,14 @@ fn kill_9_under_load_brings_back_flash_items_and_never_a_stale_one() {
 }
 
 #[test]
-fn kill_9_under_load_with_the_cascade_index_never_serves_a_stale_value() {
+fn kill_9_under_load_with_the_cascade_index_brings_back_flash_items_and_never_a_stale_one() {
     let flash = flash_file("cascade");
-    let port = free_port();
-    kill_round(port, &flash, &["--flash-index", "cascade", "--flash-test-index-kib", "64"], 7);
+    for round in 1..=3 {
+        // The cascade index's mapping areas take part of the file: 128m keeps the ring from
+        // wrapping (GC would drop the untouched items before the kill, as it would with 64m).
+        let extra = ["--flash-index", "cascade", "--flash-test-index-kib", "64", "--flash-size", "128m"];
+        let share = kill_round(free_port(), &flash, &extra, 10 + round);
+        assert!(share >= 0.9, "round {round}: only {:.1}% of the untouched flash items came back", share * 100.0);
+    }
     let _ = std::fs::remove_file(&flash);
 }

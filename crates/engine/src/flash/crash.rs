@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use super::durable::STREAM_GROUP;
 use super::gc::walk_records;
 use super::index::Entry;
 use super::io::{AlignedBuf, IoKind};
@@ -36,6 +37,8 @@ struct Candidate {
 struct Found {
     items: HashMap<u64, Candidate>,
     marks: HashMap<u64, u64>,
+    /// The newest stream mark of each cascade-index stream.
+    streams: HashMap<u64, u64>,
     flush: u64,
     max_record: u64,
     max_cas: u64,
@@ -43,24 +46,26 @@ struct Found {
     segments: Vec<(u32, u64, usize)>,
 }
 
-/// Whether a segment's records resume after bytes that are neither a record nor zero padding:
-/// valid records form a prefix of a segment (a write torn by a crash is its last), so such a
-/// gap is damage, not an end.
+/// Whether a segment's records resume after a record that fails its checks: valid records
+/// form a prefix of a segment (a write torn by a crash is its last; a commit pads with zeros to
+/// a page), so a valid record anywhere after a bad one (records are `ITEM_ALIGN`-aligned) means
+/// damage, not an end. A bit flipped in the middle of a large item must not hide the marks
+/// after it.
 fn damaged_mid_way(segment: &[u8], seed: u64) -> bool {
     let mut at = super::layout::SEGMENT_HEADER;
-    let mut garbage = false;
     while at + super::layout::ITEM_HEADER <= segment.len() {
         match super::layout::decode_record(&segment[at..], seed) {
-            Ok(record) => {
-                if garbage {
-                    return true;
-                }
-                at += record.bytes();
-            }
+            Ok(record) => at += record.bytes(),
             Err(_) => {
                 let next = (at + 1).next_multiple_of(PAGE).min(segment.len());
-                garbage |= segment[at..next].iter().any(|&b| b != 0);
-                at = next;
+                if segment[at..next].iter().all(|&b| b == 0) {
+                    // A commit's padding: the next record starts on a fresh page.
+                    at = next;
+                    continue;
+                }
+                return (at + ITEM_ALIGN..segment.len())
+                    .step_by(ITEM_ALIGN)
+                    .any(|later| super::layout::decode_record(&segment[later..], seed).is_ok());
             }
         }
     }
@@ -109,6 +114,29 @@ impl FlashStore {
         self.rebuild(found, now)
     }
 
+    /// Handles the finished writes and merges of mapping blocks the rebuild started (with the
+    /// cascade index, demotions write tier-2 blocks and merge them); with `all`, until none is
+    /// in flight.
+    fn pump_mapping_io(&mut self, now: Now, all: bool) {
+        let (mut completions, mut unused) = (Vec::new(), Vec::new());
+        loop {
+            if all && self.io.in_flight() > 0 {
+                self.io.flush();
+                self.io.wait(&mut completions);
+            } else {
+                self.io.poll(&mut completions);
+            }
+            let none = completions.is_empty();
+            for c in completions.drain(..) {
+                self.complete(c, now, &mut unused);
+            }
+            if !all || (none && self.io.in_flight() == 0) {
+                break;
+            }
+        }
+        debug_assert!(unused.is_empty());
+    }
+
     /// Whether the header page and the pages around the end of the last valid record read the
     /// same again (the places where damage could pass for an end).
     fn reads_back_the_same(&mut self, offset: u64, segment: &[u8], seq: Option<u64>) -> bool {
@@ -140,8 +168,9 @@ impl FlashStore {
                     found.flush = found.flush.max(seq);
                     found.max_record = found.max_record.max(seq);
                 }
-                Record::Mark { kind: MarkKind::Invalidate, group, seq } => {
-                    let newest = found.marks.entry(group).or_insert(0);
+                Record::Mark { kind, group, seq } => {
+                    let marks = if kind == MarkKind::Stream { &mut found.streams } else { &mut found.marks };
+                    let newest = marks.entry(group & !STREAM_GROUP).or_insert(0);
                     *newest = (*newest).max(seq);
                     found.max_record = found.max_record.max(seq);
                 }
@@ -186,23 +215,33 @@ impl FlashStore {
         }
         self.durable.record_seq = self.durable.record_seq.max(found.max_record);
         self.max_cas = self.max_cas.max(found.max_cas);
+        let stream_of = |hash: KeyHash| {
+            let c = self.cascade.as_deref()?;
+            Some(c.stream_of(self.fingerprint(hash)) as u64)
+        };
         let mut adopted: Vec<Candidate> = found
             .items
             .into_iter()
             .filter(|(group, c)| {
                 c.seq > found.flush
                     && found.marks.get(group).is_none_or(|&mark| c.seq > mark)
+                    && stream_of(c.hash).is_none_or(|s| found.streams.get(&s).is_none_or(|&mark| c.seq > mark))
                     && !is_expired(c.expiry, now.unix)
             })
             .map(|(_, c)| c)
             .collect();
-        // Oldest first, so a full bucket keeps the newest, as it did before the crash.
+        // Oldest first, so a full bucket keeps the newest, as it did before the crash (with the
+        // cascade index, tier 1 keeps the newest and the rest is demoted as it was).
         adopted.sort_unstable_by_key(|c| c.seq);
-        for c in &adopted {
+        for (i, c) in adopted.iter().enumerate() {
             let gen = self.slots[c.slot as usize].gen;
             let entry = Entry::new(c.hash.tag(), c.slot, gen, (c.at / ITEM_ALIGN) as u32, c.pages);
             self.t1_insert(c.hash, entry);
+            if i % 256 == 255 {
+                self.pump_mapping_io(now, false);
+            }
         }
+        self.pump_mapping_io(now, true);
         self.stats.recovered_segments = found.segments.len() as u64;
         self.stats.recovered_items = adopted.len() as u64;
         Ok(adopted.len() as u64)

@@ -13,10 +13,14 @@
 //! - A segment GC or the ring's pressure retires: its slot is freed only once a superblock with
 //!   a watermark above its sequence number is on the device (`retire_tail`); recovery adopts no
 //!   segment below the watermark.
+//! - The cascade index forgetting mappings it still had (a full tier-3 page, a stream under
+//!   pressure or after a failed merge): a mark for each dropped mapping's group, or one stream
+//!   mark for the whole stream, pending until written (`mark_cascade_drops`).
 //! - flush_all: a flush mark, committed before `clear` returns.
 //!
 //! Records carry sequence numbers; of a group's records the newest wins, and a mark kills every
-//! older record of its group (a flush mark every older record).
+//! older record of its group (a stream mark every older record of its stream's keys, a flush
+//! mark every older record).
 
 use std::collections::HashMap;
 
@@ -62,6 +66,19 @@ impl Durable {
     }
 }
 
+/// The group of a stream mark: the stream's number with this bit set (a key's group, its
+/// tier-1 bucket and tag, stays below 2^48).
+pub(super) const STREAM_GROUP: u64 = 1 << 63;
+
+/// The kind of mark that drops `group`.
+fn mark_kind(group: u64) -> MarkKind {
+    if group & STREAM_GROUP != 0 {
+        MarkKind::Stream
+    } else {
+        MarkKind::Invalidate
+    }
+}
+
 /// Why an invalidation cannot be appended now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NoRoom;
@@ -78,10 +95,17 @@ impl FlashStore {
     }
 
     /// Whether a change of `key` must wait for an invalidation mark: the key has or may have
-    /// a flash copy, or a mark of its group is not on the device yet. Never with the cascade
-    /// index, which starts empty after a crash (nothing to take back).
+    /// a flash copy (with the cascade index: tier 1 names it, or a lower tier's DRAM block or
+    /// Bloom filter says maybe), or a mark of its group (or of its demotion stream) is not on
+    /// the device yet.
     pub fn needs_durable(&self, hash: KeyHash) -> bool {
-        self.cascade.is_none() && (self.may_hold(hash) || self.durable.pending.contains_key(&self.group(hash)))
+        self.may_hold(hash)
+            || (!self.durable.pending.is_empty()
+                && (self.durable.pending.contains_key(&self.group(hash))
+                    || self.cascade.as_deref().is_some_and(|c| {
+                        let stream = c.stream_of(self.fingerprint(hash)) as u64;
+                        self.durable.pending.contains_key(&(STREAM_GROUP | stream))
+                    })))
     }
 
     /// Whether marks of `hash`'s group are still on their way to the device, or a change of it
@@ -131,23 +155,25 @@ impl FlashStore {
     }
 
     /// Marks `group` dropped from the index (see the module comment): pending until written.
+    /// A group with `STREAM_GROUP` set is a cascade-index stream that forgot its mappings.
     pub(super) fn drop_group(&mut self, group: u64) {
-        if self.active.is_none() || self.relieving {
-            *self.durable.pending.entry(group).or_insert(0) += 1;
-            self.durable.unrecorded.push(group);
-            return;
+        if self.active.is_none() || self.relieving || self.append_mark(mark_kind(group), group, self.last_now).is_none()
+        {
+            self.defer_drop(group);
         }
-        if self.append_mark(MarkKind::Invalidate, group, self.last_now).is_none() {
-            *self.durable.pending.entry(group).or_insert(0) += 1;
-            self.durable.unrecorded.push(group);
-        }
+    }
+
+    /// `drop_group` at the next commit; pending from now on.
+    pub(super) fn defer_drop(&mut self, group: u64) {
+        *self.durable.pending.entry(group).or_insert(0) += 1;
+        self.durable.unrecorded.push(group);
     }
 
     /// Writes the marks appended since the last commit (one write of the active buffer's new
     /// pages); the owner calls this once per loop turn. No-op when nothing waits.
     pub fn commit(&mut self) {
         for group in std::mem::take(&mut self.durable.unrecorded) {
-            match self.append_mark(MarkKind::Invalidate, group, self.last_now) {
+            match self.append_mark(mark_kind(group), group, self.last_now) {
                 // The first count was taken when it was put aside.
                 Some(_) => self.durable.settle(group),
                 None => self.durable.unrecorded.push(group),
@@ -196,7 +222,7 @@ impl FlashStore {
     }
 
     /// Makes every segment written so far invalid for recovery (a blocking superblock write).
-    fn raise_watermark_now(&mut self) {
+    pub(super) fn raise_watermark_now(&mut self) {
         self.watermark = self.next_seq;
         let _ = self.write_superblock(STATE_OPEN, 0, 0);
     }

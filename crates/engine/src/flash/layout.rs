@@ -372,6 +372,9 @@ pub enum MarkKind {
     Invalidate,
     /// Every older record (flush_all).
     Flush,
+    /// Every older record of the keys of one cascade-index demotion stream (the stream forgot
+    /// its mappings below tier 1).
+    Stream,
 }
 
 /// Writes a mark at the start of `out` (MARK_BYTES); seeded as `encode_item`.
@@ -381,6 +384,7 @@ pub fn encode_mark(out: &mut [u8], kind: MarkKind, group: u64, seq: u64, seed: u
     out[2] = match kind {
         MarkKind::Invalidate => 1,
         MarkKind::Flush => 2,
+        MarkKind::Stream => 3,
     };
     out[3] = FORMAT_VERSION as u8;
     put64(out, 8, group);
@@ -412,6 +416,7 @@ pub fn decode_record(b: &[u8], seed: u64) -> Result<Record<'_>, Corrupt> {
         let kind = match b[2] {
             1 => MarkKind::Invalidate,
             2 => MarkKind::Flush,
+            3 => MarkKind::Stream,
             _ => return Err(Corrupt::Magic),
         };
         if u32::from(b[3]) != FORMAT_VERSION || u64_at(b, 32) != xxhash_rust::xxh3::xxh3_64_with_seed(&b[..32], seed) {
@@ -595,6 +600,8 @@ mod tests {
         }
         encode_mark(&mut b, MarkKind::Flush, 0, 7, 9);
         assert_eq!(decode_record(&b, 9), Ok(Record::Mark { kind: MarkKind::Flush, group: 0, seq: 7 }));
+        encode_mark(&mut b, MarkKind::Stream, 5, 8, 9);
+        assert_eq!(decode_record(&b, 9), Ok(Record::Mark { kind: MarkKind::Stream, group: 5, seq: 8 }));
     }
 
     #[test]

@@ -79,7 +79,36 @@ impl Fleet {
         &mut self.stores[p as usize]
     }
 
+    /// Makes a change of `k` durable first, as the server does: an invalidation mark for a key
+    /// that may have a flash copy, on the device before the change runs. False if the mark's
+    /// write failed (the change must not happen).
+    fn invalidate_first(&mut self, k: u32) -> bool {
+        let hash = KeyHash::of(&key(k));
+        let now = self.now;
+        let store = self.store_of(k);
+        if !store.needs_durable(hash) {
+            return true;
+        }
+        let Ok(ticket) = store.invalidate(hash, now) else { return false };
+        for _ in 0..1000 {
+            store.commit();
+            let mut commits = Vec::new();
+            store.take_commits(&mut commits);
+            if let Some(&(_, written)) = commits.iter().find(|&&(t, _)| t == ticket) {
+                if written {
+                    store.remove_invalidated(hash);
+                }
+                return written;
+            }
+            store.wait(now, &mut Vec::new());
+        }
+        panic!("an invalidation never reached the device");
+    }
+
     fn insert(&mut self, k: u32) {
+        if !self.invalidate_first(k) {
+            return;
+        }
         self.version += 1;
         let (key, value) = (key(k), value(k, self.version, 100 + (k as usize * 13) % 900));
         let meta = ItemMeta { flags: k, expiry: 0, cas: self.version, state: 0 };
@@ -96,6 +125,9 @@ impl Fleet {
     }
 
     fn delete(&mut self, k: u32) {
+        if !self.invalidate_first(k) {
+            return;
+        }
         self.store_of(k).delete(KeyHash::of(&key(k)));
         self.model.insert(k, None);
     }
@@ -177,7 +209,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: super::tests::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn no_layout_change_ever_serves_an_old_value(

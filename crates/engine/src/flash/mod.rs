@@ -299,10 +299,16 @@ impl FlashStore {
         always: bool,
     ) -> InsertOutcome {
         self.last_now = now;
+        if !self.durable.invalidated.is_empty() {
+            // An invalidation of the key still on its way (its change never ran) must not
+            // remove what this stores when its write finishes.
+            self.durable.invalidated.retain(|&(_, h)| h.0 != hash.0);
+        }
         let removed = self.index.remove_at(hash);
         let old = removed.map(|(_, e)| e);
         self.dropped_entry(hash, removed);
-        let had_copy = old.is_some_and(|e| Self::valid(&self.slots, e)) && self.cascade.is_none();
+        // (A copy below tier 1 was dropped by the owner's invalidation, see `durable`.)
+        let had_copy = old.is_some_and(|e| Self::valid(&self.slots, e));
         self.forget(old);
         let bytes = item_bytes(key.len(), value.len());
         let outcome = if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
@@ -337,7 +343,7 @@ impl FlashStore {
     pub fn delete(&mut self, hash: KeyHash) -> bool {
         let old = self.index.remove(hash);
         let found = old.is_some_and(|e| Self::valid(&self.slots, e));
-        if found && self.cascade.is_none() {
+        if found {
             // Durable with the next commit (an owner that must wait uses `invalidate` first).
             self.drop_group(self.group(hash));
         }

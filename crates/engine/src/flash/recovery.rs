@@ -19,7 +19,9 @@ use xxhash_rust::xxh3::Xxh3;
 use super::admission::admission_for;
 use super::index::FlashIndex;
 use super::io::{AlignedBuf, IoEngine, IoKind, IoOp};
-use super::layout::{SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN, SUPERBLOCK_PAGES};
+use super::layout::{
+    SegmentHeader, SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN, SUPERBLOCK_PAGES,
+};
 use super::ring::{Slot, SlotState, WriteBuf};
 use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_META};
 
@@ -80,13 +82,13 @@ impl FlashStore {
                     sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets
                 ),
             ),
-            Ok(sb) if sb.state != STATE_CLEAN && store.cascade.is_some() => (
-                false,
-                "the last run did not close cleanly (the cascade index is rebuilt only after a clean stop)".into(),
-            ),
             Ok(sb) if sb.state != STATE_CLEAN => {
                 store.epoch = sb.epoch + 1;
                 store.durable.record_seq = sb.record_seq;
+                // Mapping blocks the rebuild writes carry seqs no block of the crashed run has.
+                if let Some(c) = store.cascade.as_deref_mut() {
+                    c.next_seq = store.epoch << 32;
+                }
                 match store.recover(sb, now) {
                     Ok(items) => (true, format!("recovered {items} items from the segments after a crash")),
                     Err(why) => {
@@ -103,7 +105,10 @@ impl FlashStore {
                 }
             },
         };
-        store.epoch = sb.as_ref().ok().map_or(u64::from(now.unix.max(1)), |sb| sb.epoch + 1);
+        // Without a readable superblock the clock alone could repeat an earlier run's epoch, and
+        // that run's segments would pass the new watermark after a crash.
+        let floor = if sb == Err(false) { store.highest_epoch_written() + 1 } else { 0 };
+        store.epoch = sb.as_ref().ok().map_or(u64::from(now.unix.max(1)).max(floor), |sb| sb.epoch + 1);
         store.next_seq = store.epoch << 32;
         if let Some(c) = store.cascade.as_deref_mut() {
             c.next_seq = c.next_seq.max(store.epoch << 32);
@@ -118,9 +123,13 @@ impl FlashStore {
             store.watermark = sb.watermark;
             store.flush_at = sb.flush_at;
         }
-        store
-            .write_superblock(STATE_OPEN, 0, 0)
-            .map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
+        // A region that starts empty writes both superblock pages: an older page (damaged, of
+        // another identity, or of a higher generation than we could read) must not outrank ours.
+        for _ in 0..if restored { 1 } else { SUPERBLOCK_PAGES } {
+            store
+                .write_superblock(STATE_OPEN, 0, 0)
+                .map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
+        }
         let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
         Ok((store, report))
     }
@@ -268,6 +277,28 @@ impl FlashStore {
             Some(sb) => Ok(sb),
             None => Err(blank),
         }
+    }
+
+    /// The highest epoch of any segment header in the region (each read tried a few times; 0 if
+    /// none is readable). Only when the superblock is damaged.
+    fn highest_epoch_written(&mut self) -> u64 {
+        let mut highest = 0;
+        for slot in 0..self.layout.slots {
+            let offset = self.layout.segment_offset(slot);
+            for _ in 0..5 {
+                let (buf, result) = self.sync_io(IoKind::Read, offset, AlignedBuf::new(PAGE), PAGE);
+                if result.is_ok() {
+                    if let Some(h) = SegmentHeader::decode(&buf) {
+                        highest = highest.max(h.seq >> 32);
+                        break;
+                    }
+                    if buf[..PAGE].iter().all(|&b| b == 0) {
+                        break;
+                    }
+                }
+            }
+        }
+        highest
     }
 
     /// Writes the superblock (to the page its generation names) and syncs.
@@ -457,11 +488,31 @@ impl FlashStore {
         }
     }
 
+    /// Before the snapshot: the marks of what the index dropped and not yet wrote down (and the
+    /// cascade index's streams the snapshot cannot keep) reach the device, so a crash in a later
+    /// run cannot bring those items back. If they cannot be written, no segment written so far
+    /// is adopted by a later recovery (the watermark rises instead).
+    fn write_down_drops(&mut self, now: Now) {
+        if let Some(c) = self.cascade.as_deref_mut() {
+            c.forget_unsaveable();
+        }
+        self.mark_cascade_drops();
+        if self.durable.unrecorded.is_empty() && self.durable.pending.is_empty() {
+            return;
+        }
+        self.commit();
+        self.drain(now);
+        if !self.durable.unrecorded.is_empty() || !self.durable.pending.is_empty() {
+            self.raise_watermark_now();
+        }
+    }
+
     /// Closes cleanly: everything buffered and the index reach the device, and the next open
     /// serves every live item. An error leaves the region marked open (the next open starts
     /// empty).
     pub fn close(mut self, now: Now) -> Result<(), String> {
         self.drain(now);
+        self.write_down_drops(now);
         fn errno(what: &'static str) -> impl Fn(i32) -> String {
             move |e| format!("{what} failed (errno {e})")
         }

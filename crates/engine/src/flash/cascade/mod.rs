@@ -157,6 +157,10 @@ pub struct Cascade {
     pub t3_buf: Option<AlignedBuf>,
     pub next_seq: u64,
     pub stats: CascadeStats,
+    /// Streams that forgot their mappings, and fingerprints whose mappings a full tier-3 page
+    /// dropped, since `FlashStore::mark_cascade_drops` last wrote them down.
+    pub dropped_streams: Vec<u32>,
+    pub dropped_fps: Vec<(u32, u16)>,
 }
 
 impl Cascade {
@@ -170,12 +174,14 @@ impl Cascade {
             t3_buf: None,
             next_seq: 1,
             stats: CascadeStats::default(),
+            dropped_streams: Vec::new(),
+            dropped_fps: Vec::new(),
             geo,
         }
     }
 
-    /// The fingerprint's bits: tier-1 bucket above the tag.
-    fn g(&self, fp: (u32, u16)) -> u64 {
+    /// The fingerprint's bits: tier-1 bucket above the tag (the key's group, see `durable`).
+    pub fn g(&self, fp: (u32, u16)) -> u64 {
         u64::from(fp.0) << 16 | u64::from(fp.1)
     }
 
@@ -265,15 +271,18 @@ impl Cascade {
         (buffers, t2, self.t3_blooms.capacity() as u64, merge)
     }
 
-    /// Forgets every mapping below tier 1 (flush_all, or a stream drop for each stream).
+    /// Forgets every mapping below tier 1 (flush_all: its flush mark kills every record).
     pub fn clear(&mut self) {
         for s in 0..self.streams.len() {
             self.forget_stream(s);
         }
+        self.dropped_streams.clear();
+        self.dropped_fps.clear();
     }
 
-    /// Forgets one stream's mappings below tier 1.
+    /// Forgets one stream's mappings below tier 1 (noted for a stream mark).
     pub fn forget_stream(&mut self, s: usize) {
+        self.dropped_streams.push(s as u32);
         let stream = &mut self.streams[s];
         stream.buffer.clear();
         stream.blocks.clear();
@@ -310,6 +319,22 @@ impl FlashStore {
             return;
         };
         self.push_below(Mapping { bucket, entry });
+    }
+
+    /// Writes down what the cascade index forgot since the last call (see `durable`): a stream
+    /// mark per stream that forgot its mappings, an invalidation mark per mapping a full page
+    /// dropped. They are appended at the next commit (this runs deep inside inserts and
+    /// completions); until they are on the device, changes of those keys wait for them.
+    pub(super) fn mark_cascade_drops(&mut self) {
+        let Some(c) = self.cascade.as_deref_mut() else { return };
+        if c.dropped_streams.is_empty() && c.dropped_fps.is_empty() {
+            return;
+        }
+        let streams = std::mem::take(&mut c.dropped_streams);
+        let groups: Vec<u64> = std::mem::take(&mut c.dropped_fps).into_iter().map(|fp| c.g(fp)).collect();
+        for group in streams.into_iter().map(|s| super::durable::STREAM_GROUP | u64::from(s)).chain(groups) {
+            self.defer_drop(group);
+        }
     }
 
     /// Makes sure no lower tier serves `fp` again (a delete or an overwrite that stored nothing).
@@ -353,7 +378,7 @@ impl FlashStore {
                         c.streams[s].buffer = keep;
                         pos
                     }
-                    None => return,
+                    None => return self.mark_cascade_drops(),
                 }
             }
         };
@@ -387,6 +412,7 @@ impl FlashStore {
         self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token });
         self.stats.write_bytes += PAGE as u64;
         self.maybe_reorg();
+        self.mark_cascade_drops();
     }
 
     /// Stream `s` has no place for a block: start its merge and wait for the device until one

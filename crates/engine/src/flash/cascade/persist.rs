@@ -19,10 +19,10 @@ use super::{Cascade, T2Block};
 const MAGIC: u64 = u64::from_le_bytes(*b"TKVCASC1");
 
 impl Cascade {
-    /// The section's bytes. Streams holding a block whose write failed, or a DRAM block that
-    /// could not be written, forget their mappings first (those exist only in DRAM, and the
-    /// snapshot keeps at most a block's worth per stream).
-    pub fn save(&mut self) -> Vec<u8> {
+    /// Before a clean close: streams holding a block whose write failed, or a DRAM block that
+    /// could not be written, forget their mappings (those exist only in DRAM, and the snapshot
+    /// keeps at most a block's worth per stream). The close writes their stream marks.
+    pub fn forget_unsaveable(&mut self) {
         let cap = self.geo.block_entries as usize;
         for s in 0..self.streams.len() {
             let overfull = self.streams[s].buffer.len() >= cap;
@@ -31,6 +31,11 @@ impl Cascade {
                 self.stats.stream_drops += 1;
             }
         }
+    }
+
+    /// The section's bytes (after `forget_unsaveable`).
+    pub fn save(&mut self) -> Vec<u8> {
+        self.forget_unsaveable();
         let g = self.geo;
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC.to_le_bytes());

@@ -129,6 +129,7 @@ impl FlashStore {
         c.stats.reorg_write_bytes += (per * PAGE) as u64;
         self.stats.write_bytes += (per * PAGE) as u64;
         self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: per * PAGE, token: TOKEN_REORG | WRITE });
+        self.mark_cascade_drops();
     }
 
     /// The pages are written: they replace the merged blocks.
@@ -184,6 +185,7 @@ impl FlashStore {
                 }
             }
         }
+        self.mark_cascade_drops();
         self.maybe_reorg();
     }
 }
@@ -238,6 +240,7 @@ impl Cascade {
                 page.sort_by_key(|m| std::cmp::Reverse(slots[m.entry.slot() as usize].seq));
                 self.stats.t3_overflow_drops += (page.len() - cap) as u64;
                 overflowed = true;
+                self.dropped_fps.extend(page[cap..].iter().map(|m| m.fingerprint()));
                 page.truncate(cap);
             }
         }
