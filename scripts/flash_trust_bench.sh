@@ -3,6 +3,8 @@
 # states (-m 64 and a flash tier of 5M items, both indexes), and what durable invalidations cost
 # (SET latency and server CPU per op for keys with a flash copy against keys without one, with
 # and without --flash-sync). Release builds; prints its figures; writes nothing but /tmp files.
+# RECOVERY_INDEXES (default "full cascade") and SET_INDEXES (default "full") pick the indexes;
+# ONLY_RECOVERY=1 stops after recovery, ONLY_SET_COST=1 runs only the SET cost.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release -p tierkv-server -p tierkv-bench >/dev/null 2>&1

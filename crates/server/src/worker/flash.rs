@@ -100,8 +100,9 @@ pub(super) fn attach(
     let now = Now { unix: unix_now(), nanos: 1 };
     let (store, report) = FlashStore::open(io, cfg, now).map_err(|e| fail(format!("partition {id}: {e}")))?;
     if report.restored {
+        let how = if report.reason.starts_with("recovered") { " (after a crash, from the segments)" } else { "" };
         eprintln!(
-            "tierkv: flash partition {id}: restored {} items in {} ms",
+            "tierkv: flash partition {id}: restored {} items in {} ms{how}",
             report.items,
             started.elapsed().as_millis()
         );

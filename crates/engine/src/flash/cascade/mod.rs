@@ -21,6 +21,10 @@
 //!   the key; the merge applies tombstones. A stream that cannot take a demotion (its tier-2 area
 //!   full while another stream is being merged) forgets all its mappings rather than lose order.
 //! - **GC** keeps the items tier 1 names (the hot ones) and drops the rest.
+//! - **Crash recovery** (`crash.rs`) rebuilds the index from the data segments through tier 1
+//!   and the demotions. What this index forgets on purpose (a stream's mappings, a full page's
+//!   extra mappings) is noted (`dropped_streams`, `dropped_fps`) and written down as marks
+//!   (`mark_cascade_drops`), so recovery cannot bring those items back over a later change.
 //!
 //! This module holds the DRAM state and the decisions; `lookup.rs` the store's lookups below
 //! tier 1, `reorg.rs` the merge, `persist.rs` the snapshot form.
