@@ -142,8 +142,13 @@ fn exchange_until(
 /// `request`, then a meta get with a unique opaque token whose answer ends the reply. Much
 /// faster than `exchange` for scripts that end normally.
 pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
-    exchange_to_sentinel_within(port, request, QUIET)
+    // The sentinel's answer ends the wait, so a long silence costs nothing when all is well;
+    // 300 ms was too short on a 2-core machine running the whole suite at once.
+    exchange_to_sentinel_within(port, request, SENTINEL_QUIET)
 }
+
+/// How long `exchange_to_sentinel` waits through silence for the sentinel's answer.
+pub const SENTINEL_QUIET: Duration = Duration::from_secs(3);
 
 /// `exchange_to_sentinel` with the given silence before giving up.
 pub fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
@@ -173,7 +178,7 @@ pub fn stat_number(port: u16, group: &str, name: &str) -> u64 {
 /// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
 /// whose 24-byte response ends the reply.
 pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
-    exchange_binary_to_sentinel_within(port, request, QUIET)
+    exchange_binary_to_sentinel_within(port, request, SENTINEL_QUIET)
 }
 
 /// `exchange_binary_to_sentinel` with the given silence before giving up.
