@@ -225,6 +225,11 @@ pub fn decode_request<'a>(input: &'a [u8], limits: &Limits) -> Decoded<'a> {
     else {
         return invalid();
     };
+    if value_len > i32::MAX as usize {
+        // memcached computes a value's length as a C int: from 2 GiB on it is negative, and it
+        // closes the connection without a word.
+        return Decoded::Error(ProtocolError::closing(ErrorReply::Nothing, total));
+    }
     let key_start = HEADER_BYTES + extras_len;
     if value_len > limits.max_value_bytes.saturating_sub(crate::MEMCACHED_ITEM_OVERHEAD_BYTES + 4 + key_len) {
         // Near the limit: the flags (first extras word of a store) decide, as in memcached.

@@ -255,3 +255,44 @@ fn partial_large_sets_on_many_connections_stay_within_the_bound() {
         assert_eq!(&client.join().unwrap(), b"STORED\r\n");
     }
 }
+
+/// A binary request header: opcode, key and extras lengths, and the body length it declares.
+fn binary_header(opcode: u8, key_len: u16, extras_len: u8, body_len: u32) -> Vec<u8> {
+    let mut header = vec![0x80, opcode];
+    header.extend_from_slice(&key_len.to_be_bytes());
+    header.extend_from_slice(&[extras_len, 0, 0, 0]);
+    header.extend_from_slice(&body_len.to_be_bytes());
+    header.extend_from_slice(&0xAABB_CCDDu32.to_be_bytes());
+    header.extend_from_slice(&[0; 8]);
+    header
+}
+
+#[test]
+fn binary_requests_with_impossible_body_lengths_are_answered_as_memcached_answers_them() {
+    let (ours, theirs) = (tierkv(), memcached());
+    let mut cases = Vec::new();
+    for body_len in [0xFFFF_FFFFu32, 0xFFFF_FFF0, 0x8000_0000, 2_000_000] {
+        // GET, DELETE, NOOP, INCR (no value allowed): "Invalid arguments", then a close.
+        for (opcode, key, extras) in [(0x00u8, 1u16, 0u8), (0x04, 1, 0), (0x0A, 0, 0), (0x05, 1, 20)] {
+            let mut case = binary_header(opcode, key, extras, body_len);
+            case.extend(std::iter::repeat_n(0u8, usize::from(extras)));
+            case.extend(std::iter::repeat_n(b'k', usize::from(key)));
+            cases.push(case);
+        }
+        // SET and APPEND: a value of 2 GiB or more closes silently; below that, the body is
+        // swallowed (the connection waits for it).
+        for (opcode, extras) in [(0x01u8, 8u8), (0x0E, 0)] {
+            let mut case = binary_header(opcode, 1, extras, body_len);
+            case.extend(std::iter::repeat_n(0u8, usize::from(extras)));
+            case.extend_from_slice(b"k");
+            case.extend_from_slice(&[b'v'; 100]);
+            cases.push(case);
+        }
+    }
+    for case in &cases {
+        let quiet = Duration::from_secs(1);
+        let (mine, reference) = (exchange_and_close(ours.1, case, quiet), exchange_and_close(theirs.1, case, quiet));
+        assert_eq!(mine, reference, "opcode {:#04x}, body length {:?}", case[1], &case[8..12]);
+    }
+    still_serves(ours.1);
+}

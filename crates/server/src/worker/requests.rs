@@ -158,15 +158,16 @@ pub(super) fn refuse(
     {
         core.state.counters.store_too_large += 1;
     }
-    // memcached answers a request it swallows once the swallow is over.
+    // memcached answers a request it swallows once the swallow is over; one that closes the
+    // connection is answered at once (its body never comes).
     let reply = (!error.noreply).then_some(error.reply);
     let available = input.len() - *at;
-    if error.skip > available {
+    if error.skip > available && !error.close {
         *at = input.len();
         connection.swallow = error.skip - available;
         connection.after_swallow = reply;
     } else {
-        *at += error.skip;
+        *at += error.skip.min(available);
         if let Some(reply) = reply {
             reply::error(connection.local_out(&mut core.pool), &reply);
         }
