@@ -12,7 +12,6 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,15 +24,7 @@ fn flash_file(name: &str) -> PathBuf {
 }
 
 fn server(port: u16, flash: &Path, extra: &[&str]) -> Server {
-    let mut command = Command::new(TIERKV);
-    command
-        .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
-        .args(["--flash-path", flash.to_str().unwrap()])
-        .args(extra);
-    if !extra.contains(&"--flash-size") {
-        command.args(["--flash-size", "64m"]);
-    }
-    let server = start(command, port);
+    let server = start(hybrid_command(port, flash, extra, "64m"), port);
     // The workers open their regions after the port listens: one answer means they have.
     let mut conn = Client::new(port);
     conn.stream.write_all(b"version\r\n").unwrap();

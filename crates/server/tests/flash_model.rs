@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 struct Rng(u64);
@@ -36,15 +35,7 @@ fn flash_file(name: &str) -> PathBuf {
 }
 
 fn hybrid_with(port: u16, flash: &std::path::Path, extra: &[&str]) -> Server {
-    let mut command = Command::new(TIERKV);
-    command
-        .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
-        .args(["--flash-path", flash.to_str().unwrap()])
-        .args(extra);
-    if !extra.contains(&"--flash-size") {
-        command.args(["--flash-size", "48m"]);
-    }
-    start(command, port)
+    start(hybrid_command(port, flash, extra, "48m"), port)
 }
 
 fn signal_and_wait(server: &mut Server, signal: i32) {

@@ -64,35 +64,22 @@ impl Parking {
     }
 }
 
-/// Whether a request must see its key's item wherever it is: everything keyed but a plain
-/// set (which only replaces, and drops the flash copy as it does).
-pub(super) fn needs_item(request: &Request<'_>) -> bool {
+/// What a request needs of its key's flash copy: (item, write). `item`: it must see the key's
+/// item wherever it is (everything keyed but a plain set, which only replaces and drops the
+/// flash copy as it does). `write`: it may change the key, so it must not run before the flash
+/// copy's invalidation is on the device (every keyed command but plain reads).
+pub(super) fn flash_needs(request: &Request<'_>) -> (bool, bool) {
     match request.command {
-        Command::Store { mode: StoreMode::Set, cas: 0, .. } => matches!(request.style, ReplyStyle::Meta(_)),
-        Command::Get { .. }
-        | Command::Store { .. }
-        | Command::Delete { .. }
-        | Command::Arith { .. }
-        | Command::Atomic { .. }
-        | Command::Vector { .. }
-        | Command::Touch { .. }
-        | Command::MetaDebug { .. } => true,
-        _ => false,
-    }
-}
-
-/// Whether a request may change its key (and so must not run before its flash copy's
-/// invalidation is on the device): every keyed command but plain reads.
-pub(super) fn changes_key(request: &Request<'_>) -> bool {
-    match request.command {
-        Command::Get { touch, .. } => touch.is_some(),
+        Command::Store { mode: StoreMode::Set, cas: 0, .. } => (matches!(request.style, ReplyStyle::Meta(_)), true),
+        Command::Get { touch, .. } => (true, touch.is_some()),
         Command::Store { .. }
         | Command::Delete { .. }
         | Command::Arith { .. }
         | Command::Atomic { .. }
         | Command::Vector { .. }
-        | Command::Touch { .. } => true,
-        _ => false,
+        | Command::Touch { .. } => (true, true),
+        Command::MetaDebug { .. } => (true, false),
+        _ => (false, false),
     }
 }
 
@@ -115,7 +102,7 @@ impl Core {
     /// parked (its reply comes later), false if it may run now. `entry` says where its reply
     /// goes, `from` which worker forwarded it.
     pub(super) fn park(&mut self, request: &Request<'_>, raw: &[u8], entry: Entry, from: Option<usize>) -> bool {
-        let (item, write) = (needs_item(request), changes_key(request));
+        let (item, write) = flash_needs(request);
         if !self.parking.enabled || !(item || write) {
             return false;
         }

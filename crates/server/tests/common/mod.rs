@@ -58,6 +58,20 @@ pub fn tierkv() -> Server {
     tierkv_with(&[])
 }
 
+/// The command line of a small hybrid tierkv (`-m 4 -I 256k -t 2`) with a flash file at `flash`:
+/// `extra` flags, and `--flash-size default_size` unless `extra` names a size.
+pub fn hybrid_command(port: u16, flash: &std::path::Path, extra: &[&str], default_size: &str) -> Command {
+    let mut command = Command::new(TIERKV);
+    command
+        .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
+        .args(["--flash-path", flash.to_str().unwrap()])
+        .args(extra);
+    if !extra.contains(&"--flash-size") {
+        command.args(["--flash-size", default_size]);
+    }
+    command
+}
+
 /// tierkv with 64 MiB and `extra` flags.
 pub fn tierkv_with(extra: &[&str]) -> Server {
     let port = free_port();
