@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use tierkv_engine::flash::io::{Completion, IoKind, IoOp};
 use tierkv_engine::flash::{
-    engine_for, open_file, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
+    engine_for, open_file, AlignedBuf, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone,
 };
 use tierkv_engine::KeyHash;
 
@@ -110,4 +111,53 @@ fn io_uring_and_the_thread_pool_give_the_same_answers() {
         assert_eq!(threads.0[&i], expected, "key {i}");
     }
     assert!(uring == threads, "io_uring and threads differ");
+}
+
+/// One request through `engine`, waited for.
+fn one(engine: &mut dyn tierkv_engine::flash::IoEngine, op: IoOp) -> Completion {
+    engine.submit(op);
+    engine.flush();
+    let mut done = Vec::new();
+    while done.is_empty() {
+        engine.wait(&mut done);
+    }
+    done.pop().expect("one completion")
+}
+
+/// A request's bytes may start inside its buffer (`at`): a write sends only those pages, and a
+/// read fills only those, through either engine.
+#[test]
+fn both_engines_write_and_read_from_inside_a_buffer() {
+    const PAGE: usize = 4096;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    for io in [FlashIo::Threads, FlashIo::Uring] {
+        let path = dir.join(format!("at-{io:?}.bin"));
+        let _ = std::fs::remove_file(&path);
+        let (file, _direct) = open_file(&path, 16 * PAGE as u64).expect("the file opens");
+        let (mut engine, _) = engine_for(io, &file, 4).expect("an I/O engine");
+        let mut buf = AlignedBuf::new(4 * PAGE);
+        for (i, page) in buf.chunks_mut(PAGE).enumerate() {
+            page.fill(b'a' + i as u8);
+        }
+        // Pages 1 and 2 of the buffer go to the file's pages 5 and 6.
+        let op = IoOp { kind: IoKind::Write, offset: 5 * PAGE as u64, buf, at: PAGE, len: 2 * PAGE, token: 1 };
+        let c = one(engine.as_mut(), op);
+        assert_eq!(c.result, Ok(2 * PAGE), "{io:?}");
+        // The file's pages 4..8 into the buffer's pages 1..5.
+        let op = IoOp {
+            kind: IoKind::Read,
+            offset: 4 * PAGE as u64,
+            buf: AlignedBuf::new(6 * PAGE),
+            at: PAGE,
+            len: 4 * PAGE,
+            token: 2,
+        };
+        let c = one(engine.as_mut(), op);
+        assert_eq!(c.result, Ok(4 * PAGE), "{io:?}");
+        let firsts: Vec<u8> = c.buf.chunks(PAGE).map(|p| p[0]).collect();
+        assert_eq!(firsts, [0, 0, b'b', b'c', 0, 0], "{io:?}");
+        assert!(c.buf.chunks(PAGE).all(|p| p.iter().all(|&b| b == p[0])), "{io:?}: whole pages");
+        drop(engine);
+        std::fs::remove_file(&path).unwrap();
+    }
 }

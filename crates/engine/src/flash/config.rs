@@ -171,14 +171,15 @@ impl FlashConfig {
 
     /// The most heap bytes one partition's store of this configuration holds: its index (the
     /// full index, or the cascade index's tier 1 with its demotion blocks, Bloom filters and
-    /// merge buffers), segment table, write buffers, GC buffer and pooled read pages. What
+    /// merge buffers), segment table, write buffers, commit copy, GC buffer and pooled read pages. What
     /// `FlashStore::memory` reports stays within it (tested); the server sizes the tier by it.
     pub fn dram_bytes(&self) -> Result<u64, LayoutError> {
         let layout = RegionLayout::new(self)?;
         let (page, segment) = (PAGE as u64, u64::from(layout.segment_bytes));
         let index = u64::from(layout.buckets) * BUCKET_BYTES as u64;
         let table = u64::from(layout.slots) * 32;
-        let buffers = (u64::from(self.write_buffers) + 1) * segment;
+        // The write buffers, the commit copy and the GC buffer.
+        let buffers = (u64::from(self.write_buffers) + 2) * segment;
         let reads = u64::from(self.max_reads) * (page + 128);
         let cascade = layout.cascade.map_or(0, |c| {
             // The snapshot's size is the state below tier 1: stream blocks, filters.

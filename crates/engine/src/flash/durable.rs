@@ -179,9 +179,15 @@ impl FlashStore {
                 None => self.durable.unrecorded.push(group),
             }
         }
+        self.commit_pages();
+    }
+
+    /// Writes the active buffer's marks not yet written, unless a write of it (or the commit
+    /// copy) is out: that write's completion calls this again.
+    pub(super) fn commit_pages(&mut self) {
         let Some(b) = self.active else { return };
         let buf = &self.bufs[b];
-        if buf.write.is_none() && !buf.marks_unwritten.is_empty() {
+        if buf.write.is_none() && !buf.marks_unwritten.is_empty() && self.copy_free() {
             self.write_pages(b);
             self.io.flush();
         }
@@ -244,7 +250,14 @@ impl FlashStore {
         let mut buf = AlignedBuf::new(PAGE);
         sb.encode(&mut buf);
         let offset = self.layout.region_offset + (generation % 2) * PAGE as u64;
-        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token: TOKEN_SUPER | u64::from(tail) });
+        self.io.submit(IoOp {
+            kind: IoKind::Write,
+            offset,
+            buf,
+            len: PAGE,
+            at: 0,
+            token: TOKEN_SUPER | u64::from(tail),
+        });
         self.io.flush();
         self.pending_watermark = watermark;
         self.stats.watermark_writes += 1;

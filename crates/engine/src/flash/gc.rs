@@ -60,7 +60,7 @@ impl FlashStore {
         let Some(buf) = self.gc.buf.take() else { return };
         let len = (slot.used as usize).next_multiple_of(PAGE);
         let offset = self.layout.segment_offset(tail);
-        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_GC | u64::from(tail) });
+        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, at: 0, token: TOKEN_GC | u64::from(tail) });
         self.stats.gc_reads += 1;
         self.stats.read_bytes += len as u64;
         self.gc.reading = Some((tail, slot.gen));

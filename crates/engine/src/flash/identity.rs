@@ -45,7 +45,7 @@ impl std::fmt::Display for ClaimError {
 
 fn one(io: &mut dyn IoEngine, kind: IoKind, buf: AlignedBuf, len: usize) -> (AlignedBuf, Result<usize, i32>) {
     const TOKEN: u64 = u64::MAX;
-    io.submit(IoOp { kind, offset: 0, buf, len, token: TOKEN });
+    io.submit(IoOp { kind, offset: 0, buf, len, at: 0, token: TOKEN });
     io.flush();
     loop {
         let mut done = Vec::new();

@@ -276,7 +276,7 @@ fn a_foreign_file_is_refused_unless_forced_and_an_old_format_is_taken_over() {
     let mut page = AlignedBuf::new(layout::PAGE);
     page[..22].copy_from_slice(b"#!/bin/sh\necho hello\n\n");
     let mut io: Box<dyn IoEngine> = Box::new(disk.device());
-    io.submit(io::IoOp { kind: io::IoKind::Write, offset: 0, buf: page, len: layout::PAGE, token: 0 });
+    io.submit(io::IoOp { kind: io::IoKind::Write, offset: 0, buf: page, len: layout::PAGE, at: 0, token: 0 });
     io.flush();
     io.wait(&mut Vec::new());
     assert_eq!(claim_file(io.as_mut(), &config(shape, 0), false), Err(ClaimError::Foreign));

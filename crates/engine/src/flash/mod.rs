@@ -166,6 +166,10 @@ pub struct FlashStore {
     used_slots: u32,
     bufs: Vec<WriteBuf>,
     active: Option<usize>,
+    /// The segment-sized buffer a commit copies its pages into (the active buffer keeps filling
+    /// while they are written); allocated once, None while its write is in flight.
+    copy: Option<AlignedBuf>,
+    copy_out: bool,
     reads: Vec<Option<PendingRead>>,
     free_reads: Vec<usize>,
     page_pool: Vec<AlignedBuf>,
@@ -498,7 +502,7 @@ impl FlashStore {
         };
         let first_page = entry.offset_units() as u64 * layout::ITEM_ALIGN as u64 / PAGE as u64;
         let offset = self.layout.segment_offset(entry.slot()) + first_page * PAGE as u64;
-        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, token: TOKEN_READ | i as u64 });
+        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, at: 0, token: TOKEN_READ | i as u64 });
         // Submitted at once, not at the next poll: a read queued behind a batch waits for the
         // batch, and measured hits/s at depth 32 rose from ~65k to ~80k (docs/benchmarks.md).
         // An owner that submits once per batch of lookups itself (`submit`) turns this off.

@@ -149,6 +149,8 @@ impl FlashStore {
             used_slots: 0,
             bufs: (0..cfg.write_buffers).map(|_| WriteBuf::new(segment)).collect(),
             active: None,
+            copy: None,
+            copy_out: false,
             reads: Vec::new(),
             free_reads: Vec::new(),
             page_pool: Vec::new(),
@@ -218,7 +220,7 @@ impl FlashStore {
         buf: AlignedBuf,
         len: usize,
     ) -> (AlignedBuf, Result<usize, i32>) {
-        self.io.submit(IoOp { kind, offset, buf, len, token: TOKEN_META });
+        self.io.submit(IoOp { kind, offset, buf, len, at: 0, token: TOKEN_META });
         self.io.flush();
         let mut sink = Vec::new();
         loop {

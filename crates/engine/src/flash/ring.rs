@@ -256,16 +256,24 @@ impl FlashStore {
     }
 
     /// Writes buffer `b`'s pages from `committed` to the end of what it holds (padded to a
-    /// page); the last write (after `seal`) makes the slot sealed. A segment written whole moves
-    /// its buffer; a part is copied, so the buffer keeps filling and serving reads.
+    /// page); the last write (after `seal`) makes the slot sealed. The last write moves the
+    /// buffer to the device (lookups of its items wait for it); a commit before it copies its
+    /// pages into the one commit copy, so the buffer keeps filling and serving reads. A commit
+    /// waits while the copy is out (`copy_free`); its return starts the commit held back.
     pub(super) fn write_pages(&mut self, b: usize) {
         let slot_seq = self.slots[self.bufs[b].slot as usize].seq;
         let (partition, identity) = (self.cfg.partition, self.cfg.identity);
+        let segment = self.layout.segment_bytes as usize;
+        let last = self.bufs[b].seal_pending;
+        let (start, end) = (self.bufs[b].committed, self.bufs[b].used.next_multiple_of(PAGE));
+        let mut copy = None;
+        if !last && start != end {
+            debug_assert!(self.copy_free());
+            self.copy_out = true;
+            copy = Some(self.copy.take().unwrap_or_else(|| AlignedBuf::new(segment)));
+        }
         let buf = &mut self.bufs[b];
         debug_assert!(buf.write.is_none());
-        let last = buf.seal_pending;
-        let end = buf.used.next_multiple_of(PAGE);
-        let start = buf.committed;
         let data = buf.data.as_mut().expect("a buffer being written is in DRAM");
         data[buf.used..end].fill(0);
         if start == 0 {
@@ -277,14 +285,13 @@ impl FlashStore {
         let ticket = buf.open_ticket.take();
         buf.write = Some(BufWrite { end, last, ticket });
         let slot = buf.slot;
-        let op_buf = if start == end {
-            AlignedBuf::new(0)
-        } else if last && start == 0 {
-            buf.data.take().expect("checked above")
-        } else {
-            let mut part = AlignedBuf::new(end - start);
-            part[..end - start].copy_from_slice(&data[start..end]);
-            part
+        let (op_buf, at) = match copy {
+            _ if start == end => (AlignedBuf::new(0), 0),
+            Some(mut part) => {
+                part[..end - start].copy_from_slice(&data[start..end]);
+                (part, 0)
+            }
+            None => (buf.data.take().expect("checked above"), start),
         };
         self.slots[slot as usize].used = end as u32;
         if start == end {
@@ -295,25 +302,48 @@ impl FlashStore {
         }
         let offset = self.layout.segment_offset(slot) + start as u64;
         let len = end - start;
-        self.io.submit(IoOp { kind: IoKind::Write, offset, buf: op_buf, len, token: TOKEN_WRITE | b as u64 });
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf: op_buf, at, len, token: TOKEN_WRITE | b as u64 });
         self.stats.segments_written += u64::from(last);
         self.stats.commits += u64::from(!last);
         self.stats.write_bytes += len as u64;
     }
 
+    /// True if a commit may write now: the commit copy is not out.
+    pub(super) fn copy_free(&self) -> bool {
+        !self.copy_out
+    }
+
     /// A write of buffer `b` finished. On success its marks are durable (its ticket reported),
     /// and after the last write the slot is on flash and the lookups that waited on it are
     /// answered. On failure the ticket is reported failed and the same pages are written again.
-    pub(super) fn write_done(&mut self, b: usize, c: Completion, now: Now, out: &mut Vec<ReadDone>) {
-        let write = self.bufs[b].write.take().expect("a write in flight");
+    /// A commit copy coming back starts the commit that waited for it.
+    pub(super) fn write_done(&mut self, b: usize, mut c: Completion, now: Now, out: &mut Vec<ReadDone>) {
+        let copy_back = self.bufs[b].data.is_some() && !c.buf.is_empty();
         if self.bufs[b].data.is_none() {
-            self.bufs[b].data = Some(c.buf);
+            self.bufs[b].data = Some(std::mem::replace(&mut c.buf, AlignedBuf::new(0)));
+        } else if copy_back {
+            self.copy = Some(std::mem::replace(&mut c.buf, AlignedBuf::new(0)));
+            self.copy_out = false;
         }
+        self.write_finished(b, c, now, out);
+        if copy_back {
+            self.commit_pages();
+        }
+    }
+
+    fn write_finished(&mut self, b: usize, c: Completion, now: Now, out: &mut Vec<ReadDone>) {
+        let write = self.bufs[b].write.take().expect("a write in flight");
         match write.ticket {
             // Its ticket is reported once the device has flushed it.
             Some(ticket) if c.result.is_ok() && self.cfg.sync_commits => {
-                let op =
-                    IoOp { kind: IoKind::Sync, offset: 0, buf: AlignedBuf::new(0), len: 0, token: TOKEN_SYNC | ticket };
+                let op = IoOp {
+                    kind: IoKind::Sync,
+                    offset: 0,
+                    buf: AlignedBuf::new(0),
+                    len: 0,
+                    at: 0,
+                    token: TOKEN_SYNC | ticket,
+                };
                 self.io.submit(op);
                 self.io.flush();
             }

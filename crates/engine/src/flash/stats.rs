@@ -110,7 +110,7 @@ impl FlashStore {
             merge_buffers,
             index: self.index.heap_bytes() as u64,
             segment_table: (self.slots.capacity() * std::mem::size_of::<super::ring::Slot>()) as u64,
-            write_buffers: self.bufs.len() as u64 * segment,
+            write_buffers: (self.bufs.len() as u64 + u64::from(self.copy.is_some() || self.copy_out)) * segment,
             gc_buffer: segment,
             reads: (self.page_pool.len() * super::layout::PAGE
                 + pending

@@ -728,3 +728,55 @@ fn a_record_recovery_misses_once_never_comes_back_after_a_delete() {
     ];
     run(&ops, 16723929610449587653, Faults { fail_per_million: 20_000, flip_per_million: 50_000 }, cascade_config());
 }
+
+/// Invalidations committed while buffers fill, seal and are written all reach the device, the
+/// commits share one copy (a commit waits while it is out, and its return starts the commit),
+/// and the tier never holds more than its budget's buffers.
+#[test]
+fn commits_that_overlap_a_seal_all_reach_the_device_through_one_copy() {
+    let mut h = Harness::new(7, Faults::default());
+    let cfg = h.cfg.clone();
+    let budget = cfg.dram_bytes().expect("layout");
+    let most_buffers = (u64::from(cfg.write_buffers) + 1) * u64::from(cfg.segment_bytes);
+    let now = h.now;
+    let mut tickets = std::collections::HashSet::new();
+    let mut written = 0;
+    for k in 0..4000u32 {
+        // Items fill buffers; invalidations of keys on flash need commits between them.
+        h.insert(k, 300, None);
+        let hash = KeyHash::of(&key(k / 2));
+        if let Ok(t) = h.store().invalidate(hash, now) {
+            tickets.insert(t);
+        }
+        h.store().commit();
+        let memory = h.store().memory();
+        assert!(memory.write_buffers <= most_buffers, "{} > {most_buffers}", memory.write_buffers);
+        assert!(memory.total() <= budget);
+        let mut commits = Vec::new();
+        h.store().take_commits(&mut commits);
+        for (t, ok) in commits {
+            assert!(ok && tickets.remove(&t), "ticket {t} reported once, written");
+            written += 1;
+        }
+        if k % 7 == 0 {
+            h.poll();
+        }
+    }
+    for _ in 0..1000 {
+        if tickets.is_empty() {
+            break;
+        }
+        let mut done = Vec::new();
+        h.store().wait(now, &mut done);
+        let mut commits = Vec::new();
+        h.store().take_commits(&mut commits);
+        for (t, ok) in commits {
+            assert!(ok && tickets.remove(&t));
+            written += 1;
+        }
+    }
+    assert!(tickets.is_empty(), "{} invalidations never reached the device", tickets.len());
+    assert!(written > 200, "only {written} commits were tested");
+    let s = h.store().stats();
+    assert!(s.commits > 100 && s.segments_written > 3, "{s:?}");
+}

@@ -174,7 +174,7 @@ impl FlashStore {
                 for (ci, offset) in reads {
                     let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
                     let token = TOKEN_MAP_READ | (i as u64) << 8 | ci as u64;
-                    self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, token });
+                    self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token });
                     self.stats.reads += 1;
                     self.stats.read_bytes += PAGE as u64;
                     if let Some(p) = self.reads[i].as_mut() {

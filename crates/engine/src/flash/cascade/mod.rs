@@ -413,7 +413,7 @@ impl FlashStore {
             c.queue.push_back(s as u32);
         }
         let token = TOKEN_MAP_WRITE | t2_token(s, pos, seq);
-        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token });
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, at: 0, token });
         self.stats.write_bytes += PAGE as u64;
         self.maybe_reorg();
         self.mark_cascade_drops();

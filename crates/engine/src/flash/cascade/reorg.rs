@@ -44,14 +44,21 @@ impl FlashStore {
         if stream.t3_seq != 0 {
             let buf = c.t3_buf.take().unwrap_or_else(|| AlignedBuf::new(per * PAGE));
             let offset = c.geo.t3_offset + (u64::from(s) * per as u64) * PAGE as u64;
-            reads.push(IoOp { kind: IoKind::Read, offset, buf, len: per * PAGE, token: TOKEN_REORG });
+            reads.push(IoOp { kind: IoKind::Read, offset, buf, len: per * PAGE, at: 0, token: TOKEN_REORG });
         }
         for (j, b) in stream.blocks.iter().enumerate() {
             if b.dram.is_none() {
                 let offset =
                     c.geo.t2_offset + (u64::from(s) * u64::from(c.geo.t2_per_stream) + u64::from(b.pos)) * PAGE as u64;
                 let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
-                reads.push(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, token: TOKEN_REORG | (1 + j as u64) });
+                reads.push(IoOp {
+                    kind: IoKind::Read,
+                    offset,
+                    buf,
+                    len: PAGE,
+                    at: 0,
+                    token: TOKEN_REORG | (1 + j as u64),
+                });
             }
         }
         let blocks = stream.blocks.len();
@@ -128,7 +135,7 @@ impl FlashStore {
         let offset = c.geo.t3_offset + (base * PAGE) as u64;
         c.stats.reorg_write_bytes += (per * PAGE) as u64;
         self.stats.write_bytes += (per * PAGE) as u64;
-        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: per * PAGE, token: TOKEN_REORG | WRITE });
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: per * PAGE, at: 0, token: TOKEN_REORG | WRITE });
         self.mark_cascade_drops();
     }
 

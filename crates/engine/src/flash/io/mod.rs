@@ -29,15 +29,35 @@ pub enum IoKind {
     Sync,
 }
 
-/// One request: the first `len` bytes of an aligned buffer (a whole number of pages), an aligned
-/// device offset and a token the owner chooses.
+/// One request: `len` bytes of an aligned buffer from `at` (both whole numbers of pages), an
+/// aligned device offset and a token the owner chooses.
 #[derive(Debug)]
 pub struct IoOp {
     pub kind: IoKind,
     pub offset: u64,
     pub buf: AlignedBuf,
+    /// Where in `buf` the request's bytes start: a write of a segment's last pages sends them
+    /// from the segment's own buffer instead of a copy.
+    pub at: usize,
     pub len: usize,
     pub token: u64,
+}
+
+impl IoOp {
+    /// The request's bytes in its buffer.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.at..self.at + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let (at, len) = (self.at, self.len);
+        &mut self.buf[at..at + len]
+    }
+
+    /// True if the request stays inside its buffer.
+    pub fn fits(&self) -> bool {
+        self.at.checked_add(self.len).is_some_and(|end| end <= self.buf.len())
+    }
 }
 
 /// A finished request: the buffer comes back, with the bytes moved or an errno.

@@ -131,7 +131,7 @@ impl SimDisk {
                 disk.counters.torn += 1;
             }
             let at = op.offset as usize;
-            disk.data[at..at + keep].copy_from_slice(&op.buf[..keep]);
+            disk.data[at..at + keep].copy_from_slice(&op.bytes()[..keep]);
         }
     }
 
@@ -167,7 +167,7 @@ impl Disk {
             let keep = self.rng.below(op.len as u64) as usize;
             let at = op.offset as usize;
             if at + keep <= self.data.len() {
-                self.data[at..at + keep].copy_from_slice(&op.buf[..keep]);
+                self.data[at..at + keep].copy_from_slice(&op.bytes()[..keep]);
                 self.counters.torn += 1;
             }
         }
@@ -193,7 +193,7 @@ impl Disk {
             None => {}
         }
         let (at, len) = (op.offset as usize, op.len);
-        if at + len > self.data.len() || len > op.buf.len() {
+        if at + len > self.data.len() || !op.fits() {
             return Completion { token: op.token, buf: op.buf, result: Err(libc::EINVAL) };
         }
         if self.rng.chance(self.faults.fail_per_million) {
@@ -203,16 +203,16 @@ impl Disk {
         match op.kind {
             IoKind::Read => {
                 self.counters.reads += 1;
-                op.buf[..len].copy_from_slice(&self.data[at..at + len]);
+                op.bytes_mut().copy_from_slice(&self.data[at..at + len]);
                 if len > 0 && self.rng.chance(self.faults.flip_per_million) {
                     self.counters.flipped += 1;
                     let bit = self.rng.below(len as u64 * 8) as usize;
-                    op.buf[bit / 8] ^= 1 << (bit % 8);
+                    op.bytes_mut()[bit / 8] ^= 1 << (bit % 8);
                 }
             }
             IoKind::Write => {
                 self.counters.writes += 1;
-                self.data[at..at + len].copy_from_slice(&op.buf[..len]);
+                self.data[at..at + len].copy_from_slice(op.bytes());
             }
             IoKind::Sync => {}
         }
@@ -276,7 +276,7 @@ mod tests {
     fn write(dev: &mut SimDevice, offset: u64, byte: u8, token: u64) {
         let mut buf = AlignedBuf::new(PAGE);
         buf.fill(byte);
-        dev.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, token });
+        dev.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, at: 0, token });
     }
 
     fn drain(dev: &mut SimDevice) -> Vec<Completion> {
@@ -300,6 +300,7 @@ mod tests {
             kind: IoKind::Read,
             offset: 2 * PAGE as u64,
             buf: AlignedBuf::new(PAGE),
+            at: 0,
             len: PAGE,
             token: 9,
         });
@@ -321,7 +322,7 @@ mod tests {
         let c = disk.counters();
         assert!(c.torn > 0 && c.dropped > 0, "{c:?}");
         let mut dev = disk.device();
-        dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, token: 0 });
+        dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, at: 0, token: 0 });
         assert!(drain(&mut dev)[0].buf.iter().all(|&b| b == 1));
     }
 
@@ -331,7 +332,7 @@ mod tests {
         disk.set_faults(Faults { fail_per_million: 300_000, flip_per_million: 500_000 });
         let mut dev = disk.device();
         for t in 0..200 {
-            dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, token: t });
+            dev.submit(IoOp { kind: IoKind::Read, offset: 0, buf: AlignedBuf::new(PAGE), len: PAGE, at: 0, token: t });
         }
         let done = drain(&mut dev);
         let failed = done.iter().filter(|c| c.result == Err(libc::EIO)).count();

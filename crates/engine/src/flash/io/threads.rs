@@ -38,9 +38,10 @@ pub struct ThreadsEngine {
 
 fn perform(file: &File, op: &mut IoOp) -> Result<usize, i32> {
     let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let offset = op.offset;
     match op.kind {
-        IoKind::Read => file.read_exact_at(&mut op.buf[..op.len], op.offset).map(|()| op.len).map_err(errno),
-        IoKind::Write => file.write_all_at(&op.buf[..op.len], op.offset).map(|()| op.len).map_err(errno),
+        IoKind::Read => file.read_exact_at(op.bytes_mut(), offset).map(|()| op.len).map_err(errno),
+        IoKind::Write => file.write_all_at(op.bytes(), op.offset).map(|()| op.len).map_err(errno),
         IoKind::Sync => file.sync_data().map(|()| 0).map_err(errno),
     }
 }

@@ -52,11 +52,12 @@ impl UringEngine {
                 return;
             };
             let fd = types::Fixed(0);
-            assert!(op.len <= op.buf.len(), "a request stays inside its buffer");
             let len = u32::try_from(op.len).expect("requests are below 4 GiB");
+            // A pointer into the buffer (checked in range by `bytes_mut`), not a borrow of it.
+            let start = op.bytes_mut().as_mut_ptr();
             let entry = match op.kind {
-                IoKind::Read => opcode::Read::new(fd, op.buf.as_mut_ptr(), len).offset(op.offset).build(),
-                IoKind::Write => opcode::Write::new(fd, op.buf.as_mut_ptr(), len).offset(op.offset).build(),
+                IoKind::Read => opcode::Read::new(fd, start, len).offset(op.offset).build(),
+                IoKind::Write => opcode::Write::new(fd, start, len).offset(op.offset).build(),
                 IoKind::Sync => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
             };
             // The buffer's heap allocation does not move when `op` moves into its slot.
