@@ -39,6 +39,15 @@ impl AnyPartition {
         })
     }
 
+    /// A read-only view for other threads (MICA's CREW); cache mode only (store mode's
+    /// readers go to its owner).
+    pub fn crew_reader(&self) -> Option<crate::cache::crew::CrewReader> {
+        match self {
+            AnyPartition::Cache(p) => Some(p.crew_reader()),
+            AnyPartition::Store(_) => None,
+        }
+    }
+
     /// Puts a flash store behind this partition (cache mode only; before the first write).
     pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
         match self {

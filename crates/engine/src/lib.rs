@@ -34,6 +34,7 @@ pub use any::AnyPartition;
 pub use api::Engine;
 pub use atomics::{apply as apply_atomic, read_counter, AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
 pub use batch::{SetRequest, BATCH_CHUNK};
+pub use cache::crew::{CrewGet, CrewReader};
 pub use cache::tier::{FlashProbe, FlashReport, TierStats, FLASH_FAILED};
 pub use cache::Partition;
 pub use config::{

@@ -3,18 +3,45 @@
 //! random GETs over gigabytes do not pay a TLB miss each. Also the prefetch hint.
 //!
 //! This is one of the few modules with `unsafe`; everything else uses the safe slices it hands
-//! out.
+//! out. A mapping may also be read from other threads (`SharedBytes`, MICA's concurrent reads):
+//! only with atomic loads, by readers that validate what they copied before using it.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
-/// An anonymous, zero-filled, page-aligned memory mapping, unmapped on drop.
-pub(crate) struct Region {
+/// The mapping itself: unmapped when the last of its owner and its readers is gone.
+struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
-// SAFETY: a Region owns its mapping exclusively, like a Box<[u8]>; moving it to another thread
-// moves that ownership.
+// SAFETY: the mapping is plain memory; its owner (`Region`) is the only writer, and every other
+// thread reads it only through `SharedBytes`' atomic loads.
+unsafe impl Send for Mapping {}
+// SAFETY: as above: shared access is atomic loads only.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly the mapping created in `Region::new`, unmapped only here,
+        // when neither the Region nor any SharedBytes can reach it any more.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// An anonymous, zero-filled, page-aligned memory mapping, unmapped on drop (of it and of
+/// every `SharedBytes` view).
+pub(crate) struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    map: Arc<Mapping>,
+}
+
+// SAFETY: a Region is its mapping's only writer, like a Box<[u8]>; moving it to another thread
+// moves that role. Other threads hold only `SharedBytes`.
 unsafe impl Send for Region {}
 
 /// The alignment every Region guarantees (the smallest page size).
@@ -50,7 +77,12 @@ impl Region {
         }
         let ptr = NonNull::new(raw.cast::<u8>())?;
         debug_assert_eq!(ptr.as_ptr() as usize % REGION_ALIGN, 0);
-        Some(Region { ptr, len })
+        Some(Region { ptr, len, map: Arc::new(Mapping { ptr, len }) })
+    }
+
+    /// A read-only view for other threads; it keeps the mapping alive.
+    pub(crate) fn shared(&self) -> SharedBytes {
+        SharedBytes { map: Arc::clone(&self.map) }
     }
 
     /// The mapping's length in bytes.
@@ -88,6 +120,16 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
+    /// Stores the 8-byte word at byte `offset` (a multiple of 8) with Release, for words other
+    /// threads load (`SharedBytes::load_u64`): what was written before it is visible to them.
+    #[inline]
+    pub(crate) fn store_u64(&mut self, offset: usize, value: u64) {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.len);
+        // SAFETY: an 8-aligned word inside the live mapping (checked); &mut self makes this the
+        // only writer, and readers on other threads use atomic loads.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset).cast::<u64>()).store(value, Ordering::Release) }
+    }
+
     /// The mapping as a slice of `T`, for plain-old-data `T` that is valid when all bytes are
     /// zero, whose alignment divides the page size and whose size divides `len`.
     pub(crate) fn typed_mut<T: ZeroIsValid>(&mut self) -> &mut [T] {
@@ -116,12 +158,48 @@ impl Region {
     }
 }
 
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly the mapping created in `new`, unmapped only here, and no
-        // borrow can outlive self.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+/// Another thread's view of a Region: atomic loads only, so a read that races with the owner's
+/// write is not undefined behaviour; what it returns may be torn, and callers validate it
+/// (a sequence number or position checked after the copy) before they use it.
+#[derive(Clone)]
+pub(crate) struct SharedBytes {
+    map: Arc<Mapping>,
+}
+
+impl SharedBytes {
+    pub(crate) fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// The 8-byte word at byte `offset` (a multiple of 8 inside the mapping), loaded with
+    /// Acquire: what its writer stored before a Release store of it is visible after.
+    #[inline]
+    pub(crate) fn load_u64(&self, offset: usize) -> u64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.map.len);
+        // SAFETY: the word lies inside the live mapping (checked; the Arc keeps it mapped) and
+        // is 8-aligned (the mapping is page-aligned, the offset a multiple of 8). Every access
+        // to it from other threads is atomic; its owner writes it with atomic stores (`store_u64`).
+        unsafe { AtomicU64::from_ptr(self.map.ptr.as_ptr().add(offset).cast::<u64>()).load(Ordering::Acquire) }
+    }
+
+    /// Copies `out.len()` bytes from byte `offset` with relaxed atomic loads (words where
+    /// aligned). The copy may be torn if the owner wrote meanwhile: validate before use.
+    pub(crate) fn copy_to(&self, offset: usize, out: &mut [u8]) {
+        let end = offset.checked_add(out.len()).expect("no overflow");
+        assert!(end <= self.map.len);
+        let base = self.map.ptr.as_ptr();
+        let mut at = offset;
+        while at < end {
+            if at.is_multiple_of(8) && at + 8 <= end {
+                // SAFETY: an 8-aligned word inside the live mapping (checked above).
+                let word = unsafe { AtomicU64::from_ptr(base.add(at).cast::<u64>()).load(Ordering::Relaxed) };
+                out[at - offset..at - offset + 8].copy_from_slice(&word.to_ne_bytes());
+                at += 8;
+            } else {
+                // SAFETY: one byte inside the live mapping (checked above).
+                out[at - offset] = unsafe { AtomicU8::from_ptr(base.add(at)).load(Ordering::Relaxed) };
+                at += 1;
+            }
         }
     }
 }

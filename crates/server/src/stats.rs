@@ -61,6 +61,7 @@ counters!(
     rejected_connections,
     idle_kicks,
     forwarded_requests,
+    crew_reads,
     store_no_memory,
     cmd_atomic,
     atomic_hits,
@@ -432,6 +433,8 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("hash", &PARTITION_HASH);
             put("direct_port_base", &state.settings.direct_ports.unwrap_or(0));
             put("forwarded_requests", &total.counters.forwarded_requests);
+            put("crew_reads", &total.counters.crew_reads);
+            put("concurrency", &if state.settings.crew { "crew" } else { "erew" });
             put("mode", &partition.mode().name());
             put("bytes_used", &total.bytes);
             put("bytes_free", &total.free_bytes);

@@ -111,10 +111,16 @@ impl Index {
         self.region.typed::<Bucket>()[slot.bucket].entries[slot.entry]
     }
 
-    /// Overwrites the entry at `slot`.
+    /// Overwrites the entry at `slot`, with a Release store: a reader on another thread that
+    /// loads the entry (`crew.rs`) sees the item bytes written before it.
     #[inline]
     pub(crate) fn set(&mut self, slot: Slot, entry: u64) {
-        self.region.typed_mut::<Bucket>()[slot.bucket].entries[slot.entry] = entry;
+        self.region.store_u64((slot.bucket * ENTRIES_PER_BUCKET + slot.entry) * 8, entry);
+    }
+
+    /// Other threads' view of the entries.
+    pub(crate) fn shared(&self) -> crate::region::SharedBytes {
+        self.region.shared()
     }
 
     /// The eight entries of one bucket.

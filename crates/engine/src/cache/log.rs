@@ -16,7 +16,10 @@
 //! are: `live_span = max(P, tail - lap_start)`. Bytes beyond both laps are given back to the
 //! kernel when a shrink leaves them behind.
 
-use crate::region::{prefetch, Region};
+use std::sync::Arc;
+
+use crate::cache::crew::{Geometry, Published};
+use crate::region::{prefetch, Region, SharedBytes};
 
 /// Where `plan` would put an item.
 pub(crate) struct Placement {
@@ -51,6 +54,9 @@ pub(crate) struct Log {
     /// start), oldest first. The bytes between are dead (the flash tier's eviction walk jumps
     /// them).
     wraps: [(u64, u64); 2],
+    /// The geometry as readers on other threads see it (`crew.rs`), published before the
+    /// owner writes any byte a change gives up.
+    published: Arc<Published>,
 }
 
 impl Log {
@@ -69,7 +75,31 @@ impl Log {
             lap_start: 0,
             floor: 0,
             wraps: [(u64::MAX, u64::MAX); 2],
+            published: Arc::default(),
         })
+    }
+
+    /// What readers on other threads read through: the published geometry and the ring.
+    pub(crate) fn shared(&self) -> (Arc<Published>, SharedBytes) {
+        (Arc::clone(&self.published), self.region.shared())
+    }
+
+    /// The published state, for in-place changes' brackets.
+    pub(crate) fn published(&self) -> Arc<Published> {
+        Arc::clone(&self.published)
+    }
+
+    /// Publishes the geometry for readers on other threads (`crew.rs`); called after every
+    /// change of it and before any byte it gives up is written.
+    fn publish(&self) {
+        self.published.publish(&Geometry {
+            tail: self.tail,
+            lap_start: self.lap_start,
+            prev_lap_len: self.prev_lap_len,
+            live_span: self.live_span,
+            floor: self.floor,
+            reappend_age: self.reappend_age,
+        });
     }
 
     /// The lap length the log has or is moving to (the `cache_memlimit` share) in bytes.
@@ -192,27 +222,31 @@ impl Log {
     pub(crate) fn reserve(&mut self, size: usize) -> (u64, usize) {
         let placement = self.plan(size);
         self.live_span = self.span_after(&placement);
+        let mut released = None;
         if placement.wraps {
             self.wraps = [self.wraps[1], (self.tail, placement.lap_start)];
-            self.start_lap();
+            released = self.start_lap();
         }
         self.lap_start = placement.lap_start;
         self.tail = placement.new_tail;
         debug_assert!(self.tail - self.lap_start <= self.lap_len);
+        self.publish();
+        if let Some((start, end)) = released {
+            self.region.release(start, end);
+        }
         (placement.position, placement.index)
     }
 
     /// The tail wraps: the finished lap becomes the previous one and the next length applies.
-    /// Ring bytes neither lap reaches any more go back to the kernel.
-    fn start_lap(&mut self) {
+    /// Returns the ring bytes neither lap reaches any more, to give back to the kernel once
+    /// the new geometry is published.
+    fn start_lap(&mut self) -> Option<(usize, usize)> {
         let resident = self.resident_bytes();
         self.prev_lap_len = self.lap_len;
         self.lap_len = self.next_lap_len;
         self.reappend_age = Log::reappend_age_for(self.lap_len.min(self.prev_lap_len));
         let still = self.resident_bytes();
-        if still < resident {
-            self.region.release(still as usize, resident as usize);
-        }
+        (still < resident).then_some((still as usize, resident as usize))
     }
 
     /// Whether the item at `position` survives writing `size` more bytes at the tail.
@@ -241,11 +275,13 @@ impl Log {
     pub(crate) fn start_at(&mut self, position: u64) {
         assert_eq!(self.tail, 0);
         (self.tail, self.lap_start, self.floor) = (position, position, position);
+        self.publish();
     }
 
     /// Invalidates every item written so far (flush_all).
     pub(crate) fn flush(&mut self) {
         self.floor = self.tail;
+        self.publish();
     }
 }
 

@@ -2,6 +2,9 @@
 //! sized once at creation and never grown.
 
 pub(crate) mod census;
+pub mod crew;
+#[cfg(test)]
+mod crew_tests;
 pub(crate) mod index;
 pub(crate) mod log;
 #[cfg(test)]
@@ -73,6 +76,8 @@ pub struct Partition {
     tier: Option<Box<tier::Tier>>,
     /// The log's first position (0 without a flash tier).
     origin: u64,
+    /// What readers on other threads see (`crew.rs`): in-place changes are bracketed in it.
+    published: std::sync::Arc<crew::Published>,
 }
 
 impl Partition {
@@ -102,7 +107,6 @@ impl Partition {
         let sweep_stride = (SWEEP_PERIOD_BYTES / buckets as u64).max(1);
         Ok(Partition {
             index,
-            log,
             scratch,
             max_item_bytes: config.max_item_bytes,
             now: unix_now(),
@@ -116,6 +120,8 @@ impl Partition {
             clock_marks: ClockMarks::starting(unix_now()),
             tier: None,
             origin: 0,
+            published: log.published(),
+            log,
         })
     }
 
@@ -225,8 +231,16 @@ impl Partition {
     #[inline]
     fn set_state(&mut self, found: &Found, bits: u8) {
         if found.header.state & bits != bits {
+            self.published.begin_in_place();
             self.log.bytes_from_mut(found.ring_index)[0] |= bits;
+            self.published.end_in_place();
         }
+    }
+
+    /// A read-only view of this partition for other threads (MICA's CREW, `crew.rs`).
+    pub fn crew_reader(&self) -> crew::CrewReader {
+        let (published, ring) = self.log.shared();
+        crew::CrewReader::new(published, self.index.shared(), ring, self.index.buckets(), self.max_item_bytes)
     }
 
     fn value_of(&self, found: &Found) -> &[u8] {
@@ -656,7 +670,9 @@ impl Storage for Partition {
             (None, 0) => found,
             (Some(field), expiry) if expiry != 0 => {
                 let at = found.ring_index + field;
+                self.published.begin_in_place();
                 self.log.bytes_from_mut(at)[..4].copy_from_slice(&expiry.to_le_bytes());
+                self.published.end_in_place();
                 Found { header: ItemHeader { expiry, ..found.header }, ..found }
             }
             _ => {

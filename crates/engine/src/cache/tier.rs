@@ -132,6 +132,8 @@ impl Partition {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let start = (store.max_cas() + 1).max(u64::try_from(nanos).unwrap_or(u64::MAX / 2));
         self.log.start_at(start);
+        // Readers on other threads leave a key DRAM does not hold to the owner from now on.
+        self.published.set_flash(true);
         self.sweep_next_at = start + self.sweep_stride;
         self.origin = start;
         if store.flush_at() != 0 {

@@ -37,6 +37,10 @@ pub struct Config {
     /// to its owner (MICA's request direction) [default: off].
     #[arg(long = "direct-ports", value_name = "BASE")]
     pub direct_ports: Option<u16>,
+    /// How a worker reads a key another worker owns: `crew` reads it itself, with no message
+    /// (MICA's concurrent reads; cache mode), `erew` forwards it to the owner [default: crew].
+    #[arg(long = "concurrency", value_name = "erew|crew")]
+    pub concurrency: Option<String>,
     /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
     /// evict; refuse writes when memory is full) [default: cache].
     #[arg(long = "mode", value_name = "cache|store", help_heading = "Memory")]
@@ -340,6 +344,8 @@ pub struct Settings {
     pub threads: usize,
     /// Worker i also listens on this port + i (TCP, and UDP when UDP is on).
     pub direct_ports: Option<u16>,
+    /// `--concurrency crew`: workers read other workers' keys themselves.
+    pub crew: bool,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
@@ -473,6 +479,13 @@ impl Config {
             address,
             threads,
             direct_ports: self.direct_ports,
+            crew: match self.concurrency.as_deref() {
+                None | Some("crew") => true,
+                Some("erew") => false,
+                Some(other) => {
+                    return Err(ConfigError::flag("--concurrency", format!("{other:?} must be erew or crew")))
+                }
+            },
             udp_port: self.udp_port.filter(|&port| port != 0),
             mode: self.mode()?,
             memory_bytes,

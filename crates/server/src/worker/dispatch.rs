@@ -77,6 +77,9 @@ pub(super) fn dispatch(
             Step::Done(after)
         }
         Route::Remote(owner) => {
+            if read && core.crew_get(connection, owner, request, hash) {
+                return Step::Done(After::Continue);
+            }
             let kind = if read { Kind::Read } else { Kind::Request };
             if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
                 return Step::Blocked;
@@ -178,6 +181,12 @@ pub(super) fn split_get(
                 connection.resume = number + 1;
                 return Step::Done(After::Pause);
             }
+            if connection.udp.is_some() && number + 1 < keys.len() {
+                connection.mark();
+            }
+            continue;
+        }
+        if touch.is_none() && core.crew_get_key(connection, owner, key, hash, return_cas) {
             if connection.udp.is_some() && number + 1 < keys.len() {
                 connection.mark();
             }

@@ -119,6 +119,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     };
     Ok(Shared {
         flash_file,
+        readers: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
         memory_limit,
@@ -311,6 +312,11 @@ impl Worker {
         if let (Some(flash), Some(file)) = (&settings.flash, &shared.flash_file) {
             super::flash::attach(&mut partition, flash, file, id, workers, settings.verbose)?;
         }
+        if settings.crew {
+            if let Some(reader) = partition.crew_reader() {
+                let _ = shared.readers[id].set(reader);
+            }
+        }
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
         let latency = shared.metrics.as_ref().map(|_| Default::default());
@@ -333,6 +339,8 @@ impl Worker {
                 budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
                 line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
                 parking: super::parking::Parking::new(settings.flash.is_some()),
+                readers: Arc::clone(&shared.readers),
+                crew_value: Vec::new(),
             },
             connections: Vec::new(),
             free: Vec::new(),

@@ -37,6 +37,7 @@ use tierkv_protocol::{Key, Keys, ReplyStyle, Request};
 mod admission;
 mod auth;
 mod budget;
+mod crew;
 mod dispatch;
 mod event_loop;
 mod flash;
@@ -243,6 +244,8 @@ struct Shared {
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.
     flash_file: Option<Arc<flash::FlashFile>>,
+    /// `--concurrency crew`: each worker's read-only view of its partition, for the others.
+    readers: Arc<Vec<std::sync::OnceLock<tierkv_engine::CrewReader>>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
@@ -295,6 +298,9 @@ struct Core {
     line: Vec<u8>,
     /// Requests waiting for flash reads (`flash`).
     parking: parking::Parking,
+    /// The other workers' read-only views (`crew.rs`), and where a value read there is copied.
+    readers: Arc<Vec<std::sync::OnceLock<tierkv_engine::CrewReader>>>,
+    crew_value: Vec<u8>,
 }
 
 struct Worker {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 29's measurement: memcached -t 2 beside tierkv -t 2 (--concurrency crew and erew) and
+# tierkv -t 1, YCSB-B (95% get, zipf 0.99 unless DIST says otherwise, 1M keys, 32-byte values)
+# at pipeline 1 (50 connections) and 16 (20 connections), ROUNDS interleaved rounds; workload A
+# (50% set) at pipeline 1 with GET_RATIO=0.5. Prints one line per run: server CPU per op and
+# ops/s (tierkv-bench run --server-pid). The servers and the load generator share the cores.
+#
+#   ROUNDS=3 SECONDS=5 DIST=zipf:0.99 GET_RATIO=0.95 bash scripts/crew_bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p tierkv-server -p tierkv-bench
+B=target/release/tierkv-bench
+T=target/release/tierkv
+port=$(( 21000 + RANDOM % 4000 ))
+ratio=${GET_RATIO:-0.95}
+dist=${DIST:-zipf:0.99}
+
+wait_port() {
+  for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return; sleep 0.05; done
+  echo "no server on $port" >&2; exit 1
+}
+measure() { # label, then the server command
+  local label=$1; shift
+  port=$((port + 1))
+  "$@" -p "$port" 2>/dev/null &
+  local pid=$!
+  wait_port
+  $B run --target "127.0.0.1:$port" --keys 1000000 --value-bytes 32 --dist "$dist" --get-ratio 1 --seconds 1 \
+    --preload --connections 20 >/dev/null 2>&1
+  for p in 1 16; do
+    local conns=50; [ "$p" = 16 ] && conns=20
+    local out
+    out=$($B run --target "127.0.0.1:$port" --keys 1000000 --value-bytes 32 --dist "$dist" --get-ratio "$ratio" \
+      --seconds "${SECONDS_PER_RUN:-5}" --pipeline "$p" --connections "$conns" --server-pid "$pid" 2>&1 | grep "ops/s" | head -1)
+    echo "$round $label p$p: $(echo "$out" | grep -oE '[0-9]+ ops/s|server CPU [0-9.]+ us/op' | tr '\n' ' ')"
+  done
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  measure "memcached -t 2" /usr/bin/memcached -t 2 -m 1024 -U 0 -u root
+  measure "tierkv -t 2 crew" $T -t 2 -m 1024 --concurrency crew
+  measure "tierkv -t 2 erew" $T -t 2 -m 1024 --concurrency erew
+  measure "tierkv -t 1" $T -t 1 -m 1024
+done
