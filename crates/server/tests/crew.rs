@@ -1,0 +1,158 @@
+//! Concurrent reads (`--concurrency crew`, the default): a worker reads keys other workers own
+//! itself. Readers on every worker, while writers overwrite the same keys, never read a value
+//! older than one already acknowledged, nor a torn one; `erew` forwards every read instead.
+
+mod common;
+
+use common::{start, stats_map, Server, TIERKV};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEYS: usize = 200;
+
+fn server(extra: &[&str]) -> Server {
+    let port = common::free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "8", "-t", "2"]).args(extra);
+    start(command, port)
+}
+
+/// A version's value: its number, padded to a length that depends on it, ending in a check.
+fn versioned(version: u64) -> String {
+    let pad = "x".repeat((version % 11) as usize * 97);
+    format!("{version}:{pad}:{}", version * 7 + pad.len() as u64)
+}
+
+fn parse(data: &str) -> u64 {
+    let version: u64 = data.split(':').next().unwrap().parse().expect("a version");
+    assert_eq!(data, versioned(version), "a torn or mixed value");
+    version
+}
+
+fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (stream.try_clone().unwrap(), BufReader::new(stream))
+}
+
+/// (key number, version) of each hit of one get reply.
+fn read_get(reader: &mut BufReader<TcpStream>) -> Vec<(usize, u64)> {
+    let mut hits = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "END\r\n" {
+            return hits;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.first(), Some(&"VALUE"), "unexpected line {line:?}");
+        let mut data = String::new();
+        reader.read_line(&mut data).unwrap();
+        let data = data.trim_end();
+        assert_eq!(data.len().to_string(), fields[3]);
+        hits.push((fields[1][1..].parse().unwrap(), parse(data)));
+    }
+}
+
+fn writer(port: u16, first: usize, acked: &[AtomicU64], stop: &AtomicBool) {
+    let (mut out, mut reader) = connect(port);
+    let mut version = 0;
+    while !stop.load(Ordering::Acquire) {
+        version += 1;
+        for k in (first..KEYS).step_by(2) {
+            let value = versioned(version * 1000 + k as u64);
+            out.write_all(format!("set k{k} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes()).unwrap();
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            assert_eq!(line, "STORED\r\n");
+            acked[k].store(version * 1000 + k as u64, Ordering::Release);
+        }
+    }
+}
+
+fn reader(port: u16, seed: u64, acked: &[AtomicU64], stop: &AtomicBool) -> u64 {
+    let (mut out, mut reader) = connect(port);
+    let mut rng = seed;
+    let mut checked = 0;
+    while !stop.load(Ordering::Acquire) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let keys: Vec<usize> = (0..1 + rng as usize % 4).map(|i| (rng >> (8 * i)) as usize % KEYS).collect();
+        let floors: Vec<u64> = keys.iter().map(|&k| acked[k].load(Ordering::Acquire)).collect();
+        let line: Vec<String> = keys.iter().map(|k| format!("k{k}")).collect();
+        out.write_all(format!("get {}\r\n", line.join(" ")).as_bytes()).unwrap();
+        let hits = read_get(&mut reader);
+        for (k, floor) in keys.iter().zip(floors) {
+            if let Some(&(_, version)) = hits.iter().find(|(key, _)| key == k) {
+                assert!(version >= floor, "k{k}: read version {version} after {floor} was acknowledged");
+            } else {
+                assert_eq!(floor, 0, "k{k}: a miss after version {floor} was acknowledged");
+            }
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[test]
+fn readers_on_every_worker_never_read_an_unacknowledged_past() {
+    let server = server(&[]);
+    let port = server.1;
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|first| {
+            let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
+            std::thread::spawn(move || writer(port, first, &acked, &stop))
+        })
+        .collect();
+    let readers: Vec<_> = (0..4)
+        .map(|i| {
+            let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
+            std::thread::spawn(move || reader(port, 0x9E37_79B9 + i, &acked, &stop))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Release);
+    for w in writers {
+        w.join().expect("a writer failed");
+    }
+    let checked: u64 = readers.into_iter().map(|r| r.join().expect("a reader read a wrong value")).sum();
+    let stats = stats_map(port, "tierkv");
+    let crew: u64 = stats["crew_reads"].parse().unwrap();
+    assert_eq!(stats["concurrency"], "crew");
+    assert!(checked > 1000, "only {checked} reads checked");
+    assert!(crew > checked / 10, "{crew} of {checked} reads were concurrent");
+}
+
+#[test]
+fn erew_forwards_every_read_and_a_bad_setting_names_its_flag() {
+    let server = server(&["--concurrency", "erew"]);
+    let port = server.1;
+    let (mut out, mut reader) = connect(port);
+    for k in 0..50 {
+        out.write_all(format!("set k{k} 0 0 {}\r\n{}\r\n", versioned(k).len(), versioned(k)).as_bytes()).unwrap();
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n");
+    }
+    for _ in 0..3 {
+        let keys: Vec<String> = (0..50).map(|k| format!("k{k}")).collect();
+        out.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes()).unwrap();
+        assert_eq!(read_get(&mut reader).len(), 50);
+    }
+    let stats = stats_map(port, "tierkv");
+    assert_eq!((stats["concurrency"].as_str(), stats["crew_reads"].as_str()), ("erew", "0"));
+    let refused = Command::new(TIERKV).args(["-p", "1", "--concurrency", "lock"]).output().unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--concurrency"), "{said}");
+}
