@@ -41,21 +41,7 @@ fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>) {
 
 /// (key number, version) of each hit of one get reply.
 fn read_get(reader: &mut BufReader<TcpStream>) -> Vec<(usize, u64)> {
-    let mut hits = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "END\r\n" {
-            return hits;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields.first(), Some(&"VALUE"), "unexpected line {line:?}");
-        let mut data = String::new();
-        reader.read_line(&mut data).unwrap();
-        let data = data.trim_end();
-        assert_eq!(data.len().to_string(), fields[3]);
-        hits.push((fields[1][1..].parse().unwrap(), parse(data)));
-    }
+    common::read_values(reader).into_iter().map(|(key, data)| (key[1..].parse().unwrap(), parse(&data))).collect()
 }
 
 fn writer(port: u16, first: usize, acked: &[AtomicU64], stop: &AtomicBool) {

@@ -18,8 +18,9 @@ use std::time::Duration;
 use tierkv_client::{partition_of, Topology};
 use tierkv_protocol::binary::{opcode, write_request};
 
-/// tierkv with `workers` workers, 64 MiB and direct ports; (server, direct port base).
-fn tierkv_direct(workers: usize) -> (Server, u16) {
+/// tierkv with `workers` workers, 64 MiB, direct ports and `--concurrency concurrency`;
+/// (server, direct port base).
+fn tierkv_direct(workers: usize, concurrency: &str) -> (Server, u16) {
     let port = free_port();
     let base = tierkv_bench::ports::free_ports(workers as u16).unwrap();
     let mut command = Command::new(TIERKV);
@@ -32,6 +33,8 @@ fn tierkv_direct(workers: usize) -> (Server, u16) {
         &workers.to_string(),
         "--direct-ports",
         &base.to_string(),
+        "--concurrency",
+        concurrency,
     ]);
     (start(command, port), base)
 }
@@ -93,7 +96,7 @@ fn assert_same(mine: &[u8], theirs: &[u8]) {
 
 #[test]
 fn keys_of_both_partitions_answer_in_order_through_one_connection() {
-    let (ours, _base) = tierkv_direct(2);
+    let (ours, _base) = tierkv_direct(2, "crew");
     let reference = memcached();
     let keys = keys("mix:", 60, 2);
     assert!(keys.iter().any(|(_, owner)| *owner == 0) && keys.iter().any(|(_, owner)| *owner == 1));
@@ -109,7 +112,7 @@ fn keys_of_both_partitions_answer_in_order_through_one_connection() {
 
 #[test]
 fn binary_pipelines_over_both_partitions_answer_in_order() {
-    let (ours, _base) = tierkv_direct(2);
+    let (ours, _base) = tierkv_direct(2, "crew");
     let reference = memcached();
     let keys = keys("bin:", 40, 2);
     let mut script = Vec::new();
@@ -141,7 +144,7 @@ fn binary_pipelines_over_both_partitions_answer_in_order() {
 #[test]
 fn direct_ports_serve_their_own_keys_without_forwarding() {
     let workers = 3;
-    let (ours, base) = tierkv_direct(workers);
+    let (ours, base) = tierkv_direct(workers, "erew");
     let topology = topology(ours.1);
     assert_eq!((topology.partitions, topology.direct_port_base), (workers, Some(base)));
     let before = topology.forwarded_requests;
@@ -188,23 +191,14 @@ fn versioned(version: u64) -> String {
 
 /// Reads one text reply to a get of any number of keys: (key, version) for each hit.
 fn read_get(reader: &mut BufReader<TcpStream>) -> Vec<(String, u64)> {
-    let mut hits = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "END\r\n" {
-            return hits;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(fields.first(), Some(&"VALUE"), "unexpected line {line:?}");
-        let mut data = String::new();
-        reader.read_line(&mut data).unwrap();
-        let data = data.trim_end();
-        assert_eq!(data.len().to_string(), fields[3], "length of {data:?}");
-        let version = data.split(':').next().unwrap().parse().unwrap();
-        assert_eq!(data, versioned(version), "value of {}", fields[1]);
-        hits.push((fields[1].to_string(), version));
-    }
+    common::read_values(reader)
+        .into_iter()
+        .map(|(key, data)| {
+            let version = data.split(':').next().unwrap().parse().unwrap();
+            assert_eq!(data, versioned(version), "value of {key}");
+            (key, version)
+        })
+        .collect()
 }
 
 #[test]
@@ -212,7 +206,7 @@ fn many_clients_on_overlapping_keys_never_read_an_unacknowledged_past() {
     const CLIENTS: usize = 12;
     const KEYS: usize = 60;
     const ROUNDS: usize = 300;
-    let (server, _base) = tierkv_direct(4);
+    let (server, _base) = tierkv_direct(4, "crew");
     let port = server.1;
     // Every key has one writer (client key % CLIENTS); all clients read all keys. Per key:
     // the newest version whose STORED has arrived, and the newest version sent.
@@ -285,7 +279,7 @@ fn many_clients_on_overlapping_keys_never_read_an_unacknowledged_past() {
 #[test]
 fn the_bench_steers_every_key_to_its_owner_with_direct() {
     use tierkv_bench::loadgen::{measure, Protocol, RunConfig};
-    let (server, _base) = tierkv_direct(2);
+    let (server, _base) = tierkv_direct(2, "erew");
     let topology = topology(server.1);
     let config = RunConfig {
         target: ([127, 0, 0, 1], server.1).into(),

@@ -231,3 +231,24 @@ pub fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
     }
     reply
 }
+
+/// Reads one text get reply: (key, data) of each VALUE block up to END, each data line checked
+/// against its announced length.
+pub fn read_values(reader: &mut std::io::BufReader<TcpStream>) -> Vec<(String, String)> {
+    use std::io::BufRead;
+    let mut values = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "END\r\n" {
+            return values;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.first(), Some(&"VALUE"), "unexpected line {line:?}");
+        let mut data = String::new();
+        reader.read_line(&mut data).unwrap();
+        let data = data.trim_end().to_string();
+        assert_eq!(data.len().to_string(), fields[3], "length of {data:?}");
+        values.push((fields[1].to_string(), data));
+    }
+}
