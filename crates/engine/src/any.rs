@@ -48,6 +48,14 @@ impl AnyPartition {
         }
     }
 
+    /// Applies other threads' fetched-bit notices (`Partition::apply_crew_notices`).
+    #[inline]
+    pub fn apply_crew_notices(&mut self) {
+        if let AnyPartition::Cache(p) = self {
+            p.apply_crew_notices();
+        }
+    }
+
     /// Puts a flash store behind this partition (cache mode only; before the first write).
     pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
         match self {

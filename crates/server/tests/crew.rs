@@ -142,3 +142,32 @@ fn erew_forwards_every_read_and_a_bad_setting_names_its_flag() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("--concurrency"), "{said}");
 }
+
+/// A get answered by a concurrent read still counts as a fetch: a later `mg k h` says `h1`, as
+/// memcached does, whichever worker owns the key.
+#[test]
+fn a_concurrent_read_marks_the_item_fetched() {
+    let server = server(&[]);
+    let memcached = common::memcached();
+    for port in [server.1, memcached.1] {
+        let (mut out, mut reader) = connect(port);
+        let mut hits = 0;
+        for k in 0..40 {
+            // One request at a time, so the get is not queued behind the set's forward.
+            let mut lines = String::new();
+            for (request, replies) in
+                [(format!("set f{k} 0 0 1\r\nv\r\n"), 1), (format!("get f{k}\r\n"), 3), (format!("mg f{k} h\r\n"), 1)]
+            {
+                out.write_all(request.as_bytes()).unwrap();
+                for _ in 0..replies {
+                    reader.read_line(&mut lines).unwrap();
+                }
+            }
+            assert_eq!(lines, format!("STORED\r\nVALUE f{k} 0 1\r\nv\r\nEND\r\nHD h1\r\n"), "port {port}");
+            hits += 1;
+        }
+        assert_eq!(hits, 40);
+    }
+    let crew: u64 = stats_map(server.1, "tierkv")["crew_reads"].parse().unwrap();
+    assert!(crew >= 10, "{crew} of the gets were concurrent reads");
+}

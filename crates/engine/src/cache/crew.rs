@@ -12,15 +12,19 @@
 //!    expiry) ran meanwhile (`in_place` is even and unchanged). Only then is the copy decoded
 //!    and compared with the key.
 //!
-//! What needs the owner is left to it (`CrewGet::Owner`): an item not yet fetched (the fetched
-//! bit is set in place), stale or with a token out (meta state), expired (the owner drops it),
-//! old enough to be copied forward, a miss when a flash tier may hold the key, and a reader
-//! that keeps losing the race. A reply is built only from a validated copy, never from the log.
+//! A hit on an item not yet fetched is served too, and the fetched bit is handed to the owner
+//! as a notice (`Published::notice_fetched`), which the owner applies before it next executes
+//! anything (`Partition::apply_crew_notices`), so no later request sees the bit unset.
+//!
+//! What needs the owner is left to it (`CrewGet::Owner`): an item stale or with a token out
+//! (meta state), expired (the owner drops it), old enough to be copied forward, a miss when a
+//! flash tier may hold the key, a full notice queue, and a reader that keeps losing the race.
+//! A reply is built only from a validated copy, never from the log.
 //!
 //! This module must not write partition memory.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::cache::index::{entry_offset, entry_tag, Index, ENTRIES_PER_BUCKET, OFFSET_MASK};
 use crate::hash::KeyHash;
@@ -60,17 +64,60 @@ impl Geometry {
     }
 }
 
+/// Fetched-bit notices a partition holds at most (16 bytes each); a reader that finds the queue
+/// full leaves its read to the owner.
+pub(crate) const MAX_NOTICES: usize = 4096;
+
 /// What the owner publishes for readers: the geometry under a sequence lock, a sequence number
-/// around in-place changes, and whether a flash tier may hold keys DRAM does not.
-#[derive(Default)]
+/// around in-place changes, and whether a flash tier may hold keys DRAM does not. Readers hand
+/// back fetched-bit notices: (key hash, item position).
 pub(crate) struct Published {
     seq: AtomicU64,
     fields: [AtomicU64; 6],
     in_place: AtomicU64,
     flash: AtomicBool,
+    notices: Mutex<Vec<(u64, u64)>>,
+    noticed: AtomicUsize,
+}
+
+impl Default for Published {
+    fn default() -> Published {
+        Published {
+            seq: AtomicU64::new(0),
+            fields: Default::default(),
+            in_place: AtomicU64::new(0),
+            flash: AtomicBool::new(false),
+            notices: Mutex::new(Vec::with_capacity(MAX_NOTICES)),
+            noticed: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Published {
+    /// A reader served a hit on the unfetched item at `position`: the owner sets its fetched
+    /// bit. False if the queue is full (the read must go to the owner instead).
+    fn notice_fetched(&self, hash: u64, position: u64) -> bool {
+        let Ok(mut notices) = self.notices.lock() else { return false };
+        if notices.len() >= MAX_NOTICES {
+            return false;
+        }
+        notices.push((hash, position));
+        self.noticed.store(notices.len(), Ordering::Release);
+        true
+    }
+
+    /// The owner takes the notices (swapped with `into`, which must be empty and hold
+    /// `MAX_NOTICES`, so nothing allocates). One atomic load when there are none.
+    pub(crate) fn take_notices(&self, into: &mut Vec<(u64, u64)>) {
+        if self.noticed.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Ok(mut notices) = self.notices.lock() {
+            std::mem::swap(&mut *notices, into);
+            self.noticed.store(0, Ordering::Release);
+        }
+    }
+
     /// The owner's new geometry. Called after the log's fields change and before any byte the
     /// change gives up is written: the closing Release fence orders these stores before the
     /// owner's later writes, so a reader that copied an overwritten byte sees this geometry.
@@ -219,10 +266,10 @@ impl CrewReader {
         if header.key_len != key.len() || &value[header_len..header_len + key.len()] != key {
             return Some(self.absent());
         }
-        let needs_owner = header.state & item::STATE_MASK != item::FETCHED
+        let needs_owner = header.state & (item::STALE | item::TOKEN_SENT) != 0
             || is_expired(header.expiry, now)
             || g.tail - position > g.reappend_age;
-        if needs_owner {
+        if needs_owner || (header.state & item::FETCHED == 0 && !self.published.notice_fetched(hash.0, position)) {
             return Some(CrewGet::Owner);
         }
         value.drain(..header_len + header.key_len);

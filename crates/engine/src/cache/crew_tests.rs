@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::cache::crew::{CrewGet, CrewReader};
+use crate::cache::crew::{self, CrewGet, CrewReader};
 use crate::*;
 
 const NOW: u32 = 1_800_000_000;
@@ -63,6 +63,7 @@ impl Rng {
 fn owner(mut p: Partition, shared: &Shared, ops: u64) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for version in 1..=ops {
+        p.apply_crew_notices();
         let k = rng.below(KEYS);
         let key = key(k);
         let ack = |bits: u64| shared.acked[k as usize].store(bits, Ordering::Release);
@@ -164,6 +165,41 @@ fn concurrent_readers_never_see_a_torn_mixed_or_resurrected_value() {
     assert!(misses > 0 && owner > 0);
 }
 
+/// A hit on an unfetched item hands the fetched bit to the owner, who sets it before its next
+/// request; a full notice queue sends the read to the owner instead.
+#[test]
+fn the_fetched_bit_of_a_concurrent_hit_reaches_the_owner() {
+    let config = PartitionConfig {
+        memory_bytes: 4 << 20,
+        max_memory_bytes: None,
+        index_buckets: Some(1 << 12),
+        max_item_bytes: MIN_ITEM_BYTES,
+        expected_item_bytes: 64,
+    };
+    let mut p = Partition::new(&config).unwrap();
+    p.set_clock(NOW);
+    let r = p.crew_reader();
+    let mut buf = Vec::new();
+    let total = crew::MAX_NOTICES + 10;
+    for k in 0..total as u64 {
+        p.set(&key(k), b"v", 0, 0).unwrap();
+    }
+    let answers: Vec<CrewGet> =
+        (0..total as u64).map(|k| r.get(&key(k), KeyHash::of(&key(k)), NOW, &mut buf)).collect();
+    let hits = answers.iter().filter(|a| matches!(a, CrewGet::Hit { .. })).count();
+    assert_eq!(hits, crew::MAX_NOTICES, "hits while the notice queue had room");
+    assert_eq!(answers[total - 1], CrewGet::Owner, "a full queue leaves the read to the owner");
+    assert!(!p.get(&key(0)).unwrap().unwrap().fetched, "not applied yet");
+    p.set(&key(1), b"w", 0, 0).unwrap();
+    p.apply_crew_notices();
+    for k in 2..10 {
+        assert!(p.get(&key(k)).unwrap().unwrap().fetched, "k{k} was read by another thread");
+    }
+    assert!(!p.get(&key(1)).unwrap().unwrap().fetched, "a notice never marks a newer item");
+    assert!(!p.get(&key(total as u64 - 1)).unwrap().unwrap().fetched, "the owner answers this one");
+    assert!(matches!(r.get(&key(5), KeyHash::of(&key(5)), NOW, &mut buf), CrewGet::Hit { .. }));
+}
+
 /// The reader keeps its memory after the owner is gone (the mapping lives while a view does).
 #[test]
 fn a_reader_outlives_its_partition() {
@@ -179,8 +215,6 @@ fn a_reader_outlives_its_partition() {
     p.set(b"k", b"v", 7, 0).unwrap();
     let r = p.crew_reader();
     let mut buf = Vec::new();
-    assert_eq!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Owner, "not fetched yet");
-    let _ = p.get(b"k").unwrap();
     assert!(matches!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Hit { flags: 7, .. }));
     assert_eq!(buf, b"v");
     assert_eq!(r.get(b"x", KeyHash::of(b"x"), NOW, &mut buf), CrewGet::Miss);

@@ -78,6 +78,8 @@ pub struct Partition {
     origin: u64,
     /// What readers on other threads see (`crew.rs`): in-place changes are bracketed in it.
     published: std::sync::Arc<crew::Published>,
+    /// Fetched-bit notices taken from readers (swapped with the published queue).
+    notices: Vec<(u64, u64)>,
 }
 
 impl Partition {
@@ -122,6 +124,7 @@ impl Partition {
             origin: 0,
             published: log.published(),
             log,
+            notices: Vec::with_capacity(crew::MAX_NOTICES),
         })
     }
 
@@ -235,6 +238,34 @@ impl Partition {
             self.log.bytes_from_mut(found.ring_index)[0] |= bits;
             self.published.end_in_place();
         }
+    }
+
+    /// Sets the fetched bit of the items other threads' readers served (`crew.rs`) while they
+    /// are still where they were read. Call before executing requests: one atomic load when
+    /// there is nothing to do.
+    pub fn apply_crew_notices(&mut self) {
+        self.published.take_notices(&mut self.notices);
+        let mut notices = std::mem::take(&mut self.notices);
+        for &(hash, position) in &notices {
+            let hash = KeyHash(hash);
+            let tag = hash.tag();
+            for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+                let entries = *self.index.bucket(bucket);
+                for (entry_no, entry) in entries.into_iter().enumerate() {
+                    let age = self.log.age_of(entry_offset(entry));
+                    if entry_tag(entry) != tag || age > self.log.max_age() || self.log.tail() - age != position {
+                        continue;
+                    }
+                    let ring_index = self.log.ring_index(position);
+                    let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+                    let found =
+                        Found { slot: Slot { bucket, entry: entry_no }, position, ring_index, header, header_len };
+                    self.set_state(&found, item::FETCHED);
+                }
+            }
+        }
+        notices.clear();
+        self.notices = notices;
     }
 
     /// A read-only view of this partition for other threads (MICA's CREW, `crew.rs`).

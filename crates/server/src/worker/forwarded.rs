@@ -11,6 +11,7 @@ impl Core {
     /// run of `BATCH` entries are prefetched together first, as for local requests.
     pub(super) fn execute_forwarded(&mut self, from: usize, mut batch: Box<Batch>, conns: &[u8]) {
         self.state.fd = -1;
+        self.partition.apply_crew_notices();
         let Batch { requests, entries, replies } = &mut *batch;
         let mut request_start = 0;
         for chunk in entries.chunks_mut(BATCH) {

@@ -231,6 +231,7 @@ impl Worker {
             return;
         }
         let mut tokens = std::mem::take(&mut self.core.parking.tokens);
+        self.core.partition.apply_crew_notices();
         self.core.partition.flash_poll(false, &mut tokens);
         let mut touched = std::mem::take(&mut self.core.parking.touched);
         self.core.parking.busy = !tokens.is_empty();

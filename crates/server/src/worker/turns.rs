@@ -161,6 +161,8 @@ pub(super) enum Step {
 pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core) -> bool {
     let (mut input, mut at, mut stopped_early) = (std::mem::take(&mut connection.input), 0, false);
     connection.wanted = 0;
+    // Fetched bits other workers' concurrent reads handed over are set before anything runs.
+    core.partition.apply_crew_notices();
     loop {
         if discard(connection, &input, &mut at, &mut core.pool) || at == input.len() {
             break;

@@ -11,6 +11,7 @@ impl Worker {
     /// request in them; asks for another turn when the batch was full.
     pub(super) fn receive_udp(&mut self, socket: usize) {
         let (Some(udp), Some(mut receiver)) = (self.udp[socket].take(), self.receiver.take()) else { return };
+        self.core.partition.apply_crew_notices();
         match receiver.receive(&udp) {
             Ok(count) => {
                 for i in 0..count {
