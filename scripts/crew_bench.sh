@@ -5,7 +5,7 @@
 # (50% set) at pipeline 1 with GET_RATIO=0.5. Prints one line per run: server CPU per op and
 # ops/s (tierkv-bench run --server-pid). The servers and the load generator share the cores.
 #
-#   ROUNDS=3 SECONDS=5 DIST=zipf:0.99 GET_RATIO=0.95 bash scripts/crew_bench.sh
+#   ROUNDS=3 SECONDS_PER_RUN=5 DIST=zipf:0.99 GET_RATIO=0.95 WITH_MEMCACHED_T1=1 bash scripts/crew_bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p tierkv-server -p tierkv-bench
@@ -22,7 +22,7 @@ wait_port() {
 measure() { # label, then the server command
   local label=$1; shift
   port=$((port + 1))
-  "$@" -p "$port" 2>/dev/null &
+  "$@" -p "$port" >/dev/null 2>&1 &
   local pid=$!
   wait_port
   $B run --target "127.0.0.1:$port" --keys 1000000 --value-bytes 32 --dist "$dist" --get-ratio 1 --seconds 1 \
@@ -42,4 +42,5 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
   measure "tierkv -t 2 crew" $T -t 2 -m 1024 --concurrency crew
   measure "tierkv -t 2 erew" $T -t 2 -m 1024 --concurrency erew
   measure "tierkv -t 1" $T -t 1 -m 1024
+  [ -n "${WITH_MEMCACHED_T1:-}" ] && measure "memcached -t 1" /usr/bin/memcached -t 1 -m 1024 -U 0 -u root
 done
