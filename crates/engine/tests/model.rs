@@ -188,7 +188,11 @@ fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
     let mut p = AnyPartition::new(mode, config).unwrap();
     p.set_clock(START);
     let mut m = Model { items: HashMap::new(), now: START, flush_at: None, last_cas: 0 };
+    // A concurrent reader (another thread's view) checked against the model after every step.
+    let reader = p.crew_reader();
+    let mut crew = CrewCheck::default();
     for op in ops {
+        p.apply_crew_notices();
         if matches!(op, Op::Touch(..) | Op::GetAndTouch(..)) {
             apply_touch(&mut p, &mut m, &mut out, op, exact.may_run_out);
         } else if matches!(op, Op::Store(..) | Op::Cas(..) | Op::Arith(..) | Op::SetNumber(..)) {
@@ -200,6 +204,12 @@ fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
         if m.flush_at == Some(m.now) {
             m.items.clear();
         }
+        if let (Some(reader), Some(k)) = (&reader, op_key(op)) {
+            crew.check(reader, &mut m, k);
+        }
+    }
+    if reader.is_some() && ops.len() > 20 {
+        assert!(crew.answered > 0 || crew.owner > 0, "the reader was exercised");
     }
     assert_eq!(p.stats().index_evictions, 0, "the roomy partition must never drop an entry");
     // Every item the model holds reads back, and nothing else does.
@@ -209,6 +219,55 @@ fn run_exact(ops: &[Op], mode: Mode, config: &PartitionConfig) -> Exhaustion {
         assert_eq!(view(p.get(&key).unwrap()), expected, "final sweep {key:?}");
     }
     out
+}
+
+/// The key an operation names, if one.
+fn op_key(op: &Op) -> Option<u8> {
+    match op {
+        Op::Get(k)
+        | Op::Store(_, k, ..)
+        | Op::Cas(k, ..)
+        | Op::Delete(k, _)
+        | Op::Arith(k, ..)
+        | Op::SetNumber(k, _)
+        | Op::Touch(k, _)
+        | Op::GetAndTouch(k, _) => Some(*k),
+        Op::GetBatch(ks) => ks.first().copied(),
+        Op::Advance(_) | Op::Flush(_) | Op::Resize(_) => Some(0),
+    }
+}
+
+/// Concurrent reads checked against the model: a hit is the model's live item exactly, a miss
+/// means the model has none; the owner may be asked to answer instead.
+#[derive(Default)]
+struct CrewCheck {
+    value: Vec<u8>,
+    answered: u64,
+    owner: u64,
+}
+
+impl CrewCheck {
+    fn check(&mut self, reader: &CrewReader, m: &mut Model, k: u8) {
+        let key = key_of(k);
+        let expected = m.live(&key).cloned();
+        match reader.get(&key, KeyHash::of(&key), m.now, &mut self.value) {
+            CrewGet::Hit { flags, cas } => {
+                let got = ModelItem {
+                    value: self.value.clone(),
+                    flags,
+                    cas,
+                    expiry: expected.as_ref().map_or(0, |e| e.expiry),
+                };
+                assert_eq!(Some(got), expected, "concurrent read of {key:?}");
+                self.answered += 1;
+            }
+            CrewGet::Miss => {
+                assert_eq!(expected, None, "concurrent read of {key:?} missed");
+                self.answered += 1;
+            }
+            CrewGet::Owner => self.owner += 1,
+        }
+    }
 }
 
 /// touch or gat on the partition and the model (a refusal for memory is counted).

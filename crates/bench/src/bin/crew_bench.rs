@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tierkv_bench::workload::{key_sequence, write_key, Distribution, Rng};
-use tierkv_engine::{CrewGet, Engine, KeyHash, Partition, PartitionConfig, DEFAULT_MAX_ITEM_BYTES};
+use tierkv_engine::{CrewGet, CrewReader, Engine, KeyHash, Partition, PartitionConfig, DEFAULT_MAX_ITEM_BYTES};
 
 #[derive(Parser, Debug)]
 #[command(name = "crew-bench", about = "Measure local reads, concurrent reads and a thread round trip")]
@@ -64,19 +64,13 @@ fn main() {
     }
     let local = start.elapsed().as_nanos() as f64 / args.ops as f64;
     let reader = p.crew_reader();
-    let mut out = Vec::new();
-    let (mut hits, mut owner) = (0u64, 0u64);
-    let start = Instant::now();
-    for i in 0..args.ops {
-        key(&mut k, u64::from(ids[i as usize & ((1 << 20) - 1)]), args.key_bytes);
-        match reader.get(&k, KeyHash::of(&k), now, &mut out) {
-            CrewGet::Hit { .. } => hits += out.len() as u64,
-            CrewGet::Owner => owner += 1,
-            CrewGet::Miss => {}
-        }
-    }
-    let crew = start.elapsed().as_nanos() as f64 / args.ops as f64;
-    println!("local GET {local:.1} ns/op; CREW read {crew:.1} ns/op (owner left {owner}); checksum {}", sum + hits);
+    let idle = crew_reads(&reader, &ids, &args, now);
+    println!(
+        "local GET {local:.1} ns/op; CREW read {:.1} ns/op (owner left {}); checksum {}",
+        idle.ns,
+        idle.owner,
+        sum + idle.bytes
+    );
 
     // CREW reads while the owner writes on another thread.
     let stop = Arc::new(AtomicBool::new(false));
@@ -95,25 +89,43 @@ fn main() {
             }
         })
     };
-    let (mut owner, mut misses) = (0u64, 0u64);
-    let start = Instant::now();
-    for i in 0..args.ops {
-        key(&mut k, u64::from(ids[i as usize & ((1 << 20) - 1)]), args.key_bytes);
-        match reader.get(&k, KeyHash::of(&k), now, &mut out) {
-            CrewGet::Hit { .. } => hits += out.len() as u64,
-            CrewGet::Owner => owner += 1,
-            CrewGet::Miss => misses += 1,
-        }
-    }
-    let busy = start.elapsed().as_nanos() as f64 / args.ops as f64;
+    let busy = crew_reads(&reader, &ids, &args, now);
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("the writer");
     let w = writes.load(Ordering::Relaxed);
     println!(
-        "CREW read beside a writing owner {busy:.1} ns/op ({w} writes meanwhile; owner left {:.2}%, misses {misses}); checksum {hits}",
-        owner as f64 * 100.0 / args.ops as f64
+        "CREW read beside a writing owner {:.1} ns/op ({w} writes meanwhile; owner left {:.2}%, misses {}); checksum {}",
+        busy.ns,
+        busy.owner as f64 * 100.0 / args.ops as f64,
+        busy.misses,
+        busy.bytes
     );
     println!("round trip between two threads: {:.0} ns", round_trip(200_000));
+}
+
+/// What one phase of concurrent reads measured.
+struct Reads {
+    ns: f64,
+    bytes: u64,
+    owner: u64,
+    misses: u64,
+}
+
+/// `args.ops` concurrent reads of the keys `ids` names, timed.
+fn crew_reads(reader: &CrewReader, ids: &[u32], args: &Args, now: u32) -> Reads {
+    let (mut k, mut out) = (Vec::new(), Vec::new());
+    let mut reads = Reads { ns: 0.0, bytes: 0, owner: 0, misses: 0 };
+    let start = Instant::now();
+    for i in 0..args.ops {
+        key(&mut k, u64::from(ids[i as usize % ids.len()]), args.key_bytes);
+        match reader.get(&k, KeyHash::of(&k), now, &mut out) {
+            CrewGet::Hit { .. } => reads.bytes += out.len() as u64,
+            CrewGet::Owner => reads.owner += 1,
+            CrewGet::Miss => reads.misses += 1,
+        }
+    }
+    reads.ns = start.elapsed().as_nanos() as f64 / args.ops as f64;
+    reads
 }
 
 /// One request and its reply between two spinning threads through two queues (crossbeam-free:

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use crate::cache::crew::{self, CrewGet, CrewReader};
 use crate::*;
 
+use super::tests::partition;
+
 const NOW: u32 = 1_800_000_000;
 const KEYS: u64 = 300;
 const DELETED: u64 = 1;
@@ -124,15 +126,7 @@ fn reader(r: &CrewReader, shared: &Shared, seed: u64) -> [u64; 3] {
 }
 
 fn stress(memory_bytes: usize, buckets: usize, ops: u64) -> [u64; 3] {
-    let config = PartitionConfig {
-        memory_bytes,
-        max_memory_bytes: None,
-        index_buckets: Some(buckets),
-        max_item_bytes: MIN_ITEM_BYTES,
-        expected_item_bytes: 64,
-    };
-    let mut p = Partition::new(&config).expect("config is valid");
-    p.set_clock(NOW);
+    let p = partition(memory_bytes, buckets);
     let r = p.crew_reader();
     let shared = Arc::new(Shared {
         acked: (0..KEYS).map(|_| AtomicU64::new(0)).collect(),
@@ -169,15 +163,7 @@ fn concurrent_readers_never_see_a_torn_mixed_or_resurrected_value() {
 /// request; a full notice queue sends the read to the owner instead.
 #[test]
 fn the_fetched_bit_of_a_concurrent_hit_reaches_the_owner() {
-    let config = PartitionConfig {
-        memory_bytes: 4 << 20,
-        max_memory_bytes: None,
-        index_buckets: Some(1 << 12),
-        max_item_bytes: MIN_ITEM_BYTES,
-        expected_item_bytes: 64,
-    };
-    let mut p = Partition::new(&config).unwrap();
-    p.set_clock(NOW);
+    let mut p = partition(4 << 20, 1 << 12);
     let r = p.crew_reader();
     let mut buf = Vec::new();
     let total = crew::MAX_NOTICES + 10;
@@ -203,15 +189,7 @@ fn the_fetched_bit_of_a_concurrent_hit_reaches_the_owner() {
 /// The reader keeps its memory after the owner is gone (the mapping lives while a view does).
 #[test]
 fn a_reader_outlives_its_partition() {
-    let config = PartitionConfig {
-        memory_bytes: 1 << 20,
-        max_memory_bytes: None,
-        index_buckets: Some(1 << 8),
-        max_item_bytes: MIN_ITEM_BYTES,
-        expected_item_bytes: 64,
-    };
-    let mut p = Partition::new(&config).unwrap();
-    p.set_clock(NOW);
+    let mut p = partition(1 << 20, 1 << 8);
     p.set(b"k", b"v", 7, 0).unwrap();
     let r = p.crew_reader();
     let mut buf = Vec::new();

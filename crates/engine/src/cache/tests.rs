@@ -4,7 +4,7 @@ use crate::*;
 
 const NOW: u32 = 1_800_000_000;
 
-fn partition(memory_bytes: usize, buckets: usize) -> Partition {
+pub(super) fn partition(memory_bytes: usize, buckets: usize) -> Partition {
     let config = PartitionConfig {
         memory_bytes,
         max_memory_bytes: None,
