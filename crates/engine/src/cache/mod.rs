@@ -247,25 +247,30 @@ impl Partition {
         self.published.take_notices(&mut self.notices);
         let mut notices = std::mem::take(&mut self.notices);
         for &(hash, position) in &notices {
-            let hash = KeyHash(hash);
-            let tag = hash.tag();
-            for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
-                let entries = *self.index.bucket(bucket);
-                for (entry_no, entry) in entries.into_iter().enumerate() {
-                    let age = self.log.age_of(entry_offset(entry));
-                    if entry_tag(entry) != tag || age > self.log.max_age() || self.log.tail() - age != position {
-                        continue;
-                    }
-                    let ring_index = self.log.ring_index(position);
-                    let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
-                    let found =
-                        Found { slot: Slot { bucket, entry: entry_no }, position, ring_index, header, header_len };
-                    self.set_state(&found, item::FETCHED);
-                }
+            if let Some(slot) = self.slot_at(KeyHash(hash), position) {
+                let ring_index = self.log.ring_index(position);
+                let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+                self.set_state(&Found { slot, position, ring_index, header, header_len }, item::FETCHED);
             }
         }
         notices.clear();
         self.notices = notices;
+    }
+
+    /// The slot whose entry names the live item at `position` for `hash`, if one still does.
+    fn slot_at(&self, hash: KeyHash, position: u64) -> Option<Slot> {
+        let tag = hash.tag();
+        let max_age = self.log.max_age();
+        Index::pair_order(hash.bucket(self.index.buckets())).into_iter().find_map(|bucket| {
+            let entries = self.index.bucket(bucket);
+            entries
+                .iter()
+                .position(|&entry| {
+                    let age = self.log.age_of(entry_offset(entry));
+                    entry_tag(entry) == tag && age <= max_age && self.log.tail() - age == position
+                })
+                .map(|entry| Slot { bucket, entry })
+        })
     }
 
     /// A read-only view of this partition for other threads (MICA's CREW, `crew.rs`).
