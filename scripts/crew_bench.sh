@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 29's measurement: memcached -t 2 beside tierkv -t 2 (--concurrency crew and erew) and
-# tierkv -t 1, YCSB-B (95% get, zipf 0.99 unless DIST says otherwise, 1M keys, 32-byte values)
+# Issue 29's measurement: memcached -t 2 beside tierkv -t 2 (--concurrency crcw, crew and erew;
+# with NO_YIELDS=1 also crcw with --idle-yields 0) and tierkv -t 1, YCSB-B (95% get, zipf 0.99 unless DIST says otherwise, 1M keys, 32-byte values)
 # at pipeline 1 (50 connections) and 16 (20 connections), ROUNDS interleaved rounds; workload A
 # (50% set) at pipeline 1 with GET_RATIO=0.5. Prints one line per run: server CPU per op and
 # ops/s (tierkv-bench run --server-pid). The servers and the load generator share the cores.
@@ -34,13 +34,23 @@ measure() { # label, then the server command
       --seconds "${SECONDS_PER_RUN:-5}" --pipeline "$p" --connections "$conns" --server-pid "$pid" 2>&1 | grep "ops/s" | head -1)
     echo "$round $label p$p: $(echo "$out" | grep -oE '[0-9]+ ops/s|server CPU [0-9.]+ us/op' | tr '\n' ' ')"
   done
+  [ -n "${SHOW_COUNTS:-}" ] && python3 - "$port" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"stats tierkv\r\n"); time.sleep(0.2)
+lines = s.recv(65536).decode().split("\r\n")
+print("   ", " ".join(l[5:] for l in lines if l.split(" ")[1:2] and l.split(" ")[1] in ("forwarded_requests", "crew_reads", "locked_requests")))
+PY
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
 for round in $(seq 1 "${ROUNDS:-3}"); do
   measure "memcached -t 2" /usr/bin/memcached -t 2 -m 1024 -U 0 -u root
+  measure "tierkv -t 2 crcw" $T -t 2 -m 1024 --concurrency crcw
   measure "tierkv -t 2 crew" $T -t 2 -m 1024 --concurrency crew
+  [ -n "${NO_YIELDS:-}" ] && measure "tierkv -t 2 crcw yields 0" $T -t 2 -m 1024 --concurrency crcw --idle-yields 0
   measure "tierkv -t 2 erew" $T -t 2 -m 1024 --concurrency erew
   measure "tierkv -t 1" $T -t 1 -m 1024
   [ -n "${WITH_MEMCACHED_T1:-}" ] && measure "memcached -t 1" /usr/bin/memcached -t 1 -m 1024 -U 0 -u root
+  true
 done

@@ -58,7 +58,8 @@ pub enum Distribution {
     /// 10^10 items folded onto the keys, so about a third of the draws land anywhere.
     Zipf(f64),
     /// Zipf over exactly the keys (`zipfn:THETA`): rank r drawn with weight r^-theta among the
-    /// key count, then scrambled onto a key.
+    /// key count, then scrambled onto a key. Below 1, YCSB's generator over the keys; from 1 up
+    /// (hot keys; YCSB's formula needs theta < 1), drawn exactly from the cumulative weights.
     ZipfKeys(f64),
 }
 
@@ -71,8 +72,8 @@ impl std::str::FromStr for Distribution {
         }
         if let Some(theta) = text.strip_prefix("zipfn:") {
             let theta: f64 = theta.parse().map_err(|_| format!("bad zipf theta {theta:?}"))?;
-            if !(theta > 0.0 && theta < 1.0) {
-                return Err(format!("zipf theta {theta} must be between 0 and 1 (exclusive)"));
+            if !(theta > 0.0 && theta <= MAX_EXACT_THETA) {
+                return Err(format!("zipfn theta {theta} must be above 0 and at most {MAX_EXACT_THETA}"));
             }
             return Ok(Distribution::ZipfKeys(theta));
         }
@@ -173,11 +174,36 @@ pub fn key_sequence(distribution: Distribution, keys: u64, count: usize, seed: u
             let zipf = ScrambledZipfian::new(keys, theta);
             (0..count).map(|_| zipf.next(&mut rng) as u32).collect()
         }
-        Distribution::ZipfKeys(theta) => {
+        Distribution::ZipfKeys(theta) if theta < 1.0 => {
             let zipf = ScrambledZipfian::over(keys, theta, keys);
             (0..count).map(|_| zipf.next(&mut rng) as u32).collect()
         }
+        Distribution::ZipfKeys(theta) => {
+            let cumulative = zipf_cumulative(keys, theta);
+            let total = cumulative[cumulative.len() - 1];
+            (0..count)
+                .map(|_| {
+                    let draw = rng.next_f64() * total;
+                    let rank = cumulative.partition_point(|&weight| weight <= draw) as u64;
+                    (ycsb_fnvhash64(rank.min(keys - 1)) % keys) as u32
+                })
+                .collect()
+        }
     }
+}
+
+/// The largest skew `zipfn` takes (all but a handful of draws hit the first keys beyond it).
+pub const MAX_EXACT_THETA: f64 = 4.0;
+
+/// Cumulative weights of ranks 1..=keys under zipf with skew `theta` (weight r^-theta).
+fn zipf_cumulative(keys: u64, theta: f64) -> Vec<f64> {
+    let mut sum = 0.0;
+    (1..=keys)
+        .map(|rank| {
+            sum += (rank as f64).powf(-theta);
+            sum
+        })
+        .collect()
 }
 
 /// Writes key number `i` as `out.len()` bytes: the first up-to-8 bytes are a bijective
@@ -242,6 +268,22 @@ mod tests {
         assert!(top10 > 100_000 / 10, "the ten hottest keys take over a tenth: {top10}");
         let uniform = key_sequence(Distribution::Uniform, keys, 100_000, 1);
         assert!(uniform.iter().all(|&k| u64::from(k) < keys));
+    }
+
+    /// From theta 1 up the draw is exact: the hottest key's share is its weight, 1 / zeta(n).
+    #[test]
+    fn hot_key_zipf_gives_the_hottest_key_its_weight() {
+        let (keys, draws) = (1000u64, 200_000usize);
+        let seq = key_sequence(Distribution::ZipfKeys(1.2), keys, draws, 3);
+        let mut counts = vec![0u32; keys as usize];
+        for &k in &seq {
+            counts[k as usize] += 1;
+        }
+        let hottest = f64::from(*counts.iter().max().unwrap()) / draws as f64;
+        let expected = 1.0 / zeta(keys, 1.2);
+        assert!((hottest - expected).abs() < 0.01, "hottest key {hottest:.4}, expected {expected:.4}");
+        assert_eq!("zipfn:1.2".parse::<Distribution>(), Ok(Distribution::ZipfKeys(1.2)));
+        assert!("zipfn:9".parse::<Distribution>().is_err());
     }
 
     #[test]

@@ -62,6 +62,7 @@ counters!(
     idle_kicks,
     forwarded_requests,
     crew_reads,
+    locked_requests,
     store_no_memory,
     cmd_atomic,
     atomic_hits,
@@ -434,7 +435,8 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("direct_port_base", &state.settings.direct_ports.unwrap_or(0));
             put("forwarded_requests", &total.counters.forwarded_requests);
             put("crew_reads", &total.counters.crew_reads);
-            put("concurrency", &if state.settings.crew { "crew" } else { "erew" });
+            put("locked_requests", &total.counters.locked_requests);
+            put("concurrency", &state.settings.concurrency.name());
             put("mode", &partition.mode().name());
             put("bytes_used", &total.bytes);
             put("bytes_free", &total.free_bytes);

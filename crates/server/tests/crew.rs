@@ -1,6 +1,8 @@
-//! Concurrent reads (`--concurrency crew`, the default): a worker reads keys other workers own
-//! itself. Readers on every worker, while writers overwrite the same keys, never read a value
-//! older than one already acknowledged, nor a torn one; `erew` forwards every read instead.
+//! Concurrent reads and locked writes (`--concurrency crcw`, the default; `crew` reads only): a
+//! worker reads keys other workers own itself, and with `crcw` also writes them under the
+//! owner's partition lock. Readers on every worker, while writers on every worker overwrite the
+//! same keys, never read a value older than one already acknowledged, nor a torn one; `erew`
+//! forwards every read instead.
 
 mod common;
 
@@ -12,7 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Keys the hammer overwrites (DRAM-sized; `FLASH_KEYS` with a flash tier, so that items move
+/// to flash and back while they are read).
 const KEYS: usize = 200;
+const FLASH_KEYS: usize = 12_000;
 
 fn server(extra: &[&str]) -> Server {
     let port = common::free_port();
@@ -49,7 +54,10 @@ fn writer(port: u16, first: usize, acked: &[AtomicU64], stop: &AtomicBool) {
     let mut version = 0;
     while !stop.load(Ordering::Acquire) {
         version += 1;
-        for k in (first..KEYS).step_by(2) {
+        for k in (first..acked.len()).step_by(2) {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
             let value = versioned(version * 1000 + k as u64);
             out.write_all(format!("set k{k} 0 0 {}\r\n{value}\r\n", value.len()).as_bytes()).unwrap();
             let mut line = String::new();
@@ -68,7 +76,7 @@ fn reader(port: u16, seed: u64, acked: &[AtomicU64], stop: &AtomicBool) -> u64 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let keys: Vec<usize> = (0..1 + rng as usize % 4).map(|i| (rng >> (8 * i)) as usize % KEYS).collect();
+        let keys: Vec<usize> = (0..1 + rng as usize % 4).map(|i| (rng >> (8 * i)) as usize % acked.len()).collect();
         let floors: Vec<u64> = keys.iter().map(|&k| acked[k].load(Ordering::Acquire)).collect();
         let line: Vec<String> = keys.iter().map(|k| format!("k{k}")).collect();
         out.write_all(format!("get {}\r\n", line.join(" ")).as_bytes()).unwrap();
@@ -87,9 +95,66 @@ fn reader(port: u16, seed: u64, acked: &[AtomicU64], stop: &AtomicBool) -> u64 {
 
 #[test]
 fn readers_on_every_worker_never_read_an_unacknowledged_past() {
-    let server = server(&[]);
+    let (crew, locked) = hammer(&server(&[]), KEYS, "crcw");
+    assert!(crew > 1000 && locked > 100, "{crew} concurrent reads, {locked} requests under another worker's lock");
+}
+
+#[test]
+fn crew_readers_never_read_an_unacknowledged_past_while_writes_are_forwarded() {
+    let (crew, locked) = hammer(&server(&["--concurrency", "crew"]), KEYS, "crew");
+    assert!(crew > 1000, "only {crew} concurrent reads");
+    assert_eq!(locked, 0, "crew executed requests under a lock");
+}
+
+/// Store mode has no concurrent reader: every request of another worker's key runs under its
+/// lock (or is forwarded when the lock is taken).
+#[test]
+fn store_mode_requests_under_the_lock_never_read_an_unacknowledged_past() {
+    let (crew, locked) = hammer(&server(&["--mode", "store"]), KEYS, "crcw");
+    assert_eq!(crew, 0, "store mode has no concurrent reader");
+    assert!(locked > 100, "only {locked} requests under another worker's lock");
+}
+
+/// With a flash tier, items leave DRAM for flash and come back while they are read: a DRAM hit
+/// is read concurrently, anything that may involve flash goes to the owner (no lock is offered),
+/// and no reader sees an old, torn or lost value.
+#[test]
+fn with_a_flash_tier_readers_never_read_an_unacknowledged_past() {
+    let flash = std::env::temp_dir().join(format!("tierkv-crew-hammer-{}.flash", std::process::id()));
+    let port = common::free_port();
+    let server = start(common::hybrid_command(port, &flash, &[], "64m"), port);
+    let (_, locked) = hammer(&server, FLASH_KEYS, "crcw");
+    assert_eq!(locked, 0, "no lock is offered with a flash tier");
+    let flash_gets: u64 = stats_map(port, "")["get_extstore"].parse().unwrap();
+    drop(std::fs::remove_file(&flash));
+    assert!(flash_gets > 100, "only {flash_gets} gets were served from flash");
+}
+
+/// Every key's first version (its own number), pipelined a hundred at a time, so that with
+/// many keys the hammer starts with DRAM full and the oldest items on flash.
+fn preload(port: u16, acked: &[AtomicU64]) {
+    let (mut out, mut reader) = connect(port);
+    for chunk in (0..acked.len()).collect::<Vec<_>>().chunks(100) {
+        let sets: String = chunk
+            .iter()
+            .map(|&k| format!("set k{k} 0 0 {}\r\n{}\r\n", versioned(k as u64).len(), versioned(k as u64)))
+            .collect();
+        out.write_all(sets.as_bytes()).unwrap();
+        for &k in chunk {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            assert_eq!(line, "STORED\r\n");
+            acked[k].store(k as u64, Ordering::Release);
+        }
+    }
+}
+
+/// Two writers and four readers on one `-t 2` server for 3 s over `keys` keys; the reads done
+/// concurrently and the requests run under another worker's partition lock.
+fn hammer(server: &Server, keys: usize, concurrency: &str) -> (u64, u64) {
     let port = server.1;
-    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
+    preload(port, &acked);
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|first| {
@@ -114,9 +179,9 @@ fn readers_on_every_worker_never_read_an_unacknowledged_past() {
     let checked: u64 = readers.into_iter().map(|r| r.join().expect("a reader read a wrong value")).sum();
     let stats = stats_map(port, "tierkv");
     let crew: u64 = stats["crew_reads"].parse().unwrap();
-    assert_eq!(stats["concurrency"], "crew");
+    assert_eq!(stats["concurrency"], concurrency);
     assert!(checked > 1000, "only {checked} reads checked");
-    assert!(crew > checked / 10, "{crew} of {checked} reads were concurrent");
+    (crew, stats["locked_requests"].parse().unwrap())
 }
 
 #[test]
@@ -170,4 +235,54 @@ fn a_concurrent_read_marks_the_item_fetched() {
     }
     let crew: u64 = stats_map(server.1, "tierkv")["crew_reads"].parse().unwrap();
     assert!(crew >= 10, "{crew} of the gets were concurrent reads");
+}
+
+/// Read-modify-writes of the same keys from clients on every worker, each executed by the
+/// owner or under its partition lock (`crcw`), lose nothing: every incr and every append counts.
+#[test]
+fn increments_and_appends_from_every_worker_are_all_kept() {
+    const CLIENTS: usize = 6;
+    const ROUNDS: usize = 400;
+    const COUNTERS: usize = 8;
+    let server = server(&[]);
+    let port = server.1;
+    let (mut out, mut reader) = connect(port);
+    for k in 0..COUNTERS {
+        out.write_all(format!("set n{k} 0 0 1\r\n0\r\nset a{k} 0 0 0\r\n\r\n").as_bytes()).unwrap();
+        for _ in 0..2 {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            assert_eq!(line, "STORED\r\n");
+        }
+    }
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let (mut out, mut reader) = connect(port);
+                for round in 0..ROUNDS {
+                    let k = (round + c) % COUNTERS;
+                    out.write_all(format!("incr n{k} 1\r\nappend a{k} 0 0 1\r\n{}\r\n", c % 10).as_bytes()).unwrap();
+                    let (mut incr, mut append) = (String::new(), String::new());
+                    reader.read_line(&mut incr).unwrap();
+                    reader.read_line(&mut append).unwrap();
+                    assert!(incr.trim_end().parse::<u64>().is_ok(), "incr answered {incr:?}");
+                    assert_eq!(append, "STORED\r\n");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().expect("a client failed");
+    }
+    let keys: Vec<String> = (0..COUNTERS).flat_map(|k| [format!("n{k}"), format!("a{k}")]).collect();
+    out.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes()).unwrap();
+    let values = common::read_values(&mut reader);
+    let counted: u64 =
+        values.iter().filter(|(key, _)| key.starts_with('n')).map(|(_, v)| v.parse::<u64>().unwrap()).sum();
+    let appended: usize = values.iter().filter(|(key, _)| key.starts_with('a')).map(|(_, v)| v.len()).sum();
+    assert_eq!(counted, (CLIENTS * ROUNDS) as u64, "increments lost");
+    assert_eq!(appended, CLIENTS * ROUNDS, "appends lost");
+    let stats = stats_map(port, "tierkv");
+    let locked: u64 = stats["locked_requests"].parse().unwrap();
+    assert!(locked > 0, "no request ran under another worker's lock");
 }

@@ -1,13 +1,16 @@
 //! crew-bench: the parts of issue 29's model, in-process. One partition of `--items` items;
 //! prints ns per operation of: a local GET by the owner, a concurrent read (CREW) of the same
 //! keys from this thread, CREW reads while the owner thread writes at full speed on another
-//! thread (with how many the owner had to answer), and one request round trip between two
+//! thread (with how many the owner had to answer), one request round trip between two
 //! threads through a pair of bounded queues (what forwarding costs at minimum, without the
-//! event loop). Prints figures; never fails on a time.
+//! event loop), and a SET with and without a partition lock taken around it, alone and with
+//! two threads taking turns at the lock (`--concurrency crcw`; the lock here is a std
+//! `Mutex` taken with `try_lock` in a spin, the same compare-and-swap and release store as the
+//! server's `sys::partition_lock`). Prints figures; never fails on a time.
 
 use clap::Parser;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tierkv_bench::workload::{key_sequence, write_key, Distribution, Rng};
 use tierkv_engine::{CrewGet, CrewReader, Engine, KeyHash, Partition, PartitionConfig, DEFAULT_MAX_ITEM_BYTES};
@@ -101,6 +104,57 @@ fn main() {
         busy.bytes
     );
     println!("round trip between two threads: {:.0} ns", round_trip(200_000));
+    locked_sets(&args, &config);
+}
+
+/// SETs of random keys: by the owner alone, under an uncontended lock, and by two threads that
+/// share the partition through the lock, each taking it for every SET (ns per SET, all threads).
+fn locked_sets(args: &Args, config: &PartitionConfig) {
+    let sets = args.ops / 2;
+    let value = vec![b'v'; args.value_bytes];
+    let run = |p: &mut dyn FnMut(&[u8]), seed: u64| {
+        let (mut rng, mut k) = (Rng::new(seed), Vec::new());
+        let start = Instant::now();
+        for _ in 0..sets {
+            key(&mut k, rng.below(args.items), args.key_bytes);
+            p(&k);
+        }
+        start.elapsed().as_nanos() as f64 / sets as f64
+    };
+    let mut plain = Partition::new(config).expect("a partition");
+    let alone = run(&mut |k| plain.set(k, &value, 0, 0).map(drop).expect("set"), 3);
+    let shared = Arc::new(Mutex::new(plain));
+    let uncontended = run(&mut |k| spin_lock(&shared).set(k, &value, 0, 0).map(drop).expect("set"), 5);
+    let start = Instant::now();
+    let threads: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (shared, value, items, key_bytes) = (Arc::clone(&shared), value.clone(), args.items, args.key_bytes);
+            std::thread::spawn(move || {
+                let (mut rng, mut k) = (Rng::new(9 + t), Vec::new());
+                for _ in 0..sets {
+                    key(&mut k, rng.below(items), key_bytes);
+                    spin_lock(&shared).set(&k, &value, 0, 0).map(drop).expect("set");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("a setting thread");
+    }
+    let contended = start.elapsed().as_nanos() as f64 / (2 * sets) as f64;
+    println!(
+        "SET alone {alone:.1} ns/op; under an uncontended lock {uncontended:.1} ns/op; \
+         two threads sharing the lock {contended:.1} ns per SET (elapsed / all SETs)"
+    );
+}
+
+fn spin_lock(shared: &Mutex<Partition>) -> MutexGuard<'_, Partition> {
+    loop {
+        if let Ok(guard) = shared.try_lock() {
+            return guard;
+        }
+        std::hint::spin_loop();
+    }
 }
 
 /// What one phase of concurrent reads measured.

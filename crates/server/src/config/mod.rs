@@ -12,7 +12,7 @@ pub use flash::FlashSettings;
 #[cfg(test)]
 mod tests;
 
-use crate::limits::MAX_THREADS;
+use crate::limits::{DEFAULT_IDLE_YIELDS, MAX_IDLE_YIELDS, MAX_THREADS};
 use clap::Parser;
 use std::fmt;
 use std::path::PathBuf;
@@ -37,10 +37,17 @@ pub struct Config {
     /// to its owner (MICA's request direction) [default: off].
     #[arg(long = "direct-ports", value_name = "BASE")]
     pub direct_ports: Option<u16>,
-    /// How a worker reads a key another worker owns: `crew` reads it itself, with no message
-    /// (MICA's concurrent reads; cache mode), `erew` forwards it to the owner [default: crew].
-    #[arg(long = "concurrency", value_name = "erew|crew")]
+    /// How a worker serves a key another worker owns: `crcw` reads it itself with no lock
+    /// (MICA's concurrent reads; cache mode) and executes anything else under the owner's
+    /// partition lock when it is free (forwarded when it is not, or with a flash tier); `crew`
+    /// reads concurrently and forwards the rest; `erew` forwards everything [default: crcw].
+    #[arg(long = "concurrency", value_name = "erew|crew|crcw")]
     pub concurrency: Option<String>,
+    /// Times an idle worker yields its CPU, looking for work after each, before it blocks: a
+    /// client that shares the worker's CPU often sends the next request during the yield, which
+    /// costs less than blocking and being woken (0 blocks at once) [default: 2, at most 64].
+    #[arg(long = "idle-yields", value_name = "N")]
+    pub idle_yields: Option<usize>,
     /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
     /// evict; refuse writes when memory is full) [default: cache].
     #[arg(long = "mode", value_name = "cache|store", help_heading = "Memory")]
@@ -336,6 +343,29 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// What a worker does itself with a key another worker owns (`--concurrency`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Concurrency {
+    /// Everything is forwarded to the owner (MICA's exclusive read, exclusive write).
+    Erew,
+    /// Reads are done here through the owner's `CrewReader`; the rest is forwarded.
+    Crew,
+    /// As `Crew`, and the rest is executed here under the owner's partition lock when it is
+    /// free.
+    Crcw,
+}
+
+impl Concurrency {
+    /// Its name on the command line and in `stats tierkv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Concurrency::Erew => "erew",
+            Concurrency::Crew => "crew",
+            Concurrency::Crcw => "crcw",
+        }
+    }
+}
+
 /// Validated settings.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -344,8 +374,10 @@ pub struct Settings {
     pub threads: usize,
     /// Worker i also listens on this port + i (TCP, and UDP when UDP is on).
     pub direct_ports: Option<u16>,
-    /// `--concurrency crew`: workers read other workers' keys themselves.
-    pub crew: bool,
+    /// `--concurrency`: what a worker does itself with keys other workers own.
+    pub concurrency: Concurrency,
+    /// `--idle-yields`: yields of an idle worker before it blocks in its poll.
+    pub idle_yields: usize,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
@@ -479,11 +511,19 @@ impl Config {
             address,
             threads,
             direct_ports: self.direct_ports,
-            crew: match self.concurrency.as_deref() {
-                None | Some("crew") => true,
-                Some("erew") => false,
+            concurrency: match self.concurrency.as_deref() {
+                None | Some("crcw") => Concurrency::Crcw,
+                Some("crew") => Concurrency::Crew,
+                Some("erew") => Concurrency::Erew,
                 Some(other) => {
-                    return Err(ConfigError::flag("--concurrency", format!("{other:?} must be erew or crew")))
+                    return Err(ConfigError::flag("--concurrency", format!("{other:?} must be erew, crew or crcw")))
+                }
+            },
+            idle_yields: match self.idle_yields {
+                None => DEFAULT_IDLE_YIELDS,
+                Some(yields) if yields <= MAX_IDLE_YIELDS => yields,
+                Some(_) => {
+                    return Err(ConfigError::flag("--idle-yields", format!("must be at most {MAX_IDLE_YIELDS}")))
                 }
             },
             udp_port: self.udp_port.filter(|&port| port != 0),

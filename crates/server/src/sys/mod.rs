@@ -1,9 +1,10 @@
 //! Every system call std does not wrap, and so every `unsafe` block of the server, lives under
 //! here, each in a small safe function: CPU affinity, the open-files limit, giving free heap
 //! memory back and CPU time (this file); signal handlers (`signals.rs`); batched datagram I/O
-//! with `recvmmsg`/`sendmmsg` (`udp.rs`). Nothing else in the server calls `libc` through
-//! `unsafe`.
+//! with `recvmmsg`/`sendmmsg` (`udp.rs`); the partition lock other workers may take for one
+//! request (`partition_lock.rs`). Nothing else in the server uses `unsafe`.
 
+pub mod partition_lock;
 pub mod signals;
 pub mod udp;
 

@@ -1,9 +1,12 @@
-//! Reads of keys another worker owns, done here (MICA's CREW, `--concurrency crew`): a text
-//! `get`/`gets` key is read through the owner's `CrewReader` with no message to the owner;
-//! what only the owner can answer (`CrewGet::Owner`) is forwarded as before.
+//! Requests for keys another worker owns, done here. With `--concurrency crew` or `crcw`, a
+//! text `get`/`gets` key is read through the owner's `CrewReader` with no message and no lock
+//! (MICA's CREW). With `crcw`, any other request of one such key (a write, or a read the reader
+//! leaves to the owner) is executed here under the owner's partition lock when the lock is free
+//! (`sys::partition_lock`); otherwise it is forwarded as before.
 //!
-//! A connection reads here only while nothing of it waits at another worker, so a read never
-//! passes a change it sent earlier. It must not write another worker's partition.
+//! A connection does either only while nothing of it waits at another worker, so a request
+//! never passes one it sent earlier. It must not write another worker's partition without
+//! holding that partition's lock.
 
 use super::*;
 use tierkv_engine::CrewGet;
@@ -23,7 +26,7 @@ impl Core {
             return false;
         }
         let Some(reader) = self.readers.get(owner).and_then(std::sync::OnceLock::get) else { return false };
-        let now = tierkv_engine::Engine::now(&self.partition);
+        let now = tierkv_engine::Engine::now(&*self.partition);
         match reader.get(key, hash, now, &mut self.crew_value) {
             CrewGet::Owner => return false,
             CrewGet::Hit { flags, cas } => {
@@ -38,6 +41,56 @@ impl Core {
             }
         }
         self.state.counters.crew_reads += 1;
+        true
+    }
+
+    /// Executes one request of `owner`'s key here, under `owner`'s partition lock (`crcw`), its
+    /// reply going where a local one would; None (forward it) if the lock is taken or not
+    /// offered, or if something of this connection waits at another worker.
+    pub(super) fn locked_execute(
+        &mut self,
+        connection: &mut Connection,
+        owner: usize,
+        request: &Request<'_>,
+    ) -> Option<After> {
+        if !connection.order.is_empty() {
+            return None;
+        }
+        let mut partition = self.lockables.get(owner).and_then(std::sync::OnceLock::get)?.try_lock()?;
+        // As on the owner: fetched bits handed over by concurrent reads are set first.
+        partition.apply_crew_notices();
+        let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
+        let out = connection.local_out(&mut self.pool);
+        let after = execute(&mut partition, request, out, &mut self.state, &mut progress);
+        drop(partition);
+        connection.resume = progress.next_key;
+        self.state.counters.locked_requests += 1;
+        Some(after)
+    }
+
+    /// One key of a split text get (or gat) of `owner`'s key answered here under `owner`'s
+    /// partition lock (its VALUE block, no END); false if it must be forwarded.
+    pub(super) fn locked_get_key(
+        &mut self,
+        connection: &mut Connection,
+        owner: usize,
+        key: &[u8],
+        return_cas: bool,
+        touch: Option<i64>,
+    ) -> bool {
+        if !connection.order.is_empty() {
+            return false;
+        }
+        let Some(mut partition) =
+            self.lockables.get(owner).and_then(std::sync::OnceLock::get).and_then(|l| l.try_lock())
+        else {
+            return false;
+        };
+        partition.apply_crew_notices();
+        let out = connection.local_out(&mut self.pool);
+        get_value(&mut partition, key, return_cas, touch, out, &mut self.state);
+        drop(partition);
+        self.state.counters.locked_requests += 1;
         true
     }
 

@@ -76,18 +76,7 @@ pub(super) fn dispatch(
             connection.resume = progress.next_key;
             Step::Done(after)
         }
-        Route::Remote(owner) => {
-            if read && core.crew_get(connection, owner, request, hash) {
-                return Step::Done(After::Continue);
-            }
-            let kind = if read { Kind::Read } else { Kind::Request };
-            if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
-                return Step::Blocked;
-            }
-            connection.remote_reads += usize::from(read);
-            core.state.counters.forwarded_requests += 1;
-            Step::Done(After::Continue)
-        }
+        Route::Remote(owner) => remote(connection, slot, core, owner, request, raw, hash),
         Route::Split => split_get(connection, slot, core, request, true),
         Route::Conns => {
             if !core.links.can_forward_to_all() || connection.order.len() >= MAX_PARTS {
@@ -139,6 +128,33 @@ pub(super) fn dispatch(
     }
 }
 
+/// One request of a key `owner` owns: read here concurrently, executed here under the owner's
+/// lock, or forwarded (`crew.rs`).
+fn remote(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    owner: usize,
+    request: &Request<'_>,
+    raw: &[u8],
+    hash: Option<KeyHash>,
+) -> Step {
+    let read = matches!(request.command, Command::Get { .. });
+    if read && core.crew_get(connection, owner, request, hash) {
+        return Step::Done(After::Continue);
+    }
+    if let Some(after) = core.locked_execute(connection, owner, request) {
+        return Step::Done(after);
+    }
+    let kind = if read { Kind::Read } else { Kind::Request };
+    if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
+        return Step::Blocked;
+    }
+    connection.remote_reads += usize::from(read);
+    core.state.counters.forwarded_requests += 1;
+    Step::Done(After::Continue)
+}
+
 /// A multi-key text get whose keys several workers own: each key is read where it lives, as
 /// its own part of the reply order, and one END follows them all (with `end`; without, more
 /// keys of the same line follow).
@@ -186,7 +202,9 @@ pub(super) fn split_get(
             }
             continue;
         }
-        if touch.is_none() && core.crew_get_key(connection, owner, key, hash, return_cas) {
+        if (touch.is_none() && core.crew_get_key(connection, owner, key, hash, return_cas))
+            || core.locked_get_key(connection, owner, key, return_cas, touch)
+        {
             if connection.udp.is_some() && number + 1 < keys.len() {
                 connection.mark();
             }

@@ -6,6 +6,7 @@
 //! `forwarded`, datagrams to `udp_session`.
 
 use super::*;
+use crate::config::Concurrency;
 use crate::net::tls::{Acceptor, TlsContext};
 use tierkv_engine::Engine;
 
@@ -120,6 +121,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     Ok(Shared {
         flash_file,
         readers: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
+        lockables: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         open_connections: AtomicUsize::new(0),
         verbosity: State::new(settings, 0).verbosity,
         memory_limit,
@@ -166,6 +168,33 @@ pub(super) fn bind_shared(address: SocketAddr, count: usize, backlog: i32) -> Re
         })
 }
 
+/// Waits for events or messages on an idle worker: first up to `yields` times it yields its CPU
+/// and looks again without blocking, then it blocks for at most `idle`. When the load's
+/// clients share the workers' CPUs, the thread a yield lets run is often the client about to
+/// send the next request; finding that request after a yield costs two system calls, where
+/// blocking costs a context switch out and a wake-up back in (`DEFAULT_IDLE_YIELDS`).
+fn wait_for_work(
+    poll: &mut Poll,
+    events: &mut Events,
+    links: &mut Links,
+    inbox: &mut Vec<(usize, Message)>,
+    idle: Duration,
+    yields: usize,
+) -> io::Result<()> {
+    for _ in 0..yields {
+        std::thread::yield_now();
+        poll.poll(events, Some(Duration::ZERO))?;
+        links.receive(inbox);
+        if !events.is_empty() || !inbox.is_empty() {
+            return Ok(());
+        }
+    }
+    let timeout = if links.may_sleep(inbox) { idle } else { Duration::ZERO };
+    let polled = poll.poll(events, Some(timeout));
+    links.awake();
+    polled
+}
+
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
     let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
     register_sockets(&poll, &mut main, direct.as_mut(), &mut udp)?;
@@ -189,9 +218,12 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
-        let timeout = if busy || !worker.core.links.may_sleep(&mut inbox) { Duration::ZERO } else { idle };
-        let polled = poll.poll(&mut events, Some(timeout));
-        worker.core.links.awake();
+        worker.core.partition.release();
+        let polled = if busy {
+            poll.poll(&mut events, Some(Duration::ZERO))
+        } else {
+            wait_for_work(&mut poll, &mut events, &mut worker.core.links, &mut inbox, idle, settings.idle_yields)
+        };
         match polled {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -312,10 +344,14 @@ impl Worker {
         if let (Some(flash), Some(file)) = (&settings.flash, &shared.flash_file) {
             super::flash::attach(&mut partition, flash, file, id, workers, settings.verbose)?;
         }
-        if settings.crew {
+        if settings.concurrency != Concurrency::Erew {
             if let Some(reader) = partition.crew_reader() {
                 let _ = shared.readers[id].set(reader);
             }
+        }
+        let mut partition = Owned::new(partition);
+        if settings.concurrency == Concurrency::Crcw && settings.flash.is_none() && workers > 1 {
+            let _ = shared.lockables[id].set(partition.share());
         }
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
         let acceptor = shared.tls.clone().map(Acceptor::new);
@@ -341,6 +377,7 @@ impl Worker {
                 parking: super::parking::Parking::new(settings.flash.is_some()),
                 readers: Arc::clone(&shared.readers),
                 crew_value: Vec::new(),
+                lockables: Arc::clone(&shared.lockables),
             },
             connections: Vec::new(),
             free: Vec::new(),

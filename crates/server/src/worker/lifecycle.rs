@@ -54,7 +54,7 @@ impl Worker {
     /// `--metrics-port`: publishes this worker's figures, at most once a second.
     pub(super) fn publish_metrics(&mut self) {
         let (Some(published), Some(latency)) = (&self.shared.metrics, &self.latency) else { return };
-        let now = tierkv_engine::Engine::now(&self.core.partition);
+        let now = tierkv_engine::Engine::now(&*self.core.partition);
         if now == self.published_at {
             return;
         }

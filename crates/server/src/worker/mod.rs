@@ -20,6 +20,7 @@ use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
 use crate::limits::*;
 use crate::net::{Listener, Stream};
 use crate::stats::{Group, Snapshot, State};
+use crate::sys::partition_lock::{Lockable, Owned};
 use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -244,8 +245,11 @@ struct Shared {
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.
     flash_file: Option<Arc<flash::FlashFile>>,
-    /// `--concurrency crew`: each worker's read-only view of its partition, for the others.
+    /// `--concurrency crew|crcw`: each worker's read-only view of its partition, for the others.
     readers: Arc<Vec<std::sync::OnceLock<tierkv_engine::CrewReader>>>,
+    /// `--concurrency crcw`: each worker's partition lock, for the others (none with a flash
+    /// tier: its state and I/O stay the owner's).
+    lockables: Arc<Vec<std::sync::OnceLock<Arc<Lockable<Partition>>>>>,
 }
 
 /// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
@@ -281,7 +285,9 @@ impl Proven {
 struct Core {
     id: usize,
     workers: usize,
-    partition: Partition,
+    /// This worker's partition; other workers may take it for one request between the
+    /// worker's releases (`crcw`).
+    partition: Owned<Partition>,
     state: State,
     limits: Limits,
     links: Links,
@@ -301,6 +307,8 @@ struct Core {
     /// The other workers' read-only views (`crew.rs`), and where a value read there is copied.
     readers: Arc<Vec<std::sync::OnceLock<tierkv_engine::CrewReader>>>,
     crew_value: Vec<u8>,
+    /// The other workers' partition locks (`crcw`).
+    lockables: Arc<Vec<std::sync::OnceLock<Arc<Lockable<Partition>>>>>,
 }
 
 struct Worker {

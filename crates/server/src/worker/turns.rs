@@ -54,6 +54,9 @@ pub(super) fn serve_connection(
         }
     }
     core.state.fd = connection.fd;
+    // The socket's system calls are made without the partition lock, so other workers can
+    // take it meanwhile (`crcw`).
+    core.partition.release();
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
     if !connection.input.is_empty() {
         connection.last_command = core.partition.now();
@@ -61,6 +64,7 @@ pub(super) fn serve_connection(
     let input_before = connection.input.len();
     // -Y: nothing is served before the client has authenticated.
     let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
+    core.partition.release();
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
         return Turn::Close;
