@@ -355,7 +355,6 @@ fn meta_get(
     state: &mut State,
     now: u32,
 ) {
-    let quiet = flags.quiet();
     let ask = engine::MetaGet {
         touch: flags.ttl(),
         vivify: flags.vivify_ttl(),
@@ -382,16 +381,57 @@ fn meta_get(
                 token_sent: item.token_sent,
                 previous: None,
             };
-            let (code, value) =
-                if flags.return_value() { (MetaCode::Va, Some(item.value)) } else { (MetaCode::Hd, None) };
+            meta_get_reply(out, key, flags, Some((info, item.value)));
+        }
+        None => meta_get_reply(out, key, flags, None),
+    }
+}
+
+/// mg's reply: the hit's figures and value, or EN (nothing with `q`).
+fn meta_get_reply(out: &mut Vec<u8>, key: &[u8], flags: &MetaFlags<'_>, hit: Option<(MetaReturn<'_>, &[u8])>) {
+    match hit {
+        Some((info, value)) => {
+            let (code, value) = if flags.return_value() { (MetaCode::Va, Some(value)) } else { (MetaCode::Hd, None) };
             reply::meta(out, code, flags, returned::GET_HIT, &info, value);
         }
-        None if !quiet => {
+        None if !flags.quiet() => {
             let info = MetaReturn { key: Some(key), ..MetaReturn::default() };
             reply::meta(out, MetaCode::En, flags, returned::GET_MISS, &info, None);
         }
         None => {}
     }
+}
+
+/// Whether a concurrent read (`worker/crew.rs`) can answer an mg with these flags from its
+/// validated copy: only the value, key, client flags, CAS, size, quiet and opaque are asked
+/// for. Any other flag (a touch, a TTL, the hit bit or access time, vivify, recache, a base64
+/// key) needs the owner's item.
+pub fn concurrent_meta_get_allowed(flags: &MetaFlags<'_>) -> bool {
+    flags.iter().all(|token| matches!(token.first(), Some(b'v' | b'k' | b'f' | b'c' | b's' | b'q' | b'O')))
+}
+
+/// mg's reply and counts from a concurrent read's copy: `hit` is (client flags, CAS, value).
+pub fn concurrent_meta_get(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    flags: &MetaFlags<'_>,
+    hit: Option<(u32, u64, &[u8])>,
+    state: &mut State,
+) {
+    debug_assert!(concurrent_meta_get_allowed(flags));
+    state.counters.read(false, hit.is_some());
+    state.observe_get(key, hit.map(|(_, _, value)| value.len()), false);
+    let hit = hit.map(|(client_flags, cas, value)| {
+        let info = MetaReturn {
+            key: Some(key),
+            size: Some(value.len()),
+            cas: Some(cas),
+            client_flags: Some(client_flags),
+            ..MetaReturn::default()
+        };
+        (info, value)
+    });
+    meta_get_reply(out, key, flags, hit);
 }
 
 /// The meta commands: mn, mg, ms, md, ma (memcached 1.6 replies; `q` drops the nominal reply).

@@ -286,3 +286,38 @@ fn increments_and_appends_from_every_worker_are_all_kept() {
     let locked: u64 = stats["locked_requests"].parse().unwrap();
     assert!(locked > 0, "no request ran under another worker's lock");
 }
+
+/// An mg asking only for what a copy holds is answered by a concurrent read, byte for byte as
+/// memcached answers it (hits, misses, quiet misses, opaque); its CAS is the item's.
+#[test]
+fn meta_gets_of_other_workers_keys_are_read_concurrently_and_answered_as_memcached_does() {
+    let server = server(&[]);
+    let memcached = common::memcached();
+    let script: String = (0..40)
+        .map(|k| {
+            format!(
+                "set m{k} {k} 0 {}\r\n{}\r\nmg m{k} v f s k Oab{k}\r\nmg m{k}\r\nmg x{k} v q\r\nmg x{k} v k\r\n",
+                k + 1,
+                "v".repeat(k + 1)
+            )
+        })
+        .chain(["mn\r\n".to_string()])
+        .collect();
+    let replies: Vec<String> = [server.1, memcached.1]
+        .iter()
+        .map(|&port| String::from_utf8_lossy(&common::exchange_to_sentinel(port, script.as_bytes())).into_owned())
+        .collect();
+    assert_eq!(replies[0], replies[1], "tierkv and memcached differ");
+    let (mut out, mut reader) = connect(server.1);
+    for k in 0..40 {
+        out.write_all(format!("gets m{k}\r\nmg m{k} c\r\n").as_bytes()).unwrap();
+        let mut lines = vec![String::new(); 4];
+        for line in &mut lines {
+            reader.read_line(line).unwrap();
+        }
+        let cas = lines[0].split_whitespace().nth(4).expect("a gets line with a CAS").to_string();
+        assert_eq!(lines[3], format!("HD c{cas}\r\n"), "m{k}");
+    }
+    let crew: u64 = stats_map(server.1, "tierkv")["crew_reads"].parse().unwrap();
+    assert!(crew >= 40, "only {crew} reads were concurrent");
+}

@@ -62,6 +62,12 @@ fn bad_flags_are_named() {
     named(&["--mode", "lru"], "--mode");
     named(&["--mode", "cache", "-M"], "-M/--disable-evictions");
     named(&["-D", "ab"], "-D/--prefix-delimiter");
+    named(&["--concurrency", "lock"], "--concurrency");
+    named(&["--idle-yields", "65"], "--idle-yields");
+    let settings = parse(&[]).unwrap().settings().unwrap();
+    assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Crcw, DEFAULT_IDLE_YIELDS));
+    let settings = parse(&["--concurrency", "erew", "--idle-yields", "0"]).unwrap().settings().unwrap();
+    assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Erew, 0));
     let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
     assert_eq!(
         admin,

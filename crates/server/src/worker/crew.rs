@@ -1,5 +1,6 @@
 //! Requests for keys another worker owns, done here. With `--concurrency crew` or `crcw`, a
-//! text `get`/`gets` key is read through the owner's `CrewReader` with no message and no lock
+//! text `get`/`gets` key, or an `mg` asking only for what a copy holds (value, key, flags, CAS,
+//! size, quiet, opaque), is read through the owner's `CrewReader` with no message and no lock
 //! (MICA's CREW). With `crcw`, any other request of one such key (a write, or a read the reader
 //! leaves to the owner) is executed here under the owner's partition lock when the lock is free
 //! (`sys::partition_lock`); otherwise it is forwarded as before.
@@ -94,8 +95,8 @@ impl Core {
         true
     }
 
-    /// A whole single-key text get of `owner`'s key answered here (VALUE and END); false if it
-    /// must be forwarded.
+    /// A whole single-key text get (VALUE and END), or an mg whose flags a copy can answer, of
+    /// `owner`'s key answered here; false if it must go to the owner.
     pub(super) fn crew_get(
         &mut self,
         connection: &mut Connection,
@@ -103,16 +104,49 @@ impl Core {
         request: &Request<'_>,
         hash: Option<KeyHash>,
     ) -> bool {
-        let (Command::Get { keys, return_cas, touch: None, base64: false }, ReplyStyle::Text { .. }, Some(hash)) =
-            (&request.command, &request.style, hash)
+        let (Command::Get { keys, return_cas, touch: None, base64: false }, Some(hash)) = (&request.command, hash)
         else {
             return false;
         };
         let Some(key) = keys.iter().next().filter(|_| keys.len() == 1) else { return false };
-        if !self.crew_get_key(connection, owner, key, hash, *return_cas) {
+        match &request.style {
+            ReplyStyle::Text { .. } => {
+                if !self.crew_get_key(connection, owner, key, hash, *return_cas) {
+                    return false;
+                }
+                reply::status(connection.local_out(&mut self.pool), reply::Status::End);
+                true
+            }
+            ReplyStyle::Meta(flags) if crate::execute::concurrent_meta_get_allowed(flags) => {
+                self.crew_meta_get(connection, owner, key, hash, flags)
+            }
+            _ => false,
+        }
+    }
+
+    /// An mg of `owner`'s key answered here from a validated copy (`concurrent_meta_get`);
+    /// false if it must go to the owner.
+    fn crew_meta_get(
+        &mut self,
+        connection: &mut Connection,
+        owner: usize,
+        key: &[u8],
+        hash: KeyHash,
+        flags: &tierkv_protocol::meta::MetaFlags<'_>,
+    ) -> bool {
+        if !connection.order.is_empty() {
             return false;
         }
-        reply::status(connection.local_out(&mut self.pool), reply::Status::End);
+        let Some(reader) = self.readers.get(owner).and_then(std::sync::OnceLock::get) else { return false };
+        let now = tierkv_engine::Engine::now(&*self.partition);
+        let hit = match reader.get(key, hash, now, &mut self.crew_value) {
+            CrewGet::Owner => return false,
+            CrewGet::Hit { flags, cas } => Some((flags, cas, &self.crew_value[..])),
+            CrewGet::Miss => None,
+        };
+        let out = connection.local_out(&mut self.pool);
+        crate::execute::concurrent_meta_get(out, key, flags, hit, &mut self.state);
+        self.state.counters.crew_reads += 1;
         true
     }
 }
