@@ -13,6 +13,31 @@ use super::*;
 use tierkv_engine::CrewGet;
 
 impl Core {
+    /// Reads `owner`'s key through its `CrewReader` into `crew_value`, counted as a concurrent
+    /// read: Some(hit's client flags and CAS, or None for a miss), or None if the read must go
+    /// to the owner (something of this connection waits elsewhere, no reader, or the reader
+    /// leaves it to the owner).
+    fn crew_read(
+        &mut self,
+        connection: &Connection,
+        owner: usize,
+        key: &[u8],
+        hash: KeyHash,
+    ) -> Option<Option<(u32, u64)>> {
+        if !connection.order.is_empty() {
+            return None;
+        }
+        let reader = self.readers.get(owner).and_then(std::sync::OnceLock::get)?;
+        let now = tierkv_engine::Engine::now(&*self.partition);
+        let found = match reader.get(key, hash, now, &mut self.crew_value) {
+            CrewGet::Owner => return None,
+            CrewGet::Hit { flags, cas } => Some((flags, cas)),
+            CrewGet::Miss => None,
+        };
+        self.state.counters.crew_reads += 1;
+        Some(found)
+    }
+
     /// Answers one text get key owned by `owner` here: its VALUE block (or nothing on a miss),
     /// counted as a local get is. False if this read must go to the owner.
     pub(super) fn crew_get_key(
@@ -23,25 +48,13 @@ impl Core {
         hash: KeyHash,
         return_cas: bool,
     ) -> bool {
-        if !connection.order.is_empty() {
-            return false;
+        let Some(found) = self.crew_read(connection, owner, key, hash) else { return false };
+        self.state.counters.read(false, found.is_some());
+        self.state.observe_get(key, found.map(|_| self.crew_value.len()), true);
+        if let Some((flags, cas)) = found {
+            let out = connection.local_out(&mut self.pool);
+            reply::value(out, key, flags, &self.crew_value, return_cas.then_some(cas));
         }
-        let Some(reader) = self.readers.get(owner).and_then(std::sync::OnceLock::get) else { return false };
-        let now = tierkv_engine::Engine::now(&*self.partition);
-        match reader.get(key, hash, now, &mut self.crew_value) {
-            CrewGet::Owner => return false,
-            CrewGet::Hit { flags, cas } => {
-                self.state.counters.read(false, true);
-                self.state.observe_get(key, Some(self.crew_value.len()), true);
-                let out = connection.local_out(&mut self.pool);
-                reply::value(out, key, flags, &self.crew_value, return_cas.then_some(cas));
-            }
-            CrewGet::Miss => {
-                self.state.counters.read(false, false);
-                self.state.observe_get(key, None, true);
-            }
-        }
-        self.state.counters.crew_reads += 1;
         true
     }
 
@@ -54,12 +67,7 @@ impl Core {
         owner: usize,
         request: &Request<'_>,
     ) -> Option<After> {
-        if !connection.order.is_empty() {
-            return None;
-        }
-        let mut partition = self.lockables.get(owner).and_then(std::sync::OnceLock::get)?.try_lock()?;
-        // As on the owner: fetched bits handed over by concurrent reads are set first.
-        partition.apply_crew_notices();
+        let mut partition = owner_lock(&self.lockables, connection, owner)?;
         let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
         let out = connection.local_out(&mut self.pool);
         let after = execute(&mut partition, request, out, &mut self.state, &mut progress);
@@ -79,15 +87,7 @@ impl Core {
         return_cas: bool,
         touch: Option<i64>,
     ) -> bool {
-        if !connection.order.is_empty() {
-            return false;
-        }
-        let Some(mut partition) =
-            self.lockables.get(owner).and_then(std::sync::OnceLock::get).and_then(|l| l.try_lock())
-        else {
-            return false;
-        };
-        partition.apply_crew_notices();
+        let Some(mut partition) = owner_lock(&self.lockables, connection, owner) else { return false };
         let out = connection.local_out(&mut self.pool);
         get_value(&mut partition, key, return_cas, touch, out, &mut self.state);
         drop(partition);
@@ -118,35 +118,29 @@ impl Core {
                 true
             }
             ReplyStyle::Meta(flags) if crate::execute::concurrent_meta_get_allowed(flags) => {
-                self.crew_meta_get(connection, owner, key, hash, flags)
+                let Some(found) = self.crew_read(connection, owner, key, hash) else { return false };
+                let hit = found.map(|(client_flags, cas)| (client_flags, cas, &self.crew_value[..]));
+                let out = connection.local_out(&mut self.pool);
+                crate::execute::concurrent_meta_get(out, key, flags, hit, &mut self.state);
+                true
             }
             _ => false,
         }
     }
+}
 
-    /// An mg of `owner`'s key answered here from a validated copy (`concurrent_meta_get`);
-    /// false if it must go to the owner.
-    fn crew_meta_get(
-        &mut self,
-        connection: &mut Connection,
-        owner: usize,
-        key: &[u8],
-        hash: KeyHash,
-        flags: &tierkv_protocol::meta::MetaFlags<'_>,
-    ) -> bool {
-        if !connection.order.is_empty() {
-            return false;
-        }
-        let Some(reader) = self.readers.get(owner).and_then(std::sync::OnceLock::get) else { return false };
-        let now = tierkv_engine::Engine::now(&*self.partition);
-        let hit = match reader.get(key, hash, now, &mut self.crew_value) {
-            CrewGet::Owner => return false,
-            CrewGet::Hit { flags, cas } => Some((flags, cas, &self.crew_value[..])),
-            CrewGet::Miss => None,
-        };
-        let out = connection.local_out(&mut self.pool);
-        crate::execute::concurrent_meta_get(out, key, flags, hit, &mut self.state);
-        self.state.counters.crew_reads += 1;
-        true
+/// `owner`'s partition for one request (`crcw`), its fetched-bit notices applied first as the
+/// owner applies them; None if the lock is taken or not offered, or if something of this
+/// connection waits at another worker (a request must not pass an earlier one).
+fn owner_lock<'a>(
+    lockables: &'a [std::sync::OnceLock<Arc<Lockable<Partition>>>],
+    connection: &Connection,
+    owner: usize,
+) -> Option<crate::sys::partition_lock::Guard<'a, Partition>> {
+    if !connection.order.is_empty() {
+        return None;
     }
+    let mut partition = lockables.get(owner).and_then(std::sync::OnceLock::get)?.try_lock()?;
+    partition.apply_crew_notices();
+    Some(partition)
 }
