@@ -18,7 +18,8 @@
 //!
 //! What needs the owner is left to it (`CrewGet::Owner`): an item stale or with a token out
 //! (meta state), expired (the owner drops it), old enough to be copied forward, a miss when a
-//! flash tier may hold the key, a full notice queue, and a reader that keeps losing the race.
+//! flash tier may hold the key, a full notice queue, an item larger than `MAX_CREW_COPY`, and
+//! a reader that keeps losing the race.
 //! A reply is built only from a validated copy, never from the log.
 //!
 //! This module must not write partition memory.
@@ -185,6 +186,11 @@ pub enum CrewGet {
 const TRIES: usize = 4;
 /// Bytes copied to decode a header (the longest is 22).
 const HEADER_COPY: usize = 24;
+/// The largest item a reader copies (header, key and value). A larger one is left to the owner
+/// (or, with `--concurrency crcw`, read under the owner's lock): its word-by-word atomic copy,
+/// made before the reply's own copy, would cost more than the owner's one plain copy saves, and
+/// a worker busy copying large values for one client would hold up its others.
+pub const MAX_CREW_COPY: usize = 16 << 10;
 
 /// A partition's read-only view for other threads (clone one per thread).
 #[derive(Clone)]
@@ -254,6 +260,9 @@ impl CrewReader {
         if total > self.max_item_bytes + HEADER_COPY || at + total > self.ring.len() {
             // Torn bytes (the item was overwritten as we read): validation will fail.
             return self.validated(position, in_place).then_some(CrewGet::Owner);
+        }
+        if total > MAX_CREW_COPY {
+            return Some(CrewGet::Owner);
         }
         value.clear();
         value.resize(total, 0);

@@ -199,3 +199,28 @@ fn a_reader_outlives_its_partition() {
     drop(p);
     assert!(matches!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Hit { .. }));
 }
+
+/// A large item is left to the owner, whose one plain copy is cheaper than a reader's atomic
+/// copy followed by the reply's; an item just under the limit is still read.
+#[test]
+fn a_large_item_is_left_to_the_owner() {
+    let config = PartitionConfig {
+        memory_bytes: 4 << 20,
+        max_memory_bytes: None,
+        index_buckets: Some(1 << 8),
+        max_item_bytes: 64 << 10,
+        expected_item_bytes: 32,
+    };
+    let mut p = Partition::new(&config).expect("config is valid");
+    p.set_clock(NOW);
+    let r = p.crew_reader();
+    let mut buf = Vec::new();
+    let small = vec![b's'; crew::MAX_CREW_COPY - 64];
+    let large = vec![b'l'; crew::MAX_CREW_COPY];
+    p.set(b"small", &small, 0, 0).unwrap();
+    p.set(b"large", &large, 0, 0).unwrap();
+    assert!(matches!(r.get(b"small", KeyHash::of(b"small"), NOW, &mut buf), CrewGet::Hit { .. }));
+    assert_eq!(buf, small);
+    assert_eq!(r.get(b"large", KeyHash::of(b"large"), NOW, &mut buf), CrewGet::Owner);
+    assert_eq!(p.get(b"large").unwrap().unwrap().value, large);
+}
