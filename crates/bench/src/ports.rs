@@ -4,9 +4,12 @@
 //! outgoing connection on the machine: the kernel gives those local ports from the same
 //! ephemeral range, so a load generator's connection can take the port before the child binds
 //! it. Ports here come from below the ephemeral range, where no outgoing connection lands, in a
-//! per-process sequence from a random start, and are checked free by binding them once.
+//! per-process sequence from a random start, and are checked free by binding them once,
+//! without `SO_REUSEADDR`: such a bind fails while any socket holds the port, one bound and not
+//! yet listening (another process's server starting up) or one closing, where a bind with the
+//! option (the standard library's) succeeds and the server started on the port would not.
 
-use std::net::TcpListener;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The lowest port handed out; below it sit well-known and registered services.
@@ -44,16 +47,36 @@ pub fn free_ports(count: u16) -> Result<u16, String> {
             continue;
         }
         let base = (LOWEST + first) as u16;
-        if (0..count as u16).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        if (0..count as u16).all(|i| unused(base + i)) {
             return Ok(base);
         }
     }
     Err(format!("no {count} consecutive free loopback ports between {LOWEST} and {}", LOWEST + span))
 }
 
+/// True if a plain bind (no `SO_REUSEADDR`) of the loopback port succeeds.
+fn unused(port: u16) -> bool {
+    let Ok(socket) = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None) else { return false };
+    socket.bind(&SocketAddr::from(([127, 0, 0, 1], port)).into()).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_port_another_socket_holds_without_listening_is_not_free() {
+        let port = free_port().unwrap();
+        let holder = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        holder.set_reuse_address(true).unwrap();
+        holder.bind(&SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+        assert!(!unused(port));
+        // The standard library's bind sets SO_REUSEADDR and would have called the port free.
+        assert!(TcpListener::bind(("127.0.0.1", port)).is_ok());
+        drop(holder);
+        assert!(unused(port));
+    }
 
     #[test]
     fn ports_are_below_the_ephemeral_range_distinct_and_bindable() {

@@ -8,11 +8,17 @@ pub const MAX_PENDING_OUTPUT_BYTES: usize = 256 << 10;
 
 // ----- Connections and the worker loop -----
 
-/// A UDP reply may be this many times the size of its request (frame headers included) until
-/// the sender has proven it receives at its address (see `Proven`).
-pub const UDP_AMPLIFICATION: usize = 10;
+/// The replies to a UDP datagram may total this many times its size on the wire (frame
+/// headers included) unless `--udp-amplification` says otherwise: a forged source address
+/// gets at most this much.
+pub const DEFAULT_UDP_AMPLIFICATION: usize = 10;
+/// The largest `--udp-amplification`.
+pub const MAX_UDP_AMPLIFICATION: usize = 100_000;
 
-/// The largest UDP reply even to a proven sender.
+/// Failed authentication attempts before a connection is closed (`--auth-max-failures`).
+pub const DEFAULT_AUTH_MAX_FAILURES: u32 = 3;
+
+/// The largest UDP reply whatever the amplification allows.
 pub const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
 
 /// Bytes read per read call.

@@ -5,9 +5,9 @@
 //! the single-key get lines of a split multi-get; the server only reads the administrative
 //! lines the decoder hands over whole) nor reach into the engine's storage layout (that is
 //! `tierkv-engine`, behind its `Engine` trait). One worker thread per partition; TCP requests
-//! and replies take no lock: workers share bounded forwarding queues, a few counters and flags
-//! read once a loop turn, and one mutex (`Proven`, for UDP's amplification bound) taken on
-//! accept and close, and for a UDP reply larger than the bound allows an unproven sender.
+//! and replies take no lock: workers share bounded forwarding queues and a few counters and
+//! flags read once a loop turn; a worker takes another's partition lock only by trying it
+//! (`--concurrency crcw`).
 
 mod admin;
 mod after;
@@ -25,6 +25,7 @@ mod flash_stats;
 mod forward;
 mod limits;
 mod metrics;
+mod metrics_http;
 mod net;
 mod outcome;
 mod stats;

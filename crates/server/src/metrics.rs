@@ -1,23 +1,19 @@
 //! Prometheus metrics (`--metrics-port`): every worker publishes its `stats` figures and its
-//! request latency histograms once a second into a shared slot; a thread of its own serves
-//! `GET /metrics` in Prometheus's text format (version 0.0.4) from those slots. Latency is
+//! request latency histograms once a second into a shared slot; a thread of its own
+//! (`metrics_http`) serves `GET /metrics` in Prometheus's text format (version 0.0.4) from those slots. Latency is
 //! measured per connection turn (two clock reads a turn, none per request) and shared out over
 //! the turn's requests.
 //!
 //! It must not touch partitions or connections: it only reads what workers published.
 
 use crate::stats::{Counters, Snapshot};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// Upper bounds of the latency buckets, in seconds (+Inf is implied).
 pub const BUCKETS: [f64; 12] = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 1e-1];
 /// The command classes latency is kept for.
 pub const CLASSES: [&str; 2] = ["get", "set"];
-/// Longest request head the metrics server reads.
-const MAX_REQUEST_BYTES: usize = 8192;
 
 /// One command class's latency histogram (cumulative counts are made when rendering).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -197,41 +193,7 @@ fn tls_lines(text: &mut String, tls: &crate::net::tls::TlsContext, head: &mut He
 /// Serves `/metrics` on `address` from a thread of its own (the listener is bound before this
 /// returns, so a bad address stops start-up).
 pub fn serve(address: SocketAddr, published: Arc<Published>) -> std::io::Result<()> {
-    let listener = TcpListener::bind(address)?;
-    std::thread::Builder::new().name("tierkv-metrics".into()).spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let _ = answer(stream, &published);
-        }
-    })?;
-    Ok(())
-}
-
-/// One HTTP exchange: `GET /metrics` gets the page, anything else 404; then the connection
-/// closes.
-fn answer(mut stream: TcpStream, published: &Published) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut request = Vec::new();
-    let mut buffer = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < MAX_REQUEST_BYTES {
-        let n = stream.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        request.extend_from_slice(&buffer[..n]);
-    }
-    let line = request.split(|&b| b == b'\n').next().unwrap_or_default();
-    let (status, body) = if line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?") {
-        ("200 OK", render(published))
-    } else {
-        ("404 Not Found", "only /metrics is served here\n".to_string())
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
+    crate::metrics_http::serve(address, move || render(&published))
 }
 
 #[cfg(test)]

@@ -148,3 +148,44 @@ fn every_way_in_asks_for_authentication() {
     }
     std::fs::remove_file(&file).unwrap();
 }
+
+/// Password guessing: each failure is logged with the client's address (at most a line a second),
+/// and the connection is closed after `--auth-max-failures` (3 by default) failures; with 0 it
+/// stays open, as memcached keeps it.
+#[test]
+fn a_connection_that_keeps_failing_is_closed_and_the_failures_are_logged() {
+    let file = auth_file("guessing");
+    let server = tierkv_auth(&file);
+    let guess = |n: usize| format!("set a 0 0 12\r\nalice wrong{n}\r\n").into_bytes();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let guesses: Vec<u8> = (0..10).flat_map(guess).collect();
+    stream.write_all(&guesses).unwrap();
+    let mut replies = String::new();
+    stream.read_to_string(&mut replies).expect("the server closes the connection");
+    assert_eq!(replies, "CLIENT_ERROR authentication failure\r\n".repeat(3));
+    std::thread::sleep(Duration::from_millis(100));
+    let log = server.stderr();
+    assert!(
+        log.contains("ASCII authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"),
+        "{log}"
+    );
+    assert_eq!(log.matches("authentication failed").count(), 1, "one line a second: {log}");
+    // The next line says how many went unlogged.
+    std::thread::sleep(Duration::from_millis(1100));
+    let again = conversation(server.1, &[&guess(0)]);
+    assert_eq!(again, vec!["CLIENT_ERROR authentication failure\r\n"]);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(server.stderr().contains("(1 on this connection) (2 more not logged)"), "{}", server.stderr());
+
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "64", "--auth-max-failures", "0", "-Y"]).arg(&file);
+    let patient = start(command, port);
+    let steps: Vec<Vec<u8>> = (0..10).map(guess).chain([b"set a 0 0 12\r\nalice secret\r\n".to_vec()]).collect();
+    let steps: Vec<&[u8]> = steps.iter().map(Vec::as_slice).collect();
+    let replies = conversation(patient.1, &steps);
+    assert_eq!(replies[9], "CLIENT_ERROR authentication failure\r\n");
+    assert_eq!(replies[10], "STORED\r\n");
+    std::fs::remove_file(&file).unwrap();
+}

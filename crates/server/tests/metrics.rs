@@ -140,3 +140,25 @@ fn metrics_flags_are_checked() {
         assert!(!output.status.success() && stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// Connections that open the metrics port and send nothing (or half a request) neither hold up
+/// a scrape nor stay open for long.
+#[test]
+fn idle_metrics_connections_do_not_hold_up_a_scrape() {
+    let (_server, metrics) = tierkv_with_metrics();
+    let mut idle: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(("127.0.0.1", metrics)).unwrap()).collect();
+    idle[0].write_all(b"GET /metr").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let (head, body) = http_get(metrics, "/metrics");
+    let took = started.elapsed();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(body.contains("tierkv_cmd_get_total"));
+    assert!(took < Duration::from_secs(1), "a scrape behind 10 idle connections took {took:?}");
+    // The idle ones are closed after the request timeout (2 s).
+    let mut byte = [0u8; 1];
+    for stream in &mut idle {
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(stream.read(&mut byte).unwrap_or(0), 0, "closed without a reply");
+    }
+}

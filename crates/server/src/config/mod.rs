@@ -12,7 +12,9 @@ pub use flash::FlashSettings;
 #[cfg(test)]
 mod tests;
 
-use crate::limits::{DEFAULT_IDLE_YIELDS, MAX_IDLE_YIELDS, MAX_THREADS};
+use crate::limits::{
+    DEFAULT_IDLE_YIELDS, DEFAULT_UDP_AMPLIFICATION, MAX_IDLE_YIELDS, MAX_THREADS, MAX_UDP_AMPLIFICATION,
+};
 use clap::Parser;
 use std::fmt;
 use std::path::PathBuf;
@@ -101,6 +103,11 @@ pub struct Config {
     /// UDP port (memcached's UDP protocol); 0 turns UDP off [default: 0].
     #[arg(short = 'U', long = "udp-port", help_heading = "UDP")]
     pub udp_port: Option<u16>,
+    /// The replies to a UDP datagram total at most this many times its size (a larger reply is
+    /// refused with SERVER_ERROR), whatever the sender: a source address can be forged. Raise
+    /// it only where it cannot [default: 10, at most 100000].
+    #[arg(long = "udp-amplification", value_name = "FACTOR", help_heading = "UDP")]
+    pub udp_amplification: Option<usize>,
     /// Write the process id to this file (removed again on a clean stop).
     #[arg(short = 'P', long = "pidfile")]
     pub pidfile: Option<PathBuf>,
@@ -139,6 +146,10 @@ pub struct Config {
     /// memcached built with sasl-pwdb reads it).
     #[arg(short = 'S', long = "enable-sasl", help_heading = "Connections")]
     pub enable_sasl: bool,
+    /// With -Y or -S: a connection is closed after this many failed authentication attempts
+    /// (memcached never closes one: 0) [default: 3].
+    #[arg(long = "auth-max-failures", value_name = "N", help_heading = "Connections")]
+    pub auth_max_failures: Option<u32>,
     /// The `user:password` file for -S [default: $MEMCACHED_SASL_PWDB].
     #[arg(long = "sasl-pwdb", value_name = "FILE", help_heading = "Connections")]
     pub sasl_pwdb: Option<PathBuf>,
@@ -380,6 +391,8 @@ pub struct Settings {
     pub idle_yields: usize,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
+    /// `--udp-amplification`: the replies to a datagram total at most this many times its size.
+    pub udp_amplification: usize,
     /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
     pub unix_socket: Option<(PathBuf, u32)>,
     /// `-b`: the listen backlog.
@@ -388,6 +401,8 @@ pub struct Settings {
     pub auth_file: Option<PathBuf>,
     /// `-S`: binary SASL authentication (the users are in `auth_file`).
     pub sasl: bool,
+    /// `--auth-max-failures`: failed attempts before the connection is closed (0: never).
+    pub auth_max_failures: u32,
     /// `--metrics-port`: where Prometheus scrapes /metrics.
     pub metrics: Option<std::net::SocketAddr>,
     /// `-Z`: every connection is TLS.
@@ -506,6 +521,7 @@ impl Config {
             metrics,
             auth_file,
             sasl: self.enable_sasl,
+            auth_max_failures: self.auth_max_failures.unwrap_or(crate::limits::DEFAULT_AUTH_MAX_FAILURES),
             unix_socket,
             tls,
             address,
@@ -527,6 +543,14 @@ impl Config {
                 }
             },
             udp_port: self.udp_port.filter(|&port| port != 0),
+            udp_amplification: match self.udp_amplification {
+                None => DEFAULT_UDP_AMPLIFICATION,
+                Some(factor) if (1..=MAX_UDP_AMPLIFICATION).contains(&factor) => factor,
+                Some(_) => {
+                    let message = format!("must be from 1 to {MAX_UDP_AMPLIFICATION}");
+                    return Err(ConfigError::flag("--udp-amplification", message));
+                }
+            },
             mode: self.mode()?,
             memory_bytes,
             memory_max_bytes,

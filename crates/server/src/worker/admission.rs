@@ -94,9 +94,6 @@ impl Worker {
                 continue;
             }
             self.next_generation += 1;
-            if let Some(ip) = stream.peer_ip() {
-                self.shared.proven.enter(ip);
-            }
             let mut connection = Connection::new(Some(stream), None, self.next_generation);
             connection.authenticated = self.shared.auth.is_none();
             connection.last_command = self.core.partition.now();

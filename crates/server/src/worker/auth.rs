@@ -1,10 +1,54 @@
 //! memcached's authentication on a connection, ASCII (`-Y`) or binary SASL (`-S`): before the
 //! client has authenticated, its input goes here instead of to the request decoder. Each attempt is
 //! answered and counted (`auth_cmds`, `auth_errors`); once one succeeds, the rest of the input
-//! is served as usual.
+//! is served as usual. A failure is logged with the client's address (at most a line a second
+//! per worker), and after `--auth-max-failures` of them the connection is closed: guessing
+//! passwords costs a new connection every few guesses, and it shows.
+
+use std::time::{Duration, Instant};
 
 use super::{Connection, Core};
 use tierkv_protocol::auth::{self, AsciiAuth};
+
+/// Failed attempts, logged at most once a second; the line says how many went unlogged.
+#[derive(Default)]
+pub(super) struct AuthLog {
+    next: Option<Instant>,
+    unlogged: u64,
+}
+
+impl AuthLog {
+    /// Logs `what` now, or counts it if a line went out less than a second ago.
+    fn note(&mut self, now: Instant, what: impl FnOnce() -> String) {
+        if self.next.is_some_and(|next| now < next) {
+            self.unlogged += 1;
+            return;
+        }
+        let unlogged = std::mem::take(&mut self.unlogged);
+        let more = if unlogged > 0 { format!(" ({unlogged} more not logged)") } else { String::new() };
+        eprintln!("tierkv: {}{more}", what());
+        self.next = Some(now + Duration::from_secs(1));
+    }
+}
+
+/// A failed attempt (`kind` says how; `user` as given): logged, and the connection closed once
+/// it has failed `--auth-max-failures` times.
+fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8]) {
+    connection.auth_failures += 1;
+    let max = core.state.settings.auth_max_failures;
+    let close = max > 0 && connection.auth_failures >= max;
+    let peer = connection.stream.as_ref().and_then(crate::net::Stream::peer_ip);
+    let failures = connection.auth_failures;
+    if let Ok(mut log) = core.auth_log.lock() {
+        log.note(Instant::now(), || {
+            let peer = peer.map_or_else(|| "a local socket".to_string(), |ip| ip.to_string());
+            let user = String::from_utf8_lossy(&user[..user.len().min(64)]).into_owned();
+            let then = if close { ", closing the connection" } else { "" };
+            format!("{kind} authentication failed for user {user:?} from {peer} ({failures} on this connection{then})")
+        });
+    }
+    connection.closing |= close;
+}
 
 /// Takes authentication attempts from the front of the input; true once the connection has
 /// authenticated (what follows is then served), false while it has not.
@@ -38,8 +82,13 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
                 } else {
                     core.state.counters.auth_errors += 1;
                     out.extend_from_slice(auth::FAILED);
+                    let user = user.to_vec();
+                    failed(connection, core, "ASCII", &user);
                 }
                 at += consumed;
+                if connection.closing {
+                    at = input.len();
+                }
             }
         }
     }
@@ -82,6 +131,11 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
             Command::Sasl { opcode, key, value } => {
                 let outcome = crate::auth::sasl(table, opcode, key, value, &info, out);
                 core.state.counters.sasl(outcome);
+                if outcome == crate::auth::SaslOutcome::Refused {
+                    // PLAIN's message is [authzid] NUL authcid NUL password.
+                    let user = value.split(|&b| b == 0).nth(1).unwrap_or_default().to_vec();
+                    failed(connection, core, "SASL", &user);
+                }
                 (outcome == crate::auth::SaslOutcome::Authenticated, false)
             }
             Command::Version => {

@@ -127,8 +127,9 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         memory_limit,
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         watchers: Arc::default(),
-        proven: Proven::default(),
+        udp_amplification: settings.udp_amplification,
         auth,
+        auth_log: Arc::default(),
         tls,
         metrics,
     })
@@ -378,6 +379,7 @@ impl Worker {
                 readers: Arc::clone(&shared.readers),
                 crew_value: Vec::new(),
                 lockables: Arc::clone(&shared.lockables),
+                auth_log: Arc::clone(&shared.auth_log),
             },
             connections: Vec::new(),
             free: Vec::new(),

@@ -73,9 +73,6 @@ impl Worker {
             }
             if let Some(stream) = connection.stream.as_mut() {
                 let _ = poll.registry().deregister(stream);
-                if let Some(ip) = stream.peer_ip() {
-                    self.shared.proven.leave(ip);
-                }
                 self.core.state.curr_connections -= 1;
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
             }

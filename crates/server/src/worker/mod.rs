@@ -114,6 +114,8 @@ struct Connection {
     hangup: bool,
     /// `-Y`: false until the client has authenticated (true without `-Y`).
     authenticated: bool,
+    /// `-Y`/`-S`: attempts that failed on this connection.
+    auth_failures: u32,
     closing: bool,
     /// Replies it may have waiting before its requests stop (set each turn: smaller under
     /// memory pressure).
@@ -137,7 +139,7 @@ struct UdpReply {
     request_id: u16,
     /// The socket it came in on (0: the shared UDP port, 1: this worker's direct port).
     socket: usize,
-    /// Reply bytes on the wire allowed before the sender has proven it receives there.
+    /// Reply bytes on the wire allowed (`--udp-amplification` times the datagram's size).
     limit: usize,
     /// The first binary request's header (a too-large reply is refused in its protocol).
     binary: Option<BinaryRequestInfo>,
@@ -150,6 +152,7 @@ impl Connection {
         let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         Connection {
             authenticated: true,
+            auth_failures: 0,
             stream,
             udp,
             marks: Vec::new(),
@@ -236,11 +239,14 @@ struct Shared {
     memory_limit: Arc<AtomicUsize>,
     detail: Arc<crate::detail::Detail>,
     watchers: Arc<crate::watch::Watchers>,
-    proven: Proven,
+    /// `--udp-amplification`: UDP replies to a datagram total at most this many times its size.
+    udp_amplification: usize,
     /// `-Z`: the certificates every worker accepts with.
     tls: Option<Arc<crate::net::tls::TlsContext>>,
     /// `-Y`: the users allowed in.
     auth: Option<Arc<crate::auth::AuthTable>>,
+    /// Failed authentication attempts, logged at most once a second by all workers together.
+    auth_log: Arc<std::sync::Mutex<auth::AuthLog>>,
     /// `--metrics-port`: where workers publish their figures.
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.
@@ -250,35 +256,6 @@ struct Shared {
     /// `--concurrency crcw`: each worker's partition lock, for the others (none with a flash
     /// tier: its state and I/O stay the owner's).
     lockables: Arc<Vec<std::sync::OnceLock<Arc<Lockable<Partition>>>>>,
-}
-
-/// Addresses with a TCP connection open to this server now. A TCP handshake proves that the
-/// address receives what is sent to it, so UDP replies to it need no amplification bound
-/// (memcached's 2018 reflection attacks sent large replies to forged source addresses).
-#[derive(Default)]
-struct Proven(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
-
-impl Proven {
-    fn enter(&self, address: std::net::IpAddr) {
-        if let Ok(mut map) = self.0.lock() {
-            *map.entry(address).or_insert(0) += 1;
-        }
-    }
-
-    fn leave(&self, address: std::net::IpAddr) {
-        if let Ok(mut map) = self.0.lock() {
-            if let Some(count) = map.get_mut(&address) {
-                *count -= 1;
-                if *count == 0 {
-                    map.remove(&address);
-                }
-            }
-        }
-    }
-
-    fn contains(&self, address: std::net::IpAddr) -> bool {
-        self.0.lock().map(|map| map.contains_key(&address)).unwrap_or(false)
-    }
 }
 
 /// The worker's part that executes requests: everything but the connections.
@@ -309,6 +286,8 @@ struct Core {
     crew_value: Vec<u8>,
     /// The other workers' partition locks (`crcw`).
     lockables: Arc<Vec<std::sync::OnceLock<Arc<Lockable<Partition>>>>>,
+    /// `Shared::auth_log`.
+    auth_log: Arc<std::sync::Mutex<auth::AuthLog>>,
 }
 
 struct Worker {

@@ -1,6 +1,6 @@
 //! UDP sessions: a batch of datagrams becomes requests on short-lived reply connections; a
 //! finished reply is framed and queued within memcached's UDP limits and the amplification
-//! bound (`Proven`), then sent in batches.
+//! bound (`--udp-amplification` times the datagram, whoever the sender), then sent in batches.
 //!
 //! It must not keep state between datagrams beyond the reply queues.
 
@@ -37,7 +37,7 @@ impl Worker {
             peer,
             request_id: header.request_id,
             socket,
-            limit: UDP_AMPLIFICATION * datagram.len(),
+            limit: self.shared.udp_amplification.saturating_mul(datagram.len()),
             binary: None,
             oversized: false,
         };
@@ -121,7 +121,7 @@ impl Worker {
                 .map(|(start, &end)| &connection.output[start..end])
         };
         let wire: usize = messages().map(|message| tierkv_protocol::udp::framed_bytes(message.len())).sum();
-        let within = wire <= target.limit || self.shared.proven.contains(target.peer.ip());
+        let within = wire <= target.limit;
         let sender = &mut self.senders[target.socket];
         if target.oversized || !within || connection.output.len() > MAX_UDP_REPLY_BYTES {
             // memcached's 2018 lesson: no large reply to an address that may be forged.
