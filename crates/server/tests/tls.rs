@@ -138,8 +138,13 @@ fn client_certificates_follow_memcached_s_verify_modes() {
     let dir = certificates("verify");
     let ca = format!("ssl_ca_cert={}", dir.join("ca.pem").display());
     for (mode, checks) in [("2", "require"), ("3", "require"), ("1", "request")] {
-        let server = tls_server(&dir, &["-o", &format!("{ca},ssl_verify_mode={mode}")]);
+        let server = tls_server(&dir, &["-v", "-o", &format!("{ca},ssl_verify_mode={mode}")]);
         client_checks(server.1, &dir, checks);
+        // At -v a refused client is logged with its address and rustls's reason.
+        let log = server.stderr();
+        let refused =
+            log.lines().find(|l| l.starts_with("tierkv: TLS connection from 127.0.0.1 refused in the handshake: "));
+        assert!(refused.is_some(), "{log}");
     }
     // A CA alone does not ask for client certificates.
     let server = tls_server(&dir, &["-o", &ca]);

@@ -42,11 +42,17 @@ pub struct TlsContext {
     pub handshake_errors: AtomicU64,
     pub proto_errors: AtomicU64,
     pub new_sessions: AtomicU64,
+    /// `-v` (changed at run time by `verbosity`): at 1 and above a refused handshake is logged.
+    verbosity: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl TlsContext {
     /// Loads the certificates; the error says which file failed and why (memcached's words).
-    pub fn new(settings: TlsSettings, now: u64) -> Result<TlsContext, String> {
+    pub fn new(
+        settings: TlsSettings,
+        now: u64,
+        verbosity: Arc<std::sync::atomic::AtomicU32>,
+    ) -> Result<TlsContext, String> {
         let config = load(&settings)?;
         Ok(TlsContext {
             settings,
@@ -56,6 +62,7 @@ impl TlsContext {
             handshake_errors: AtomicU64::new(0),
             proto_errors: AtomicU64::new(0),
             new_sessions: AtomicU64::new(0),
+            verbosity,
         })
     }
 
@@ -167,6 +174,11 @@ impl TlsStream {
         if let Err(error) = self.conn.process_new_packets() {
             let counter = if self.established { &self.context.proto_errors } else { &self.context.handshake_errors };
             counter.fetch_add(1, Ordering::Relaxed);
+            if self.context.verbosity.load(Ordering::Relaxed) > 0 {
+                let peer = self.sock.peer_ip().map_or_else(|| "a local socket".to_string(), |ip| ip.to_string());
+                let when = if self.established { "after the handshake" } else { "in the handshake" };
+                eprintln!("tierkv: TLS connection from {peer} refused {when}: {error}");
+            }
             let _ = self.send_pending();
             return Err(io::Error::new(io::ErrorKind::InvalidData, error));
         }

@@ -97,8 +97,12 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
 /// (certificates, users, the metrics server), each failing start-up with its flag named.
 fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     let memory_limit = Arc::new(AtomicUsize::new(settings.memory_bytes));
+    let verbosity = State::new(settings, 0).verbosity;
     let tls = match &settings.tls {
-        Some(tls) => Some(Arc::new(TlsContext::new(tls.clone(), unix_now().into()).map_err(ServeError::Tls)?)),
+        Some(tls) => {
+            let context = TlsContext::new(tls.clone(), unix_now().into(), Arc::clone(&verbosity));
+            Some(Arc::new(context.map_err(ServeError::Tls)?))
+        }
         None => None,
     };
     let auth = match &settings.auth_file {
@@ -123,7 +127,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         readers: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         lockables: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         open_connections: AtomicUsize::new(0),
-        verbosity: State::new(settings, 0).verbosity,
+        verbosity,
         memory_limit,
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
         watchers: Arc::default(),
