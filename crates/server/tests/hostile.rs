@@ -132,3 +132,48 @@ fn idle_connections_are_closed_after_idle_timeout_and_counted() {
     let stats = String::from_utf8(exchange_to_sentinel(port, b"stats\r\nstats settings\r\n")).unwrap();
     assert!(stats.contains("STAT idle_kicks 1\r\n") && stats.contains("STAT idle_timeout 1\r\n"), "{stats}");
 }
+
+/// Under `-o idle_timeout`, clients that trickle a byte a second into a set they never finish
+/// are kicked (bytes are not progress), while a client whose set waits for the connection
+/// memory they hold is not: it completes once they are gone.
+#[test]
+fn trickling_clients_are_kicked_and_the_client_waiting_on_the_server_is_not() {
+    let server = tierkv_args(&["-t", "1", "-m", "64", "--conn-memory", "1", "-o", "idle_timeout=2"]);
+    let port = server.1;
+    let mut attackers: Vec<TcpStream> = (0..8)
+        .map(|i| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.write_all(format!("set k{i} 0 0 1000000\r\n").as_bytes()).unwrap();
+            stream.write_all(&[b'a'; 1000]).unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut victim = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    victim.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let began = Instant::now();
+    victim.write_all(&[b"set w 0 0 20000\r\n".as_slice(), &[b'w'; 20_000], b"\r\n"].concat()).unwrap();
+    // The attackers keep trickling until the server closes them.
+    let trickler = std::thread::spawn(move || {
+        let mut open = attackers.len();
+        for _ in 0..12 {
+            std::thread::sleep(Duration::from_millis(500));
+            open = attackers.iter_mut().map(|s| s.write_all(b"a").is_ok()).filter(|ok| *ok).count();
+        }
+        open
+    });
+    let mut stored = [0u8; 8];
+    victim.read_exact(&mut stored).unwrap();
+    assert_eq!(&stored, b"STORED\r\n", "after {:?}", began.elapsed());
+    assert!(began.elapsed() < Duration::from_secs(10), "the victim waited {:?}", began.elapsed());
+    // The victim's connection is still open and served.
+    victim.write_all(b"mg w s\r\n").unwrap();
+    let mut reply = [0u8; 11];
+    victim.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HD s20000\r\n");
+    // (Left open while the trickler finishes, it would be idle itself, and rightly kicked.)
+    drop(victim);
+    assert_eq!(trickler.join().unwrap(), 0, "every trickling client was closed");
+    let stats = String::from_utf8(exchange_to_sentinel(port, b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT idle_kicks 8\r\n"), "{stats}");
+}

@@ -131,9 +131,11 @@ impl Worker {
         refused
     }
 
-    /// Closes the connections that have sent nothing for longer than `-o idle_timeout` and
-    /// have no replies waiting (memcached's idle kicks; a request left half sent counts as
-    /// idle too); at most once a second.
+    /// Closes the connections that have completed no request for longer than `-o
+    /// idle_timeout` and have no replies waiting (memcached's idle kicks; a request left half
+    /// sent, or trickled in a byte at a time, counts as idle too); at most once a second. A
+    /// connection waiting on the server (for connection memory, or for replies from another
+    /// worker or from flash) is never kicked: its clock starts again when the wait ends.
     pub(super) fn kick_idle(&mut self, poll: &Poll) {
         let timeout = self.core.state.settings.idle_timeout;
         let now = self.core.partition.now();
@@ -142,7 +144,11 @@ impl Worker {
         }
         self.idle_checked = now;
         for slot in 0..self.connections.len() {
-            let Some(connection) = self.connections[slot].as_ref() else { continue };
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            if connection.starved || connection.blocked || !connection.order.is_empty() {
+                connection.last_command = now;
+                continue;
+            }
             let waiting = connection.stream.is_some()
                 && connection.watching.is_none()
                 && connection.dump.is_none()

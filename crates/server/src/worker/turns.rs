@@ -58,12 +58,13 @@ pub(super) fn serve_connection(
     // take it meanwhile (`crcw`).
     core.partition.release();
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
-    if !connection.input.is_empty() {
-        connection.last_command = core.partition.now();
-    }
     let input_before = connection.input.len();
     // -Y: nothing is served before the client has authenticated.
     let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
+    if connection.input.len() < input_before || stopped_early {
+        // Idle kicks count from the last request taken: bytes trickled in do not count.
+        connection.last_command = core.partition.now();
+    }
     core.partition.release();
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
