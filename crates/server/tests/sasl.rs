@@ -170,3 +170,22 @@ fn sasl_flags_are_checked_at_start_up() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Password guessing over SASL: the connection closes after the third failure (the default
+/// `--auth-max-failures`), and the first failure is logged with the user and the address.
+#[test]
+fn a_connection_closes_after_three_failed_sasl_attempts() {
+    let dir = scratch("guessing");
+    let server = tierkv_sasl(&dir);
+    let auth = |password: &[u8]| request(opcode::SASL_AUTH, b"PLAIN", &[b"\0alice\0", password].concat());
+    let replies = conversation(server.1, &[auth(b"a"), auth(b"b"), auth(b"c"), auth(b"secret")]);
+    let text = |reply: &Vec<u8>| String::from_utf8_lossy(reply).into_owned();
+    assert_eq!(replies[1][6..8], [0, 0x20], "auth error: {}", text(&replies[1]));
+    assert!(!replies[1].ends_with(b"|closed"), "{}", text(&replies[1]));
+    assert_eq!(replies[2][6..8], [0, 0x20]);
+    assert!(replies[2].ends_with(b"|closed"), "closed after the third: {}", text(&replies[2]));
+    std::thread::sleep(Duration::from_millis(100));
+    let log = server.stderr();
+    assert!(log.contains("SASL authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"), "{log}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
