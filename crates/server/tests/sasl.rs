@@ -186,6 +186,9 @@ fn a_connection_closes_after_three_failed_sasl_attempts() {
     assert!(replies[2].ends_with(b"|closed"), "closed after the third: {}", text(&replies[2]));
     std::thread::sleep(Duration::from_millis(100));
     let log = server.stderr();
-    assert!(log.contains("SASL authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"), "{log}");
+    assert!(
+        log.contains("SASL authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"),
+        "{log}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
