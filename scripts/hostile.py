@@ -14,6 +14,18 @@ Scenarios:
   over-limit     N + 100 connections (more than -c 1024) each send `version` and wait 2 s
   idle           N connections that send nothing
 Prints one markdown table row per scenario and server.
+
+With --attacks (issue 30) it runs these instead, each on a fresh server, and prints what a user
+would notice (one row per attack and server):
+  starvation     25 connections each send `set kN 0 0 1000000` and 1 KB of it, then go silent;
+                 then a 20 KB set from another client: how long until STORED
+  trickle        the same 25 trickle a byte every 0.5 s under idle_timeout=3: the 20 KB set's
+                 wait, and who was kicked
+  port-join      another socket with SO_REUSEPORT binds the server's port: refused or joined
+  metrics        10 silent connections to the metrics port, then a scrape: how long
+  auth-guessing  2,000 wrong ASCII passwords (-Y) on one connection: how many are answered
+  udp            a 5 KB item, a TCP connection open from 127.0.0.1, a 17-byte UDP get: the
+                 reply's size over the request's
 """
 import argparse
 import os
@@ -187,15 +199,227 @@ def scenario(name, server, tierkv, connections):
         process.wait()
 
 
+def start_with(server, tierkv, port, tierkv_extra=(), memcached_extra=()):
+    """Like start, with extra flags for each server."""
+    if server == "tierkv":
+        command = [tierkv, "-p", str(port), "-t", "1", "-m", "64", *tierkv_extra]
+    else:
+        command = ["memcached", "-p", str(port), "-l", "127.0.0.1", "-t", "1", "-m", "64", *memcached_extra]
+        if "-U" not in memcached_extra:
+            command += ["-U", "0"]
+        if os.geteuid() == 0:
+            command += ["-u", "root"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            return process
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{server} did not start")
+
+
+def timed_reply(sock, expected, limit):
+    """Seconds until `expected` arrives on sock (None after `limit` s or a close)."""
+    began, got = time.time(), b""
+    sock.settimeout(0.2)
+    while time.time() - began < limit:
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        got += chunk
+        if expected in got:
+            return time.time() - began
+    return None
+
+
+def stat(port, name):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"stats\r\n")
+        got = b""
+        while not got.endswith(b"END\r\n"):
+            got += s.recv(65536)
+    for line in got.decode().split("\r\n"):
+        if line.startswith(f"STAT {name} "):
+            return line.split()[2]
+    return "?"
+
+
+def starvation(server, tierkv, trickle):
+    port = free_port()
+    extra = ["-o", "idle_timeout=3"] if trickle else []
+    process = start_with(server, tierkv, port, extra, extra)
+    try:
+        attackers = []
+        for i in range(25):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(f"set k{i} 0 0 1000000\r\n".encode() + b"a" * 1000)
+            attackers.append(s)
+        time.sleep(0.3)
+        victim = socket.create_connection(("127.0.0.1", port))
+        victim.sendall(b"set w 0 0 20000\r\n" + b"w" * 20000 + b"\r\n")
+        began, waited = time.time(), None
+        victim.settimeout(0.1)
+        got = b""
+        while time.time() - began < 10:
+            if trickle:
+                for s in attackers:
+                    try:
+                        s.send(b"a")
+                    except OSError:
+                        pass
+            try:
+                chunk = victim.recv(100)
+                if not chunk:
+                    break
+                got += chunk
+                if b"STORED" in got:
+                    waited = time.time() - began
+                    break
+            except socket.timeout:
+                time.sleep(0.4 if trickle else 0)
+            except OSError:
+                break
+        result = f"20 KB set stored after {waited:.2f} s" if waited is not None else "20 KB set not answered in 10 s"
+        if trickle:
+            result += f"; idle_kicks {stat(port, 'idle_kicks')}"
+        for s in attackers + [victim]:
+            s.close()
+        return result
+    finally:
+        process.kill()
+        process.wait()
+
+
+def port_join(server, tierkv):
+    port = free_port()
+    process = start_with(server, tierkv, port)
+    try:
+        joiner = socket.socket()
+        joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        joiner.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            joiner.bind(("127.0.0.1", port))
+            joiner.listen(16)
+            return "JOINED: another process's SO_REUSEPORT bind succeeded"
+        except OSError as e:
+            return f"refused ({e.strerror})"
+        finally:
+            joiner.close()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def metrics(server, tierkv):
+    if server != "tierkv":
+        return "n/a (no metrics endpoint)"
+    port, mport = free_port(), free_port()
+    process = start_with(server, tierkv, port, ["--metrics-port", str(mport)])
+    try:
+        time.sleep(0.3)
+        idle = [socket.create_connection(("127.0.0.1", mport)) for _ in range(10)]
+        began = time.time()
+        with socket.create_connection(("127.0.0.1", mport), timeout=60) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            took = timed_reply(s, b"tierkv_uptime_seconds", 60)
+        for s in idle:
+            s.close()
+        return f"scrape behind 10 idle connections: {took * 1000:.0f} ms" if took is not None else "no page"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def auth_guessing(server, tierkv):
+    path = f"/tmp/hostile-auth-{os.getpid()}"
+    with open(path, "w") as f:
+        f.write("alice:secret\n")
+    port = free_port()
+    process = start_with(server, tierkv, port, ["-Y", path], ["-Y", path])
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            guesses = b"".join(f"set a 0 0 {len(f'alice x{i}')}\r\nalice x{i}\r\n".encode() for i in range(2000))
+            try:
+                s.sendall(guesses)
+            except OSError:
+                pass
+            s.settimeout(2)
+            got = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except (socket.timeout, OSError):
+                    break
+                if not chunk:
+                    got += b"<closed>"
+                    break
+                got += chunk
+            answered = got.count(b"authentication failure")
+            closed = ", then closed" if got.endswith(b"<closed>") else ", connection still open"
+            return f"{answered} of 2000 guesses answered{closed}"
+    finally:
+        process.kill()
+        process.wait()
+        os.remove(path)
+
+
+def udp(server, tierkv):
+    port = free_port()
+    process = start_with(server, tierkv, port, ["-U", str(port)], ["-U", str(port)])
+    try:
+        tcp = socket.create_connection(("127.0.0.1", port))
+        tcp.sendall(b"set big 0 0 5000\r\n" + b"b" * 5000 + b"\r\n")
+        tcp.recv(64)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        request = b"\x00\x01\x00\x00\x00\x01\x00\x00get big\r\n"
+        u.sendto(request, ("127.0.0.1", port))
+        u.settimeout(0.5)
+        total = 0
+        try:
+            while True:
+                total += len(u.recv(65536))
+        except socket.timeout:
+            pass
+        tcp.close()
+        return f"{total} bytes for a {len(request)}-byte datagram: {total / len(request):.1f}x (TCP open from 127.0.0.1)"
+    finally:
+        process.kill()
+        process.wait()
+
+
+ATTACKS = {
+    "starvation": lambda server, tierkv: starvation(server, tierkv, False),
+    "trickle": lambda server, tierkv: starvation(server, tierkv, True),
+    "port-join": port_join,
+    "metrics": metrics,
+    "auth-guessing": auth_guessing,
+    "udp": udp,
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tierkv", default="target/release/tierkv")
     parser.add_argument("--servers", default="tierkv,memcached")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--scenarios", default="never-reading,half-sets,garbage,over-limit,idle")
+    parser.add_argument("--attacks", nargs="?", const=",".join(ATTACKS), help="issue 30's attacks (all by default)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.attacks:
+        print("| attack | server | what a client notices |")
+        print("| --- | --- | --- |")
+        for name in args.attacks.split(","):
+            for server in args.servers.split(","):
+                print(f"| {name} | {server} | {ATTACKS[name](server, args.tierkv)} |", flush=True)
+        return
     print("| scenario | server | idle RSS MiB | peak RSS MiB | slowest fresh round trip ms | RSS after MiB | notes |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in args.scenarios.split(","):
