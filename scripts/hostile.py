@@ -52,20 +52,7 @@ def rss(pid):
 
 
 def start(server, tierkv, port):
-    if server == "tierkv":
-        command = [tierkv, "-p", str(port), "-t", "1", "-m", "64"]
-    else:
-        command = ["memcached", "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]
-        if os.geteuid() == 0:
-            command += ["-u", "root"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port)).close()
-            return process
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{server} did not start")
+    return start_with(server, tierkv, port)
 
 
 def round_trip(port):
