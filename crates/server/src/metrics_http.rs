@@ -78,8 +78,9 @@ fn run<F: Fn() -> String>(mut poll: Poll, listener: TcpListener, page: F) {
 fn accept_all(poll: &Poll, listener: &TcpListener, exchanges: &mut HashMap<usize, Exchange>, next: &mut usize) {
     while let Ok((mut stream, _)) = listener.accept() {
         if exchanges.len() >= MAX_CONNECTIONS {
-            let oldest = exchanges.iter().min_by_key(|(_, e)| e.opened).map(|(&token, _)| token);
-            oldest.map(|token| exchanges.remove(&token));
+            if let Some(oldest) = exchanges.iter().min_by_key(|(_, e)| e.opened).map(|(&token, _)| token) {
+                exchanges.remove(&oldest);
+            }
         }
         *next = (*next + 1) % (usize::MAX - 1);
         let interest = Interest::READABLE | Interest::WRITABLE;

@@ -82,8 +82,7 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
                 } else {
                     core.state.counters.auth_errors += 1;
                     out.extend_from_slice(auth::FAILED);
-                    let user = user.to_vec();
-                    failed(connection, core, "ASCII", &user);
+                    failed(connection, core, "ASCII", user);
                 }
                 at += consumed;
                 if connection.closing {
