@@ -91,6 +91,7 @@ fn help(name: &str) -> &'static str {
         "total_connections" => "Connections accepted.",
         "rejected_connections" => "Connections refused at the connection limit.",
         "forwarded_requests" => "Requests sent to the worker owning their key.",
+        "slow_request_kicks" => "Connections closed for sending a large request slower than --request-min-rate.",
         "auth_cmds" | "auth_errors" => "Authentication attempts / failed attempts.",
         _ => "memcached's stats counter of the same name.",
     }

@@ -60,6 +60,7 @@ counters!(
     total_connections,
     rejected_connections,
     idle_kicks,
+    slow_request_kicks,
     forwarded_requests,
     crew_reads,
     locked_requests,
@@ -436,6 +437,7 @@ pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partiti
             put("forwarded_requests", &total.counters.forwarded_requests);
             put("crew_reads", &total.counters.crew_reads);
             put("locked_requests", &total.counters.locked_requests);
+            put("slow_request_kicks", &total.counters.slow_request_kicks);
             put("concurrency", &state.settings.concurrency.name());
             put("mode", &partition.mode().name());
             put("bytes_used", &total.bytes);

@@ -8,7 +8,9 @@
 
 mod file;
 mod flash;
+mod requests;
 pub use flash::FlashSettings;
+pub use requests::RequestSettings;
 #[cfg(test)]
 mod tests;
 
@@ -47,7 +49,8 @@ pub struct Config {
     pub concurrency: Option<String>,
     /// Times an idle worker yields its CPU, looking for work after each, before it blocks: a
     /// client that shares the worker's CPU often sends the next request during the yield, which
-    /// costs less than blocking and being woken (0 blocks at once) [default: 2, at most 64].
+    /// costs less than blocking and being woken (0 blocks at once) [default: 2 with several
+    /// workers, 0 with one; at most 64].
     #[arg(long = "idle-yields", value_name = "N")]
     pub idle_yields: Option<usize>,
     /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
@@ -79,6 +82,8 @@ pub struct Config {
     /// megabytes; past it, connections with replies waiting stop being read [default: 4 + -m/64].
     #[arg(long = "conn-memory", value_name = "MB", help_heading = "Connections")]
     pub conn_memory: Option<usize>,
+    #[command(flatten)]
+    pub requests: requests::RequestFlags,
     /// memcached's -s: listen on this Unix domain socket instead of TCP and UDP (a stale
     /// socket file there is replaced) [default: off].
     #[arg(short = 's', long = "unix-socket", value_name = "PATH", help_heading = "Connections")]
@@ -420,6 +425,8 @@ pub struct Settings {
     /// Bytes all connections' buffers may hold before connections with replies waiting stop
     /// being read (`--conn-memory`).
     pub conn_memory_bytes: usize,
+    /// How fast a large request must arrive and what incomplete requests may hold.
+    pub requests: RequestSettings,
     /// Close connections idle this many seconds (0: never; memcached's `-o idle_timeout`).
     pub idle_timeout: u32,
     pub max_item_bytes: usize,
@@ -536,6 +543,8 @@ impl Config {
                 }
             },
             idle_yields: match self.idle_yields {
+                // One worker leaves the other CPUs to the clients, and its yields only cost.
+                None if threads == 1 => 0,
                 None => DEFAULT_IDLE_YIELDS,
                 Some(yields) if yields <= MAX_IDLE_YIELDS => yields,
                 Some(_) => {
@@ -556,6 +565,7 @@ impl Config {
             memory_max_bytes,
             conn_limit,
             conn_memory_bytes: conn_memory_mib << 20,
+            requests: self.requests.settings()?,
             idle_timeout,
             max_item_bytes,
             verbose: self.verbose,

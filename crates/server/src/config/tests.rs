@@ -64,8 +64,9 @@ fn bad_flags_are_named() {
     named(&["-D", "ab"], "-D/--prefix-delimiter");
     named(&["--concurrency", "lock"], "--concurrency");
     named(&["--idle-yields", "65"], "--idle-yields");
-    let settings = parse(&[]).unwrap().settings().unwrap();
+    let settings = parse(&["-t", "2"]).unwrap().settings().unwrap();
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Crcw, DEFAULT_IDLE_YIELDS));
+    assert_eq!(parse(&["-t", "1"]).unwrap().settings().unwrap().idle_yields, 0, "one worker does not yield");
     let settings = parse(&["--concurrency", "erew", "--idle-yields", "0"]).unwrap().settings().unwrap();
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Erew, 0));
     let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
@@ -133,13 +134,15 @@ fn the_file_may_group_flags_in_the_sections_of_their_headings() {
     let file = dir.join("tierkv.toml");
     let path = file.to_str().unwrap();
     let sections = "port = 2000\n[udp]\nport = 11311\n[memory]\nlimit = 64\nmax-item-size = \"512k\"\nmode = \"store\"\n\
-                    [connections]\nlimit = 7\nidle-timeout = 9\n[admin]\nenable-shutdown = true\nprefix-delimiter = \"/\"\n";
+                    [connections]\nlimit = 7\nidle-timeout = 9\nmemory-share = 25\nrequest-min-rate = 0\n[admin]\nenable-shutdown = true\nprefix-delimiter = \"/\"\n";
     std::fs::write(&file, sections).unwrap();
     let settings = settings_of(&["--config", path]).unwrap();
     assert_eq!((settings.address.port(), settings.udp_port), (2000, Some(11311)));
     assert_eq!((settings.memory_bytes, settings.max_item_bytes), (64 << 20, 512 << 10));
     assert_eq!((settings.conn_limit, settings.idle_timeout, settings.mode), (7, 9, tierkv_engine::Mode::Store));
     assert!(settings.admin.shutdown && settings.admin.prefix_delimiter == b'/');
+    let requests = crate::config::RequestSettings { min_rate_bytes: 0, share_percent: 25, ..Default::default() };
+    assert_eq!(settings.requests, requests);
     // The command line still wins over a section, flags still reject bad values, and a key
     // names one flag once.
     assert_eq!(

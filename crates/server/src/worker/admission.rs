@@ -131,33 +131,62 @@ impl Worker {
         refused
     }
 
-    /// Closes the connections that have completed no request for longer than `-o
-    /// idle_timeout` and have no replies waiting (memcached's idle kicks; a request left half
-    /// sent, or trickled in a byte at a time, counts as idle too); at most once a second. A
-    /// connection waiting on the server (for connection memory, or for replies from another
-    /// worker or from flash) is never kicked: its clock starts again when the wait ends.
-    pub(super) fn kick_idle(&mut self, poll: &Poll) {
-        let timeout = self.core.state.settings.idle_timeout;
+    /// Once a second (the loop checks the clock): takes the finisher's place from one that stopped sending (`Budget`),
+    /// closes the connections that have completed no request for longer than
+    /// `-o idle_timeout` and have no replies waiting (memcached's idle kicks; a request left
+    /// half sent, or trickled in a byte at a time, counts as idle too), and those sending a
+    /// large request slower than `--request-min-rate` (`slow_request`). A connection waiting
+    /// on the server (for connection memory, or for replies from another worker or from
+    /// flash) is never kicked: its clocks start again when the wait ends.
+    pub(super) fn kick_idle_and_slow(&mut self, poll: &Poll) {
+        let settings = &self.core.state.settings;
+        let (timeout, requests) = (settings.idle_timeout, settings.requests);
         let now = self.core.partition.now();
-        if timeout == 0 || now == self.idle_checked {
-            return;
-        }
         self.idle_checked = now;
         for slot in 0..self.connections.len() {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
+            self.core.budget.still_finishing(connection);
             if connection.starved || connection.blocked || !connection.order.is_empty() {
                 connection.last_command = now;
+                connection.request_since = now;
                 continue;
             }
-            let waiting = connection.stream.is_some()
-                && connection.watching.is_none()
-                && connection.dump.is_none()
-                && connection.output.is_empty()
-                && connection.order.is_empty();
-            if waiting && now.saturating_sub(connection.last_command) > timeout {
+            if connection.stream.is_none() || connection.watching.is_some() || connection.dump.is_some() {
+                continue;
+            }
+            let idle =
+                timeout > 0 && connection.output.is_empty() && now.saturating_sub(connection.last_command) > timeout;
+            if idle {
                 self.core.state.counters.idle_kicks += 1;
+                self.close(slot, poll);
+            } else if slow_request(connection, now, requests) {
+                self.core.state.counters.slow_request_kicks += 1;
+                if self.core.state.settings.verbose > 0 {
+                    let (wanted, read) = (connection.wanted, connection.input.len());
+                    let since = now.saturating_sub(connection.request_since);
+                    let peer = connection.stream.as_ref().and_then(crate::net::Stream::peer_ip);
+                    let peer = peer.map_or_else(|| "a local socket".to_string(), |ip| ip.to_string());
+                    eprintln!(
+                        "tierkv: closed a connection from {peer}: {read} bytes of a {wanted}-byte request in \
+                         {since} s, slower than --request-min-rate {} KiB/s after --request-grace {} s",
+                        requests.min_rate_bytes >> 10,
+                        requests.grace_seconds
+                    );
+                }
                 self.close(slot, poll);
             }
         }
     }
+}
+
+/// Whether `connection` sends its large request (beyond `PRESSED_INPUT_BYTES`) so slowly that
+/// it must go: after the grace time, it has delivered less than the minimum rate times the
+/// seconds since. So one that stops midway goes after the grace plus what it sent at that rate:
+/// its claim on memory is bounded by what it delivers.
+fn slow_request(connection: &Connection, now: u32, requests: crate::config::RequestSettings) -> bool {
+    if requests.min_rate_bytes == 0 || connection.wanted <= crate::limits::PRESSED_INPUT_BYTES {
+        return false;
+    }
+    let counted = u64::from(now.saturating_sub(connection.request_since).saturating_sub(requests.grace_seconds));
+    (connection.input.len() as u64) < requests.min_rate_bytes.saturating_mul(counted)
 }

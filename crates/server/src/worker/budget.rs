@@ -1,24 +1,29 @@
 //! The bound on connection memory (`--conn-memory`). Every worker holds an equal share of the
 //! budget and counts what its connections' buffers hold (input read, replies not yet written,
-//! replies waiting behind a forwarded one: their capacities). While the count is over the
-//! share the worker is under pressure, and then, as memcached does with a client that does not
-//! read:
+//! replies waiting behind a forwarded one: their capacities). A request is counted as its
+//! bytes arrive, never by the size it declares, so a client that announces a large value and
+//! sends little of it holds little. While the count is over the share the worker is under
+//! pressure, and then, as memcached does with a client that does not read:
 //! - a connection with replies still waiting is neither read nor executed until its client
 //!   drains them (a writable event, or the forwarded replies, bring it back);
-//! - any other connection reads at most `PRESSED_INPUT_BYTES` and stops executing once
-//!   `PRESSED_OUTPUT_BYTES` of replies wait, so a fresh client is still served;
+//! - any other connection reads at most `PRESSED_INPUT_BYTES`, or its incomplete request its
+//!   fair share (`--conn-memory-share` of the budget, divided by the worker's connections),
+//!   and stops executing once `PRESSED_OUTPUT_BYTES` of replies wait, so a fresh client is
+//!   still served;
 //! - a connection that cannot go on without reading more (a request larger than that) waits
-//!   in `starved` until the pressure ends; but a request begun while there was room is
-//!   granted the rest of its bytes (its whole size counted from the start), so the requests
-//!   that hold the budget can always finish and give it back.
+//!   in `starved` until the pressure ends; but one at a time, the finisher, is let through to
+//!   the end of its request, so the requests that hold the budget can always finish and give
+//!   it back. A finisher that stops sending loses its place within two seconds, and
+//!   `--request-min-rate` closes it later (admission.rs).
 //!
-//! So the buffers of all connections stay within the budget plus, per connection, one pressed
-//! read and one pressed batch of replies (plus the one item a reply may carry beyond it).
+//! So under pressure the buffers stay within the budget, the fair shares, the finisher's
+//! request and, per connection, one pressed read and one pressed batch of replies (plus the
+//! one item a reply may carry beyond it).
 //!
 //! It must not allocate per request: accounting is a few additions per connection turn.
 
 use super::Connection;
-use crate::limits::{MAX_PENDING_OUTPUT_BYTES, TRIM_AFTER_BYTES};
+use crate::limits::{MAX_PENDING_OUTPUT_BYTES, PRESSED_INPUT_BYTES, TRIM_AFTER_BYTES};
 
 /// One worker's share of the connection memory budget.
 pub(super) struct Budget {
@@ -26,8 +31,13 @@ pub(super) struct Budget {
     held: usize,
     /// The share: past it the worker is under pressure.
     limit: usize,
+    /// Percent of `limit` incomplete requests may hold under pressure (`--conn-memory-share`).
+    share_percent: usize,
     /// Connections that stopped for want of input they may not read under pressure.
     starved: Vec<usize>,
+    /// The connection (by generation) let through to the end of its request under pressure,
+    /// and its input's length when last looked at (`still_finishing`).
+    finisher: Option<(u64, usize)>,
     /// Bytes of closed connections' buffers since the allocator last gave memory back.
     freed: usize,
 }
@@ -40,14 +50,60 @@ impl Budget {
         (total / workers.max(1)).max(2 * (input_limit + MAX_PENDING_OUTPUT_BYTES))
     }
 
-    pub(super) fn new(limit: usize) -> Budget {
-        Budget { held: 0, limit, starved: Vec::new(), freed: 0 }
+    pub(super) fn new(limit: usize, share_percent: u32) -> Budget {
+        let share_percent = share_percent as usize;
+        Budget { held: 0, limit, share_percent, starved: Vec::new(), finisher: None, freed: 0 }
     }
 
     /// Whether connections must hold back now.
     #[inline]
     pub(super) fn pressure(&self) -> bool {
         self.held > self.limit
+    }
+
+    /// The input `connection` may hold under pressure, of `full` outside it, while the worker
+    /// has `connections` open: the finisher's request in full; anyone else's fair share.
+    pub(super) fn pressed_input(&self, connection: &Connection, full: usize, connections: usize) -> usize {
+        if self.is_finisher(connection) {
+            return full;
+        }
+        let fair = self.limit / 100 * self.share_percent / connections.max(1);
+        fair.max(PRESSED_INPUT_BYTES).min(full)
+    }
+
+    /// `connection` cannot go on under pressure: true if it becomes the finisher (no other
+    /// is), false if it must wait.
+    pub(super) fn claim_finisher(&mut self, connection: &Connection) -> bool {
+        if self.finisher.is_some() {
+            return false;
+        }
+        self.finisher = Some((connection.generation, connection.input.len()));
+        true
+    }
+
+    fn is_finisher(&self, connection: &Connection) -> bool {
+        self.finisher.is_some_and(|(generation, _)| generation == connection.generation)
+    }
+
+    /// Once a second: a finisher that read nothing since the last look loses its place to the
+    /// next in line (it stopped sending; `--request-min-rate` closes it later).
+    pub(super) fn still_finishing(&mut self, connection: &Connection) {
+        if let Some((generation, seen)) = self.finisher.as_mut() {
+            if *generation == connection.generation {
+                if *seen == connection.input.len() {
+                    self.finisher = None;
+                } else {
+                    *seen = connection.input.len();
+                }
+            }
+        }
+    }
+
+    /// After `connection`'s turn: a finisher whose large request is complete lets the next in.
+    pub(super) fn finished(&mut self, connection: &Connection) {
+        if self.is_finisher(connection) && connection.wanted <= PRESSED_INPUT_BYTES {
+            self.finisher = None;
+        }
     }
 
     /// Counts what `connection`'s buffers hold now instead of what they held when last
@@ -62,6 +118,9 @@ impl Budget {
     pub(super) fn forget(&mut self, connection: &Connection) {
         self.held -= connection.accounted;
         self.freed += connection.accounted;
+        if self.is_finisher(connection) {
+            self.finisher = None;
+        }
     }
 
     /// Once enough connection memory was freed, asks the allocator to return its free pages
@@ -83,12 +142,20 @@ impl Budget {
         }
     }
 
-    /// The starved connections, once the pressure has ended (to be served again).
+    /// The starved connections to serve again: all of them once the pressure has ended;
+    /// under pressure, while there is no finisher, the one that waited longest (it becomes
+    /// the finisher if it still cannot go on).
     pub(super) fn relieved(&mut self) -> Vec<usize> {
-        if self.pressure() || self.starved.is_empty() {
+        if self.starved.is_empty() {
             return Vec::new();
         }
-        std::mem::take(&mut self.starved)
+        if !self.pressure() {
+            return std::mem::take(&mut self.starved);
+        }
+        if self.finisher.is_none() {
+            return vec![self.starved.remove(0)];
+        }
+        Vec::new()
     }
 
     /// Bytes held now.
@@ -103,7 +170,7 @@ mod tests {
 
     #[test]
     fn accounting_follows_the_buffers_and_pressure_starts_past_the_limit() {
-        let mut budget = Budget::new(10_000);
+        let mut budget = Budget::new(10_000, 50);
         let mut connection = Connection::new(None, None, 1);
         connection.input.reserve_exact(6000);
         budget.account(&mut connection);
@@ -114,12 +181,38 @@ mod tests {
         assert!(budget.pressure());
         budget.starve(7, &mut connection);
         budget.starve(7, &mut connection);
-        assert!(budget.relieved().is_empty(), "still under pressure");
+        assert!(budget.claim_finisher(&connection), "the first to be stuck finishes its request");
+        assert!(budget.relieved().is_empty(), "still under pressure, with a finisher");
         connection.output = Vec::new();
         budget.account(&mut connection);
         assert!(!budget.pressure());
         assert_eq!(budget.relieved(), vec![7], "once, however often it starved");
         budget.forget(&connection);
         assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn incomplete_requests_get_fair_shares_and_one_finisher_goes_to_the_end() {
+        let mut budget = Budget::new(100_000, 50);
+        let (mut first, second) = (Connection::new(None, None, 1), Connection::new(None, None, 2));
+        // Half the budget over 10 connections, but never below the pressed read.
+        assert_eq!(budget.pressed_input(&first, 1 << 20, 10), 5000);
+        assert_eq!(budget.pressed_input(&first, 1 << 20, 100), PRESSED_INPUT_BYTES);
+        assert_eq!(budget.pressed_input(&first, 3000, 10), 3000, "never past the full limit");
+        assert!(budget.claim_finisher(&first) && !budget.claim_finisher(&second), "one at a time");
+        assert_eq!(budget.pressed_input(&first, 1 << 20, 10), 1 << 20, "the finisher reads to the end");
+        assert_eq!(budget.pressed_input(&second, 1 << 20, 10), 5000);
+        // It keeps its place while it reads, loses it when it stops, and gives it up when done.
+        first.wanted = 1 << 20;
+        first.input.extend_from_slice(&[0; 100]);
+        budget.still_finishing(&first);
+        assert!(budget.is_finisher(&first), "it read since it was let through");
+        budget.still_finishing(&first);
+        assert!(!budget.is_finisher(&first) && budget.claim_finisher(&second), "it stopped: the next goes");
+        first.wanted = 0;
+        budget.finished(&first);
+        assert!(budget.is_finisher(&second), "only the finisher's own end frees the place");
+        budget.forget(&second);
+        assert!(budget.claim_finisher(&first), "a finisher that closes frees it too");
     }
 }

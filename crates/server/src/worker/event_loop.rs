@@ -275,7 +275,9 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
                 worker.accept(direct, &poll);
             }
         }
-        worker.kick_idle(&poll);
+        if worker.core.partition.now() != worker.idle_checked {
+            worker.kick_idle_and_slow(&poll);
+        }
         worker.core.budget.trim();
         worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
         let relieved = worker.core.budget.relieved();
@@ -377,7 +379,10 @@ impl Worker {
                 pool: Vec::new(),
                 conns_due: Vec::new(),
                 memory_applied: settings.memory_bytes,
-                budget: Budget::new(Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits))),
+                budget: Budget::new(
+                    Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits)),
+                    settings.requests.share_percent,
+                ),
                 line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
                 parking: super::parking::Parking::new(settings.flash.is_some()),
                 readers: Arc::clone(&shared.readers),

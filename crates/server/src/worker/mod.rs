@@ -126,10 +126,9 @@ struct Connection {
     starved: bool,
     /// The size of the incomplete request at the front of its input, when the decoder knows.
     wanted: usize,
-    /// Input it may read whatever the memory pressure: the size of its incomplete request,
-    /// counted in the budget in full since it was granted (memcached allocates a value's item
-    /// when its header arrives), so that a request begun can always be completed.
-    granted: usize,
+    /// When its incomplete request larger than `PRESSED_INPUT_BYTES` began, or last waited on
+    /// the server (Unix seconds; `--request-min-rate` counts from here).
+    request_since: u32,
 }
 
 /// Where the reply to one UDP request goes, and how large it may be.
@@ -177,14 +176,14 @@ impl Connection {
             accounted: 0,
             starved: false,
             wanted: 0,
-            granted: 0,
+            request_since: 0,
         }
     }
 
     /// Bytes its buffers hold (their capacities), for the budget.
     fn buffer_bytes(&self) -> usize {
         let parts = self.order.buffer_bytes();
-        self.input.capacity().max(self.granted) + self.output.capacity() + self.marks.capacity() * 8 + parts
+        self.input.capacity() + self.output.capacity() + self.marks.capacity() * 8 + parts
     }
 
     /// Where a reply produced now goes (see `ReplyOrder::local_out`).

@@ -43,8 +43,9 @@ pub(super) fn serve_connection(
         return Turn::Wait;
     }
     connection.output_limit = if pressure { PRESSED_OUTPUT_BYTES } else { MAX_PENDING_OUTPUT_BYTES };
-    let full_limit = input_limit;
-    let input_limit = if pressure { PRESSED_INPUT_BYTES.max(connection.granted).min(input_limit) } else { input_limit };
+    let connections = core.state.curr_connections as usize;
+    let input_limit =
+        if pressure { core.budget.pressed_input(connection, input_limit, connections) } else { input_limit };
     if let Some(id) = connection.watching {
         return watch_turn(connection, id, core, chunk);
     }
@@ -58,30 +59,31 @@ pub(super) fn serve_connection(
     // take it meanwhile (`crcw`).
     core.partition.release();
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
-    let input_before = connection.input.len();
+    let (input_before, wanted_before) = (connection.input.len(), connection.wanted);
     // -Y: nothing is served before the client has authenticated.
     let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
-    if connection.input.len() < input_before || stopped_early {
+    let taken = connection.input.len() < input_before;
+    if taken || stopped_early {
         // Idle kicks count from the last request taken: bytes trickled in do not count.
         connection.last_command = core.partition.now();
     }
+    if connection.wanted > PRESSED_INPUT_BYTES && (taken || wanted_before <= PRESSED_INPUT_BYTES) {
+        // A large request begins: --request-min-rate counts from now.
+        connection.request_since = core.partition.now();
+    }
+    core.budget.finished(connection);
     core.partition.release();
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
         return Turn::Close;
     }
-    // A request begun while there was room gets the rest of its bytes whatever comes after.
-    connection.granted = if connection.input.is_empty() {
-        0
-    } else if connection.wanted > connection.granted && !core.budget.pressure() {
-        connection.wanted.min(full_limit)
-    } else {
-        connection.granted
-    };
     let nothing_taken = connection.input.len() == input_before && !stopped_early && !connection.blocked;
     if pressure && read == ReadEnd::Limited && nothing_taken {
-        // Nothing could be taken from a full pressed input (a request larger than it): wait
-        // for the pressure to end.
+        // Nothing could be taken from a full pressed input (a request larger than it): finish
+        // it if no one else is, else wait for the pressure to end or for the finisher.
+        if core.budget.claim_finisher(connection) {
+            return Turn::Again;
+        }
         core.budget.starve(slot, connection);
         return Turn::Wait;
     }
