@@ -21,6 +21,9 @@ would notice (one row per attack and server):
                  then a 20 KB set from another client: how long until STORED
   trickle        the same 25 trickle a byte every 0.5 s under idle_timeout=3: the 20 KB set's
                  wait, and who was kicked
+  stalled        4 connections send 900 KB of a 1 MB set and stop (tierkv: --conn-memory 1,
+                 --request-grace 2, --request-min-rate 1024); then the 20 KB set; after 8 s,
+                 how many of them the server closed
   port-join      another socket with SO_REUSEPORT binds the server's port: refused or joined
   metrics        10 silent connections to the metrics port, then a scrape: how long
   auth-guessing  2,000 wrong ASCII passwords (-Y) on one connection: how many are answered
@@ -274,10 +277,60 @@ def starvation(server, tierkv, trickle):
                 break
         result = f"20 KB set stored after {waited:.2f} s" if waited is not None else "20 KB set not answered in 10 s"
         if trickle:
-            result += f"; idle_kicks {stat(port, 'idle_kicks')}"
+            # The attackers go on trickling past the idle timeout: who is still connected?
+            for _ in range(12):
+                for s in attackers:
+                    try:
+                        s.send(b"a")
+                    except OSError:
+                        pass
+                time.sleep(0.5)
+            open_now = sum(1 for s in attackers if still_open(s))
+            result += f"; {25 - open_now} of 25 attackers closed, idle_kicks {stat(port, 'idle_kicks')}"
         for s in attackers + [victim]:
             s.close()
         return result
+    finally:
+        process.kill()
+        process.wait()
+
+
+def still_open(s):
+    """Whether the server still has `s` open (no end of stream, no reset)."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def stalled(server, tierkv):
+    port = free_port()
+    flags = ["--conn-memory", "1", "--request-grace", "2", "--request-min-rate", "1024"]
+    process = start_with(server, tierkv, port, flags)
+    try:
+        attackers = []
+        for i in range(4):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.settimeout(10)
+            s.sendall(f"set k{i} 0 0 1000000\r\n".encode() + b"a" * 900_000)
+            attackers.append(s)
+        victim = socket.create_connection(("127.0.0.1", port))
+        victim.settimeout(10)
+        began = time.time()
+        victim.sendall(b"set w 0 0 20000\r\n" + b"w" * 20000 + b"\r\n")
+        try:
+            reply = victim.recv(100)
+            waited = f"20 KB set {reply.decode().strip()} after {time.time() - began:.2f} s"
+        except OSError:
+            waited = "20 KB set not answered in 10 s"
+        time.sleep(8)
+        closed = sum(1 for s in attackers if not still_open(s))
+        for s in attackers + [victim]:
+            s.close()
+        return f"{waited}; after 8 s {closed} of 4 stalled attackers closed"
     finally:
         process.kill()
         process.wait()
@@ -383,6 +436,7 @@ def udp(server, tierkv):
 ATTACKS = {
     "starvation": lambda server, tierkv: starvation(server, tierkv, False),
     "trickle": lambda server, tierkv: starvation(server, tierkv, True),
+    "stalled": stalled,
     "port-join": port_join,
     "metrics": metrics,
     "auth-guessing": auth_guessing,
