@@ -199,6 +199,11 @@ def start_with(server, tierkv, port, tierkv_extra=(), memcached_extra=()):
             command += ["-U", "0"]
         if os.geteuid() == 0:
             command += ["-u", "root"]
+    return launch(command, port)
+
+
+def launch(command, port):
+    """Starts `command` and waits until it accepts on `port`."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
         try:
@@ -206,7 +211,8 @@ def start_with(server, tierkv, port, tierkv_extra=(), memcached_extra=()):
             return process
         except OSError:
             time.sleep(0.05)
-    raise SystemExit(f"{server} did not start")
+    process.kill()
+    raise SystemExit(f"{command[0]} did not start")
 
 
 def timed_reply(sock, expected, limit):

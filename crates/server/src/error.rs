@@ -9,8 +9,6 @@ use std::net::SocketAddr;
 pub enum ServeError {
     /// A socket the settings ask for cannot be opened (`flag` asked for it).
     Socket { flag: &'static str, address: SocketAddr, error: io::Error },
-    /// Another process listens on the same address and port (SO_REUSEPORT would share it).
-    PortShared { address: SocketAddr, others: usize },
     /// The TLS certificates (`-Z`) cannot be loaded.
     Tls(String),
     /// The authentication file (`-Y`) cannot be read.
@@ -50,10 +48,6 @@ impl fmt::Display for ServeError {
             ServeError::Unix { path, error } => {
                 write!(f, "-s/--unix-socket: cannot listen on {}: {error}", path.display())
             }
-            ServeError::PortShared { address, others } => write!(
-                f,
-                "-p/--port: {others} other listening socket(s) on {address}: another server started on this port"
-            ),
             ServeError::OpenFilesUnknown(error) => write!(f, "cannot read the open files limit: {error}"),
             ServeError::OpenFiles { conn_limit, needed, limit } => write!(
                 f,

@@ -232,6 +232,11 @@ impl Links {
     }
 
     /// Sends every open batch and wakes the workers that got messages and may be asleep.
+    /// Wakes worker `to` (something other than a batch waits for it).
+    pub fn wake(&self, to: usize) {
+        let _ = self.peers[to].waker.wake();
+    }
+
     pub fn send_all(&mut self) {
         for owner in 0..self.workers() {
             self.send_open(owner);

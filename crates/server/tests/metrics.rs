@@ -162,3 +162,23 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
         assert_eq!(stream.read(&mut byte).unwrap_or(0), 0, "closed without a reply");
     }
 }
+
+/// The workers share one listening socket and deal its connections out round-robin: 40
+/// clients that connect at once end up 20 on each of the two workers (each worker's
+/// `curr_connections` series), however the accepts fell.
+#[test]
+fn connections_on_the_shared_port_spread_evenly_over_the_workers() {
+    let (server, metrics) = tierkv_with_metrics();
+    let clients: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(("127.0.0.1", server.1)).unwrap()).collect();
+    // Workers publish their figures once a second.
+    let expected = "tierkv_curr_connections{worker=\"0\"} 20\ntierkv_curr_connections{worker=\"1\"} 20\n";
+    let began = std::time::Instant::now();
+    let mut body = String::new();
+    while began.elapsed() < Duration::from_secs(5) && !body.contains(expected) {
+        std::thread::sleep(Duration::from_millis(300));
+        body = http_get(metrics, "/metrics").1;
+    }
+    let lines: Vec<&str> = body.lines().filter(|line| line.starts_with("tierkv_curr_connections{")).collect();
+    assert!(body.contains(expected), "{lines:?}");
+    drop(clients);
+}

@@ -300,7 +300,7 @@ const MEMCACHED_ONLY: [(char, &str, &str); 10] = [
     ('C', "disable-cas", "tierkv always keeps a CAS value in each item's header"),
     ('B', "protocol", "tierkv takes each request in the protocol it arrives in; -Y and -S choose one"),
     ('e', "memory-file", "tierkv keeps items across restarts with its flash tier, not a memory file"),
-    ('N', "napi_ids", "tierkv spreads connections over its workers with SO_REUSEPORT"),
+    ('N', "napi_ids", "tierkv deals connections out to its workers round-robin"),
 ];
 
 /// A command line clap refused: when it holds a memcached flag tierkv does not take, an error

@@ -200,8 +200,8 @@ impl Source for Listener {
 
 /// memcached's `-s`: listens on the Unix socket at `path`, replacing a stale socket file left
 /// there (never another kind of file), with permissions `mask` (`-a`, octal). Returns `count`
-/// handles on the one socket, one per worker: a Unix socket cannot be shared with
-/// SO_REUSEPORT, so every worker accepts from the same socket.
+/// handles on the one socket, one per worker: every worker accepts from it (and deals the
+/// connections out round-robin), as on the TCP port.
 pub fn bind_unix(path: &Path, mask: u32, count: usize, backlog: i32) -> io::Result<Vec<Listener>> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
         std::fs::remove_file(path)?;

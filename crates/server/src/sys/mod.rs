@@ -57,45 +57,6 @@ pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// TCP sockets listening on exactly `address`, in the whole system (from `/proc/net/tcp` or
-/// `tcp6`); None when the kernel does not say.
-pub fn listeners_on(address: std::net::SocketAddr) -> Option<usize> {
-    let (table, local) = match address.ip() {
-        std::net::IpAddr::V4(ip) => ("/proc/net/tcp", format!("{:08X}", u32::from_ne_bytes(ip.octets()))),
-        std::net::IpAddr::V6(ip) => {
-            let octets = ip.octets();
-            let words = octets.chunks(4).map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])));
-            ("/proc/net/tcp6", words.collect())
-        }
-    };
-    let local = format!("{local}:{:04X}", address.port());
-    let text = std::fs::read_to_string(table).ok()?;
-    Some(count_listening(&text, &local))
-}
-
-/// Listening sockets on `local` in a `/proc/net/tcp` table, each counted once by its inode:
-/// the kernel writes the table over several reads, and a socket moved in the table by
-/// concurrent activity between two reads appears twice.
-fn count_listening(table: &str, local: &str) -> usize {
-    // Columns: slot, local address, remote address, state (0A: listening), tx:rx, tr:when,
-    // retransmits, uid, timeout, inode, ...
-    let mut inodes: Vec<&str> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            // Most lines are other ports' connections: the local address rules them out first.
-            let mut fields = line.split_whitespace().skip(1);
-            if fields.next() != Some(local) || fields.nth(1) != Some("0A") {
-                return None;
-            }
-            fields.nth(5)
-        })
-        .collect();
-    inodes.sort_unstable();
-    inodes.dedup();
-    inodes.len()
-}
-
 /// Whether an accept failed for want of descriptors (the process's or the system's).
 pub fn out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
@@ -143,54 +104,6 @@ mod tests {
         let (pinned, refused, after) = thread.join().unwrap();
         assert!(pinned && !refused);
         assert_eq!(after.len(), 1);
-    }
-
-    #[test]
-    fn a_listener_the_table_shows_twice_counts_once() {
-        let header =
-            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
-        let row = |slot: u32, local: &str, state: &str, inode: u32| {
-            format!(
-                "{slot:4}: {local} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000  0  0 {inode} 1 0\n"
-            )
-        };
-        let table = [
-            header.to_string(),
-            row(0, "0100007F:2BCB", "0A", 501),
-            row(1, "0100007F:2BCB", "0A", 502),
-            row(2, "0100007F:2BCB", "0A", 501),
-            row(3, "0100007F:2BCB", "06", 0),
-            row(4, "0100007F:2BCC", "0A", 503),
-        ]
-        .concat();
-        assert_eq!(count_listening(&table, "0100007F:2BCB"), 2);
-        assert_eq!(count_listening(&table, "0100007F:2BCC"), 1);
-        assert_eq!(count_listening(&table, "0100007F:2BCD"), 0);
-    }
-
-    /// A listening SO_REUSEPORT socket on `ip` and `port` (0: any free port); None if `ip`
-    /// cannot be bound here (no IPv6).
-    fn shared_listener(ip: std::net::IpAddr, port: u16) -> Option<socket2::Socket> {
-        let address = std::net::SocketAddr::new(ip, port);
-        let socket = socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).ok()?;
-        socket.set_reuse_port(true).unwrap();
-        socket.bind(&address.into()).ok()?;
-        socket.listen(8).unwrap();
-        Some(socket)
-    }
-
-    #[test]
-    fn listeners_sharing_a_port_are_all_counted() {
-        let loopbacks: [std::net::IpAddr; 2] = [[127, 0, 0, 1].into(), std::net::Ipv6Addr::LOCALHOST.into()];
-        for ip in loopbacks {
-            let Some(first) = shared_listener(ip, 0) else { continue };
-            let address = first.local_addr().unwrap().as_socket().unwrap();
-            assert_eq!(listeners_on(address), Some(1), "{address}");
-            let second = shared_listener(ip, address.port()).unwrap();
-            assert_eq!(listeners_on(address), Some(2), "{address}");
-            drop((first, second));
-            assert_eq!(listeners_on(address), Some(0), "{address}");
-        }
     }
 
     #[test]

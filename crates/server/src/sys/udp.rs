@@ -8,17 +8,15 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 
-/// A UDP socket on `address` with SO_REUSEPORT (every worker binds the same port when `shared`).
-pub fn bind(address: SocketAddr, shared: bool) -> io::Result<mio::net::UdpSocket> {
+/// A non-blocking UDP socket on `address`, without SO_REUSEPORT (no other process can join the
+/// port); the workers share it through duplicated handles.
+pub fn bind(address: SocketAddr) -> io::Result<std::net::UdpSocket> {
     let socket = Socket::new(Domain::for_address(address), Type::DGRAM, None)?;
-    if shared {
-        socket.set_reuse_port(true)?;
-    }
     socket.set_nonblocking(true)?;
     // Room for bursts of requests while the worker is busy.
     let _ = socket.set_recv_buffer_size(4 << 20);
     socket.bind(&address.into())?;
-    Ok(mio::net::UdpSocket::from_std(socket.into()))
+    Ok(socket.into())
 }
 
 /// Buffers for one `recvmmsg` batch.
@@ -172,7 +170,7 @@ mod tests {
 
     #[test]
     fn batches_go_out_and_come_in_whole() {
-        let server = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let server = mio::net::UdpSocket::from_std(bind("127.0.0.1:0".parse().unwrap()).unwrap());
         let address = server.local_addr().unwrap();
         let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         for i in 0..40u8 {

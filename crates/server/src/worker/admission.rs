@@ -1,18 +1,20 @@
 //! Who gets in and who is sent away: the open-files limit the server needs (checked at start),
 //! accepting connections (with memcached's refusal past `-c`, and a spare descriptor so that
-//! running out of descriptors refuses clients instead of leaving them hanging), and closing
-//! connections idle longer than `-o idle_timeout`.
+//! running out of descriptors refuses clients instead of leaving them hanging) and dealing
+//! those of the shared port out round-robin, and closing connections idle longer than `-o
+//! idle_timeout` or sending a large request too slowly.
 //!
 //! It must not touch requests: a connection is admitted or closed here, served elsewhere.
 
 use super::{Connection, Worker};
 use crate::config::Settings;
 use crate::error::ServeError;
-use crate::net::Listener;
+use crate::net::{Listener, Stream};
 use crate::sys;
 use mio::{Interest, Poll, Token};
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use tierkv_engine::{unix_now, Engine};
 
 /// Descriptors the server needs beyond one per connection: listeners, epoll and wake-up
@@ -42,12 +44,38 @@ pub(super) fn spare_descriptor() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
 }
 
+/// Connections accepted for one worker by another (the shared port's round-robin).
+#[derive(Default)]
+pub(super) struct Handoff {
+    /// Set after a connection is put in, so the worker looks without taking the lock.
+    pending: AtomicBool,
+    /// At most `-c` in all: every one is counted in `open_connections` first.
+    streams: Mutex<Vec<Stream>>,
+}
+
+impl Handoff {
+    fn put(&self, stream: Stream) {
+        self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(stream);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    fn take(&self) -> Option<Vec<Stream>> {
+        if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        Some(std::mem::take(&mut *self.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner)))
+    }
+}
+
 /// memcached's reply to a client beyond the connection limit (then the connection closes).
 const TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
 
 impl Worker {
-    /// Accepts every pending connection on `listener`.
-    pub(super) fn accept(&mut self, listener: &Listener, poll: &Poll) {
+    /// Accepts every pending connection on `listener`. On the shared port (`spread`) each goes
+    /// to the worker whose turn it is, round-robin over all of them, as memcached's listener
+    /// thread deals connections out: every worker gets the same share of the clients whoever
+    /// happened to accept them.
+    pub(super) fn accept(&mut self, listener: &Listener, poll: &Poll, spread: bool) {
         loop {
             let mut stream = match listener.accept() {
                 Ok(accepted) => accepted,
@@ -71,36 +99,60 @@ impl Worker {
                 self.core.state.counters.rejected_connections += 1;
                 continue;
             }
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.connections.push(None);
-                self.connections.len() - 1
-            });
             stream.set_nodelay();
-            if let Some(acceptor) = self.acceptor.as_mut() {
-                stream = match stream.into_tls(acceptor) {
-                    Ok(stream) => stream,
-                    Err(_) => {
-                        self.free.push(slot);
-                        self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
+            let target = if spread {
+                self.shared.next_worker.fetch_add(1, Ordering::Relaxed) % self.core.workers
+            } else {
+                self.core.id
+            };
+            if target == self.core.id {
+                self.adopt(stream, poll);
+            } else {
+                self.shared.handoff[target].put(stream);
+                self.core.links.wake(target);
             }
-            if poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE).is_err() {
-                self.free.push(slot);
-                self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
-                let _ = stream.write(TOO_MANY);
-                self.core.state.counters.rejected_connections += 1;
-                continue;
-            }
-            self.next_generation += 1;
-            let mut connection = Connection::new(Some(stream), None, self.next_generation);
-            connection.authenticated = self.shared.auth.is_none();
-            connection.last_command = self.core.partition.now();
-            self.connections[slot] = Some(connection);
-            self.core.state.curr_connections += 1;
-            self.core.state.counters.total_connections += 1;
         }
+    }
+
+    /// Connections other workers accepted for this one.
+    pub(super) fn adopt_handed(&mut self, poll: &Poll) {
+        if let Some(streams) = self.shared.handoff[self.core.id].take() {
+            for stream in streams {
+                self.adopt(stream, poll);
+            }
+        }
+    }
+
+    /// Serves an accepted connection (counted in `open_connections` already) from now on.
+    fn adopt(&mut self, mut stream: Stream, poll: &Poll) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.connections.push(None);
+            self.connections.len() - 1
+        });
+        if let Some(acceptor) = self.acceptor.as_mut() {
+            stream = match stream.into_tls(acceptor) {
+                Ok(stream) => stream,
+                Err(_) => {
+                    self.free.push(slot);
+                    self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+        }
+        if poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE).is_err() {
+            self.free.push(slot);
+            self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+            let _ = stream.write(TOO_MANY);
+            self.core.state.counters.rejected_connections += 1;
+            return;
+        }
+        self.next_generation += 1;
+        let mut connection = Connection::new(Some(stream), None, self.next_generation);
+        connection.authenticated = self.shared.auth.is_none();
+        connection.last_command = self.core.partition.now();
+        self.connections[slot] = Some(connection);
+        self.core.state.curr_connections += 1;
+        self.core.state.counters.total_connections += 1;
     }
 
     /// SIGHUP: loads the TLS certificates again (the old ones stay if that fails).

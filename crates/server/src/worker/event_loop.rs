@@ -19,7 +19,7 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     let mains: Vec<Listener> = match &settings.unix_socket {
         Some((path, mask)) => crate::net::bind_unix(path, *mask, workers, settings.backlog as i32)
             .map_err(|error| ServeError::Unix { path: path.clone(), error })?,
-        None => bind_shared(address, workers, settings.backlog as i32)?.into_iter().map(Listener::Tcp).collect(),
+        None => bind_one(address, workers, settings.backlog as i32)?.into_iter().map(Listener::Tcp).collect(),
     };
     let mut polls = Vec::with_capacity(workers);
     let mut peers = Vec::with_capacity(workers);
@@ -32,6 +32,14 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
     let links = crate::forward::connect(&Arc::new(peers));
     let cpus = crate::sys::allowed_cpus();
     let shared = Arc::new(shared_state(settings)?);
+    // memcached's UDP port: one socket, read by every worker.
+    let udp_main = match settings.udp_port {
+        Some(port) => {
+            let at = SocketAddr::new(address.ip(), port);
+            Some(crate::sys::udp::bind(at).map_err(ServeError::socket("-U/--udp-port", at))?)
+        }
+        None => None,
+    };
     let mut starts = Vec::with_capacity(workers);
     for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
         let direct = match settings.direct_ports {
@@ -43,13 +51,14 @@ pub fn serve(settings: &Settings) -> Result<(), ServeError> {
             None => None,
         };
         let mut udp = [None, None];
-        if let Some(port) = settings.udp_port {
-            let at = SocketAddr::new(address.ip(), port);
-            udp[0] = Some(crate::sys::udp::bind(at, true).map_err(ServeError::socket("-U/--udp-port", at))?);
+        if let Some(main) = &udp_main {
+            udp[0] = Some(mio::net::UdpSocket::from_std(
+                main.try_clone().map_err(ServeError::system("share the UDP socket between workers"))?,
+            ));
             if let Some(base) = settings.direct_ports {
                 let at = SocketAddr::new(address.ip(), base + id as u16);
-                udp[1] =
-                    Some(crate::sys::udp::bind(at, false).map_err(ServeError::socket("--direct-ports (UDP)", at))?);
+                let socket = crate::sys::udp::bind(at).map_err(ServeError::socket("--direct-ports (UDP)", at))?;
+                udp[1] = Some(mio::net::UdpSocket::from_std(socket));
             }
         }
         let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
@@ -127,6 +136,8 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         readers: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         lockables: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
         open_connections: AtomicUsize::new(0),
+        handoff: (0..settings.threads).map(|_| admission::Handoff::default()).collect(),
+        next_worker: AtomicUsize::new(0),
         verbosity,
         memory_limit,
         detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
@@ -139,38 +150,26 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     })
 }
 
-/// `count` listening sockets on one address, each with SO_REUSEPORT so the kernel spreads new
-/// connections over the workers. A first plain bind checks that nobody else serves the port
-/// (SO_REUSEPORT would otherwise let a second server share it silently). Another server that
-/// probed in the moment between that check and these binds is caught by counting the port's
-/// listeners afterwards: of two servers racing, the later one always sees both and stops.
-pub(super) fn bind_shared(address: SocketAddr, count: usize, backlog: i32) -> Result<Vec<TcpListener>, ServeError> {
+/// The one listening socket on `address`, as `count` handles (one per worker, all on the same
+/// socket). Bound without SO_REUSEPORT, as memcached binds: another process cannot join the
+/// port (its bind fails with "address in use"), where with SO_REUSEPORT any process of the same
+/// user could silently take a share of the new connections. The workers spread what they
+/// accept round-robin (`admission.rs`).
+pub(super) fn bind_one(address: SocketAddr, count: usize, backlog: i32) -> Result<Vec<TcpListener>, ServeError> {
     let fail = ServeError::socket("-p/--port", address);
-    // The probe binds without listening: a client that connected to a listening probe would
-    // think the server up, then be refused in the moment before the real sockets listen.
-    let probe =
+    let socket =
         socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).map_err(fail)?;
-    probe.set_reuse_address(true).map_err(fail)?;
-    probe.bind(&address.into()).map_err(fail)?;
-    let address =
-        probe.local_addr().map_err(fail)?.as_socket().ok_or_else(|| fail(std::io::ErrorKind::Other.into()))?;
-    drop(probe);
-    (0..count)
-        .map(|_| {
-            let socket = socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None)
-                .map_err(fail)?;
-            socket.set_reuse_address(true).map_err(fail)?;
-            socket.set_reuse_port(true).map_err(fail)?;
-            socket.set_nonblocking(true).map_err(fail)?;
-            socket.bind(&address.into()).map_err(fail)?;
-            socket.listen(backlog).map_err(fail)?;
-            Ok(TcpListener::from_std(socket.into()))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .and_then(|listeners| match crate::sys::listeners_on(address) {
-            Some(found) if found > count => Err(ServeError::PortShared { address, others: found - count }),
-            _ => Ok(listeners),
-        })
+    socket.set_reuse_address(true).map_err(fail)?;
+    socket.set_nonblocking(true).map_err(fail)?;
+    socket.bind(&address.into()).map_err(fail)?;
+    socket.listen(backlog).map_err(fail)?;
+    let listener: std::net::TcpListener = socket.into();
+    let mut handles = Vec::with_capacity(count);
+    for _ in 1..count {
+        handles.push(TcpListener::from_std(listener.try_clone().map_err(fail)?));
+    }
+    handles.push(TcpListener::from_std(listener));
+    Ok(handles)
 }
 
 /// Waits for events or messages on an idle worker: first up to `yields` times it yields its CPU
@@ -247,10 +246,10 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         worker.take_messages(&mut inbox, &poll);
         for event in events.iter() {
             match event.token() {
-                MAIN_LISTENER => worker.accept(&main, &poll),
+                MAIN_LISTENER => worker.accept(&main, &poll, true),
                 DIRECT_LISTENER => {
                     if let Some(direct) = &direct {
-                        worker.accept(direct, &poll);
+                        worker.accept(direct, &poll, false);
                     }
                 }
                 WAKER => {}
@@ -270,18 +269,13 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         }
         worker.flash_turn(&poll);
         if std::mem::take(&mut worker.accept_again) {
-            worker.accept(&main, &poll);
+            worker.accept(&main, &poll, true);
             if let Some(direct) = &direct {
-                worker.accept(direct, &poll);
+                worker.accept(direct, &poll, false);
             }
         }
-        if worker.core.partition.now() != worker.idle_checked {
-            worker.kick_idle_and_slow(&poll);
-        }
-        worker.core.budget.trim();
-        worker.core.state.conn_buffer_bytes = worker.core.budget.held() as u64;
-        let relieved = worker.core.budget.relieved();
-        worker.again.extend(relieved);
+        worker.adopt_handed(&poll);
+        worker.housekeeping(&poll);
         // At most AGAIN_PER_LOOP leftover turns between two polls, so new clients and events
         // wait for a slice of the busy connections, not for all of them.
         again.append(&mut worker.again);
@@ -313,6 +307,18 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 }
 
 impl Worker {
+    /// Once a loop: the once-a-second sweep (idle and slow connections), the connection
+    /// budget's accounts, and the starved connections it lets go on.
+    fn housekeeping(&mut self, poll: &Poll) {
+        if self.core.partition.now() != self.idle_checked {
+            self.kick_idle_and_slow(poll);
+        }
+        self.core.budget.trim();
+        self.core.state.conn_buffer_bytes = self.core.budget.held() as u64;
+        let relieved = self.core.budget.relieved();
+        self.again.extend(relieved);
+    }
+
     /// Executes other workers' requests and delivers their replies.
     fn take_messages(&mut self, inbox: &mut Vec<(usize, Message)>, poll: &Poll) {
         for (from, message) in inbox.drain(..) {

@@ -1,7 +1,7 @@
 //! Workers: one thread per partition, pinned to its own CPU, each a mio event loop that owns
 //! its partition, its connections and its listening sockets (MICA's exclusive partitions).
-//! Every worker accepts on the main port (SO_REUSEPORT) and, with `--direct-ports`, on its own
-//! port. A turn of a connection reads what is available, decodes complete requests, executes
+//! Every worker accepts on the main port (one socket, its connections dealt out round-robin)
+//! and, with `--direct-ports`, on its own port. A turn of a connection reads what is available, decodes complete requests, executes
 //! those whose keys this worker owns and forwards the others to their owners in batches
 //! (`forward`); replies leave in request order, one write per connection per turn.
 //!
@@ -234,6 +234,10 @@ struct Start {
 struct Shared {
     /// Connections open in the whole server (for `-c`).
     open_connections: AtomicUsize,
+    /// Connections accepted on the shared port for each worker whose turn they were.
+    handoff: Vec<admission::Handoff>,
+    /// Whose turn the next connection accepted on the shared port is.
+    next_worker: AtomicUsize,
     verbosity: Arc<std::sync::atomic::AtomicU32>,
     memory_limit: Arc<AtomicUsize>,
     detail: Arc<crate::detail::Detail>,
