@@ -17,7 +17,8 @@ Prints one markdown table row per scenario and server.
 
 With --attacks (issue 30) it runs these instead, each on a fresh server, and prints what a user
 would notice (one row per attack and server):
-  starvation     25 connections each send `set kN 0 0 1000000` and 1 KB of it, then go silent;
+  starvation     25 connections each send `set kN 0 0 1000000` (every other one as a binary SET
+                 header declaring 1 MB) and 1 KB of it, then go silent;
                  then a 20 KB set from another client: how long until STORED
   trickle        the same 25 trickle a byte every 0.5 s under idle_timeout=3: the 20 KB set's
                  wait, and who was kicked
@@ -34,6 +35,7 @@ import argparse
 import os
 import resource
 import socket
+import struct
 import subprocess
 import time
 
@@ -254,7 +256,13 @@ def starvation(server, tierkv, trickle):
         attackers = []
         for i in range(25):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(f"set k{i} 0 0 1000000\r\n".encode() + b"a" * 1000)
+            if i % 2:
+                # A binary SET whose header declares a 1 MB value.
+                key = f"b{i}".encode()
+                header = struct.pack(">BBHBBHIIQ", 0x80, 0x01, len(key), 8, 0, 0, 8 + len(key) + 1000000, 0, 0)
+                s.sendall(header + bytes(8) + key + b"a" * 1000)
+            else:
+                s.sendall(f"set k{i} 0 0 1000000\r\n".encode() + b"a" * 1000)
             attackers.append(s)
         time.sleep(0.3)
         victim = socket.create_connection(("127.0.0.1", port))
