@@ -140,14 +140,7 @@ fn idle_connections_are_closed_after_idle_timeout_and_counted() {
 fn trickling_clients_are_kicked_and_the_client_waiting_on_the_server_is_not() {
     let server = tierkv_args(&["-t", "1", "-m", "64", "--conn-memory", "1", "-o", "idle_timeout=2"]);
     let port = server.1;
-    let mut attackers: Vec<TcpStream> = (0..8)
-        .map(|i| {
-            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            stream.write_all(format!("set k{i} 0 0 1000000\r\n").as_bytes()).unwrap();
-            stream.write_all(&[b'a'; 1000]).unwrap();
-            stream
-        })
-        .collect();
+    let mut attackers = half_sent_sets(port, 8, 1000);
     std::thread::sleep(Duration::from_millis(200));
     let mut victim = TcpStream::connect(("127.0.0.1", port)).unwrap();
     victim.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -79,14 +79,7 @@ fn values_declared_but_not_sent_hold_no_memory_and_a_20_kb_set_is_stored_at_once
 fn stalled_large_requests_leave_a_fair_share_and_are_closed_by_the_minimum_rate() {
     let server = tierkv_with(&["-t", "1", "--conn-memory", "1", "--request-min-rate", "1024", "--request-grace", "2"]);
     let port = server.1;
-    let mut attackers: Vec<TcpStream> = (0..4)
-        .map(|i| {
-            let mut stream = connect(port);
-            stream.write_all(format!("set k{i} 0 0 1000000\r\n").as_bytes()).unwrap();
-            stream.write_all(&vec![b'a'; 900_000]).unwrap();
-            stream
-        })
-        .collect();
+    let mut attackers = half_sent_sets(port, 4, 900_000);
     std::thread::sleep(Duration::from_millis(300));
     let held = stat_number(port, "tierkv", "conn_buffer_bytes");
     assert!(held > 3_000_000, "the attackers' 3.6 MB are read ({held} bytes held), over the budget");

@@ -52,6 +52,11 @@ impl Stream {
         }
     }
 
+    /// The client's address for a log line ("a local socket" for a Unix socket).
+    pub fn peer_label(stream: Option<&Stream>) -> String {
+        stream.and_then(Stream::peer_ip).map_or_else(|| "a local socket".to_string(), |ip| ip.to_string())
+    }
+
     /// Turns Nagle off on TCP (replies leave as soon as they are written).
     pub fn set_nodelay(&self) {
         match self {

@@ -183,9 +183,9 @@ impl Worker {
         refused
     }
 
-    /// Once a second (the loop checks the clock): takes the finisher's place from one that stopped sending (`Budget`),
-    /// closes the connections that have completed no request for longer than
-    /// `-o idle_timeout` and have no replies waiting (memcached's idle kicks; a request left
+    /// Once a second (the loop checks the clock): takes the finisher's place from one that
+    /// stopped sending (`Budget`), closes the connections that have completed no request for
+    /// longer than `-o idle_timeout` and have no replies waiting (memcached's idle kicks; a request left
     /// half sent, or trickled in a byte at a time, counts as idle too), and those sending a
     /// large request slower than `--request-min-rate` (`slow_request`). A connection waiting
     /// on the server (for connection memory, or for replies from another worker or from
@@ -216,8 +216,7 @@ impl Worker {
                 if self.core.state.settings.verbose > 0 {
                     let (wanted, read) = (connection.wanted, connection.input.len());
                     let since = now.saturating_sub(connection.request_since);
-                    let peer = connection.stream.as_ref().and_then(crate::net::Stream::peer_ip);
-                    let peer = peer.map_or_else(|| "a local socket".to_string(), |ip| ip.to_string());
+                    let peer = Stream::peer_label(connection.stream.as_ref());
                     eprintln!(
                         "tierkv: closed a connection from {peer}: {read} bytes of a {wanted}-byte request in \
                          {since} s, slower than --request-min-rate {} KiB/s after --request-grace {} s",

@@ -37,11 +37,11 @@ fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8])
     connection.auth_failures += 1;
     let max = core.state.settings.auth_max_failures;
     let close = max > 0 && connection.auth_failures >= max;
-    let peer = connection.stream.as_ref().and_then(crate::net::Stream::peer_ip);
-    let failures = connection.auth_failures;
+    let (stream, failures) = (connection.stream.as_ref(), connection.auth_failures);
     if let Ok(mut log) = core.auth_log.lock() {
+        // The peer's address is looked up only for a failure that is logged.
         log.note(Instant::now(), || {
-            let peer = peer.map_or_else(|| "a local socket".to_string(), |ip| ip.to_string());
+            let peer = crate::net::Stream::peer_label(stream);
             let user = String::from_utf8_lossy(&user[..user.len().min(64)]).into_owned();
             let then = if close { ", closing the connection" } else { "" };
             format!("{kind} authentication failed for user {user:?} from {peer} ({failures} on this connection{then})")

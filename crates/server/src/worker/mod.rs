@@ -1,8 +1,8 @@
 //! Workers: one thread per partition, pinned to its own CPU, each a mio event loop that owns
 //! its partition, its connections and its listening sockets (MICA's exclusive partitions).
 //! Every worker accepts on the main port (one socket, its connections dealt out round-robin)
-//! and, with `--direct-ports`, on its own port. A turn of a connection reads what is available, decodes complete requests, executes
-//! those whose keys this worker owns and forwards the others to their owners in batches
+//! and, with `--direct-ports`, on its own port. A turn of a connection reads what is
+//! available, decodes complete requests, executes those whose keys this worker owns and forwards the others to their owners in batches
 //! (`forward`); replies leave in request order, one write per connection per turn.
 //!
 //! This file holds the worker's state (connections, their reply order, the limits); the work

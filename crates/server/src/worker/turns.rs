@@ -62,14 +62,14 @@ pub(super) fn serve_connection(
     let (input_before, wanted_before) = (connection.input.len(), connection.wanted);
     // -Y: nothing is served before the client has authenticated.
     let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
-    let taken = connection.input.len() < input_before;
+    let (taken, now) = (connection.input.len() < input_before, core.partition.now());
     if taken || stopped_early {
         // Idle kicks count from the last request taken: bytes trickled in do not count.
-        connection.last_command = core.partition.now();
+        connection.last_command = now;
     }
     if connection.wanted > PRESSED_INPUT_BYTES && (taken || wanted_before <= PRESSED_INPUT_BYTES) {
         // A large request begins: --request-min-rate counts from now.
-        connection.request_since = core.partition.now();
+        connection.request_since = now;
     }
     core.budget.finished(connection);
     core.partition.release();

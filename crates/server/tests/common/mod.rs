@@ -252,3 +252,18 @@ pub fn read_values(reader: &mut std::io::BufReader<TcpStream>) -> Vec<(String, S
         values.push((fields[1].to_string(), data));
     }
 }
+
+/// `count` connections that each begin `set kN 0 0 1000000` and send `sent` bytes of the value
+/// (hostile clients that hold a request open); the streams time out after 20 s.
+pub fn half_sent_sets(port: u16, count: usize, sent: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|i| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            stream.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+            stream.write_all(format!("set k{i} 0 0 1000000\r\n").as_bytes()).unwrap();
+            stream.write_all(&vec![b'a'; sent]).unwrap();
+            stream
+        })
+        .collect()
+}
