@@ -4,7 +4,9 @@ lines. Prints what it finds; exits 1 if anything is over the line.
 
 A module's edges are the `crate::a::b` paths it names (in `use` lines or in code) and its
 `super::` paths, resolved to the crate's module files. A child module reaching items of its
-own parent (`use super::*` in a child file) is structure, not a cycle, and is left out.
+own parent is structure, not a cycle, and is left out; one reaching a sibling
+(`use super::sibling::Item`) is an edge. Glob imports of a parent (`use super::*`) are refused
+outside test modules: they would hide the sibling edges.
 """
 import pathlib
 import re
@@ -39,6 +41,15 @@ def code_lines(text):
     """The file without its `#[cfg(test)] mod ... { }` block at the end (tests may reach anywhere)."""
     cut = re.search(r"^#\[cfg\(test\)\]\s*\nmod \w+", text, flags=re.M)
     return text[: cut.start()] if cut else text
+
+
+def test_modules(mods):
+    """Modules declared `#[cfg(test)] mod name;` by their parent (test code may import freely)."""
+    found = set()
+    for module, path in mods.items():
+        for match in re.finditer(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*mod (\w+);", path.read_text()):
+            found.add(module + (match.group(1),))
+    return found
 
 
 def edges(mods):
@@ -87,6 +98,13 @@ def main():
             lines = len(code_lines(path.read_text()).splitlines())
             if lines > MAX_FILE_LINES and not path.name.endswith("_tests.rs"):
                 print(f"{path.relative_to(root)}: {lines} lines (most {MAX_FILE_LINES})")
+                failed = True
+        tests = test_modules(mods)
+        for module, path in sorted(mods.items()):
+            if module in tests:
+                continue
+            if re.search(r"^\s*use super::\*;", code_lines(path.read_text()), flags=re.M):
+                print(f"{path.relative_to(root)}: `use super::*` outside a test module (import explicitly)")
                 failed = True
         for cycle in cycles(edges(mods)):
             names = " -> ".join("::".join(module) or "crate" for module in cycle)

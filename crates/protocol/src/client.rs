@@ -2,7 +2,7 @@
 //! replies in place. tierkv-bench and the client crate use these; the tests use them to
 //! round-trip every request through the server-side decoders.
 
-use crate::binary::{self, opcode, Header, HEADER_BYTES, REQUEST_MAGIC, RESPONSE_MAGIC};
+use crate::binary::{self, Header, HEADER_BYTES, REQUEST_MAGIC, RESPONSE_MAGIC};
 use crate::number::{strtoull, write_i64, write_u64};
 use crate::reply::{MetaCode, Status};
 use crate::{BinaryRequestInfo, Command, Limits, ReplyStyle, Request, StoreMode};
@@ -426,7 +426,10 @@ fn meta_value_reply<'a>(input: &'a [u8], rest: &'a [u8], line_end: usize, limits
 
 /// Convenience encoders for the common requests, for load generators.
 pub mod quick {
-    use super::*;
+    use crate::binary::{self, opcode};
+    use crate::number::{write_i64, write_u64};
+
+    use super::CRLF;
 
     /// `get <key>\r\n`.
     pub fn get(out: &mut Vec<u8>, key: &[u8]) {

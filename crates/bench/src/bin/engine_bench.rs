@@ -568,7 +568,8 @@ fn verify(engine: &mut Partition, data: &Dataset, args: &Args) -> u64 {
 /// `--mode store`: the store-mode partition, GET and SET phases (same keys, values, batches and
 /// JSON names as cache mode), or with `--fill` the allocator's utilization after churn.
 mod store_mode {
-    use super::*;
+    use super::{get_phase, mops, preload_all, set_phase, Args, Dataset, Figures};
+    use super::{write_key, Engine, Instant, Rng, DEFAULT_MAX_ITEM_BYTES};
     use tierkv_engine::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
 
     fn partition(args: &Args, memory_bytes: usize) -> StorePartition {

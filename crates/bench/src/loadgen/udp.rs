@@ -3,7 +3,14 @@
 //!
 //! It must not measure differently from TCP: it fills the same `RunResult`.
 
-use super::*;
+use super::{check_reply, encode, Kind, Matched, Protocol, RunConfig, RunResult, Values};
+use crate::workload::{write_text_key, Rng};
+use hdrhistogram::Histogram;
+use mio::{Events, Interest, Poll, Token};
+use std::io::{self};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tierkv_protocol::Limits;
 
 /// How long a UDP request waits for its reply before it counts as lost.
 pub(super) const UDP_REPLY_TIMEOUT: Duration = Duration::from_millis(200);

@@ -6,7 +6,8 @@
 //!
 //! It must not touch requests: a connection is admitted or closed here, served elsewhere.
 
-use super::{Connection, Worker};
+use super::connection::Connection;
+use super::Worker;
 use crate::config::Settings;
 use crate::error::ServeError;
 use crate::net::{Listener, Stream};
@@ -147,8 +148,7 @@ impl Worker {
             return;
         }
         self.next_generation += 1;
-        let mut connection = Connection::new(Some(stream), None, self.next_generation);
-        connection.authenticated = self.shared.auth.is_none();
+        let mut connection = Connection::new(Some(stream), None, self.next_generation, self.shared.auth.is_some());
         connection.last_command = self.core.partition.now();
         self.connections[slot] = Some(connection);
         self.core.state.curr_connections += 1;
@@ -203,7 +203,7 @@ impl Worker {
                 connection.request_since = now;
                 continue;
             }
-            if connection.stream.is_none() || connection.watching.is_some() || connection.dump.is_some() {
+            if connection.stream.is_none() || connection.watching().is_some() || connection.dump().is_some() {
                 continue;
             }
             let idle =

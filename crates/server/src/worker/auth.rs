@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Connection, Core};
+use super::connection::Connection;
+use super::Core;
 use tierkv_protocol::auth::{self, AsciiAuth};
 
 /// Failed attempts, logged at most once a second; the line says how many went unlogged.
@@ -47,14 +48,16 @@ fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8])
             format!("{kind} authentication failed for user {user:?} from {peer} ({failures} on this connection{then})")
         });
     }
-    connection.closing |= close;
+    if close {
+        connection.close_after_replies();
+    }
 }
 
 /// Takes authentication attempts from the front of the input; true once the connection has
 /// authenticated (what follows is then served), false while it has not.
 pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool {
     let Some(table) = core.state.auth.clone() else {
-        connection.authenticated = true;
+        connection.grant();
         return true;
     };
     if core.state.settings.sasl {
@@ -62,12 +65,12 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
     }
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
-    while !connection.authenticated && at < input.len() {
+    while !connection.authenticated() && at < input.len() {
         let out = connection.local_out(&mut core.pool);
         match auth::decode(&input[at..]) {
             AsciiAuth::Incomplete => break,
             AsciiAuth::Close => {
-                connection.closing = true;
+                connection.close_after_replies();
                 at = input.len();
             }
             AsciiAuth::Refused { reply, consumed } => {
@@ -78,14 +81,14 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
                 core.state.counters.auth_cmds += 1;
                 if table.check(user, password) {
                     out.extend_from_slice(b"STORED\r\n");
-                    connection.authenticated = true;
+                    connection.grant();
                 } else {
                     core.state.counters.auth_errors += 1;
                     out.extend_from_slice(auth::FAILED);
                     failed(connection, core, "ASCII", user);
                 }
                 at += consumed;
-                if connection.closing {
+                if connection.is_closing() {
                     at = input.len();
                 }
             }
@@ -93,7 +96,7 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
     }
     connection.input = input;
     connection.input.drain(..at);
-    connection.authenticated
+    connection.authenticated()
 }
 
 /// `-S` before authentication: SASL requests and VERSION are answered; any other binary
@@ -104,20 +107,20 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
     use tierkv_protocol::{Command, Decoded, ReplyStyle};
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
-    while !connection.authenticated && !connection.closing && at < input.len() {
+    while !connection.authenticated() && !connection.is_closing() && at < input.len() {
         // memcached reads a whole header before it looks at the magic byte.
         if input.len() - at < binary::HEADER_BYTES {
             break;
         }
         if input[at] != REQUEST_MAGIC {
-            connection.closing = true;
+            connection.close_after_replies();
             at = input.len();
             break;
         }
         let (request, consumed) = match binary::decode_request(&input[at..], &core.limits) {
             Decoded::Incomplete { .. } => break,
             Decoded::Error(_) => {
-                connection.closing = true;
+                connection.close_after_replies();
                 at = input.len();
                 break;
             }
@@ -146,13 +149,17 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
                 (false, true)
             }
         };
-        connection.authenticated = authenticated;
-        connection.closing |= close;
+        if authenticated {
+            connection.grant();
+        }
+        if close {
+            connection.close_after_replies();
+        }
     }
-    if connection.closing {
+    if connection.is_closing() {
         at = input.len();
     }
     connection.input = input;
     connection.input.drain(..at);
-    connection.authenticated
+    connection.authenticated()
 }

@@ -22,7 +22,7 @@
 //!
 //! It must not allocate per request: accounting is a few additions per connection turn.
 
-use super::Connection;
+use super::connection::Connection;
 use crate::limits::{MAX_PENDING_OUTPUT_BYTES, PRESSED_INPUT_BYTES, TRIM_AFTER_BYTES};
 
 /// One worker's share of the connection memory budget.
@@ -171,7 +171,7 @@ mod tests {
     #[test]
     fn accounting_follows_the_buffers_and_pressure_starts_past_the_limit() {
         let mut budget = Budget::new(10_000, 50);
-        let mut connection = Connection::new(None, None, 1);
+        let mut connection = Connection::new(None, None, 1, false);
         connection.input.reserve_exact(6000);
         budget.account(&mut connection);
         assert_eq!(budget.held(), connection.input.capacity());
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn incomplete_requests_get_fair_shares_and_one_finisher_goes_to_the_end() {
         let mut budget = Budget::new(100_000, 50);
-        let (mut first, second) = (Connection::new(None, None, 1), Connection::new(None, None, 2));
+        let (mut first, second) = (Connection::new(None, None, 1, false), Connection::new(None, None, 2, false));
         // Half the budget over 10 connections, but never below the pressed read.
         assert_eq!(budget.pressed_input(&first, 1 << 20, 10), 5000);
         assert_eq!(budget.pressed_input(&first, 1 << 20, 100), PRESSED_INPUT_BYTES);

@@ -9,8 +9,16 @@
 //! never passes one it sent earlier. It must not write another worker's partition without
 //! holding that partition's lock.
 
-use super::*;
+use super::connection::Connection;
+use super::Core;
+use crate::after::After;
+use crate::execute::{execute, get_value, Progress};
+use crate::sys::partition_lock::Lockable;
+use std::sync::Arc;
 use tierkv_engine::CrewGet;
+use tierkv_engine::{AnyPartition as Partition, KeyHash};
+use tierkv_protocol::{reply, Command};
+use tierkv_protocol::{ReplyStyle, Request};
 
 impl Core {
     /// Reads `owner`'s key through its `CrewReader` into `crew_value`, counted as a concurrent

@@ -4,7 +4,19 @@
 //!
 //! It must not read or write sockets.
 
-use super::*;
+use super::connection::Connection;
+use super::connection::Step;
+use super::forwarded::Route;
+use super::order::Part;
+use super::{Core, Gather};
+use crate::after::After;
+use crate::execute::{execute, get_value, Progress};
+use crate::forward::{Entry, Kind};
+use crate::limits::{MAX_PARTS, MAX_REMOTE_READS_PER_CONNECTION};
+use tierkv_engine::KeyHash;
+use tierkv_protocol::client::encode_request;
+use tierkv_protocol::{reply, Command};
+use tierkv_protocol::{Keys, ReplyStyle, Request};
 
 /// Forwards one request to `owner` as the next part of the connection's reply order (the
 /// owner's reply fills the part); false if the queue to `owner` has no room.

@@ -5,10 +5,32 @@
 //! It must not execute requests itself: it hands connections to `turns`, forwarded work to
 //! `forwarded`, datagrams to `udp_session`.
 
-use super::*;
+use super::admission;
+use super::budget::Budget;
+use super::dispatch::SINGLE_GET_LINE_BYTES;
+use super::streams::listener_addresses;
+use super::turns::input_limit;
+use super::{Core, Shared, Start, Worker, DIRECT_LISTENER, FLASH_EVENT, MAIN_LISTENER, UDP_DIRECT, UDP_MAIN, WAKER};
 use crate::config::Concurrency;
+use crate::config::Settings;
+use crate::error::ServeError;
+use crate::forward::{Kind, Links, Message, Peer};
+use crate::limits::{AGAIN_PER_LOOP, READ_CHUNK_BYTES};
 use crate::net::tls::{Acceptor, TlsContext};
+use crate::net::Listener;
+use crate::stats::State;
+use crate::sys::partition_lock::Owned;
+use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::io::{self};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use tierkv_engine::Engine;
+use tierkv_engine::{unix_now, AnyPartition as Partition, PartitionConfig};
+use tierkv_protocol::Limits;
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
 pub fn serve(settings: &Settings) -> Result<(), ServeError> {

@@ -3,8 +3,10 @@
 //!
 //! It must not read or write sockets.
 
-use super::*;
+use super::Worker;
+use crate::error::ServeError;
 use tierkv_engine::Engine;
+use tierkv_engine::{unix_now, AnyPartition as Partition};
 
 /// The flash file, opened, sized and claimed (`tierkv_engine::flash::claim_file`) once for all
 /// workers.

@@ -2,9 +2,15 @@
 //!
 //! It must not write to sockets: replies go back in batches through `forward`.
 
-use super::*;
+use super::Core;
+use crate::forward::{Batch, Entry, Kind};
+use crate::limits::BATCH;
+use crate::stats::Group;
 use tierkv_engine::Access;
 use tierkv_engine::Engine;
+use tierkv_engine::KeyHash;
+use tierkv_protocol::{decode_request, Command, Decoded};
+use tierkv_protocol::{Key, Request};
 
 impl Core {
     /// Executes a batch another worker forwarded and sends the replies back. The keys of each

@@ -3,18 +3,16 @@
 //!
 //! It must not decode requests: `turns` does.
 
-use super::*;
-
-/// What one turn of a connection left behind.
-#[derive(PartialEq, Eq)]
-pub(super) enum Turn {
-    /// Finished; close it.
-    Close,
-    /// Waiting for a read or write event, or for replies from other workers.
-    Wait,
-    /// Work remains that no event will announce.
-    Again,
-}
+use super::connection::flush;
+use super::connection::Turn;
+use super::turns::serve_connection;
+use super::Worker;
+use crate::execute::stats_reply;
+use crate::forward::{Batch, Entry, Kind};
+use crate::stats::Snapshot;
+use mio::Poll;
+use std::sync::atomic::Ordering;
+use tierkv_protocol::reply;
 
 impl Worker {
     /// One turn of the connection in `slot`: closes it when it is finished, queues it when it
@@ -40,7 +38,7 @@ impl Worker {
         if connection.blocked {
             self.blocked.push(slot);
         }
-        if connection.watching.is_some() && turn != Turn::Close && !self.watching.contains(&slot) {
+        if connection.watching().is_some() && turn != Turn::Close && !self.watching.contains(&slot) {
             self.watching.push(slot);
         }
 
@@ -67,7 +65,7 @@ impl Worker {
         if let Some(mut connection) = self.connections[slot].take() {
             self.free.push(slot);
             self.core.budget.forget(&connection);
-            if let Some(id) = connection.watching {
+            if let Some(id) = connection.watching() {
                 self.core.state.watchers.remove(id);
                 self.watching.retain(|&watching| watching != slot);
             }
@@ -119,12 +117,14 @@ impl Worker {
             }
             Kind::Dump => {
                 if let Some((lines, next, items)) = crate::dump::decode_reply(bytes) {
+                    let workers = self.core.workers;
+                    let ended =
+                        connection.dump_mut().is_some_and(|dump| dump.advance(next, items, lines.len(), workers));
+                    let part = connection.order.part_mut(entry.seq).expect("found above");
                     part.bytes.extend_from_slice(lines);
-                    if let Some(dump) = connection.dump.as_mut() {
-                        if dump.advance(next, items, lines.len(), self.core.workers) {
-                            reply::status(&mut part.bytes, reply::Status::End);
-                            connection.dump = None;
-                        }
+                    if ended {
+                        reply::status(&mut part.bytes, reply::Status::End);
+                        connection.end_dump();
                     }
                 }
                 connection.blocked = true;
@@ -163,13 +163,13 @@ impl Worker {
             connection.drain_parts(&mut self.core.pool);
             self.core.budget.account(connection);
             if connection.udp.is_some() {
-                if connection.settled() && connection.closing {
+                if connection.settled() && connection.is_closing() {
                     self.finish_udp(slot);
                 }
                 continue;
             }
             let failed = !flush(connection, &mut self.core.state);
-            if failed || (connection.closing && connection.settled() && connection.output.is_empty()) {
+            if failed || (connection.is_closing() && connection.settled() && connection.output.is_empty()) {
                 self.close(slot, poll);
             }
         }

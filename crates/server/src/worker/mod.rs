@@ -12,32 +12,20 @@
 //! split), `requests` (long gets, refusals), `forwarded` (other workers' requests, routing),
 //! `streams` (watch, dumps, `stats conns`), `udp_session` (datagrams).
 
-use crate::after::After;
-use crate::config::Settings;
-use crate::error::ServeError;
-use crate::execute::{execute, get_value, stats_reply, Progress};
-use crate::forward::{Batch, Entry, Kind, Links, Message, Peer};
-use crate::limits::*;
-use crate::net::{Listener, Stream};
+use crate::forward::Links;
+use crate::net::Listener;
 use crate::stats::{Group, Snapshot, State};
 use crate::sys::partition_lock::{Lockable, Owned};
-use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token, Waker};
-use std::io::{self, Read, Write};
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use mio::{Poll, Token};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::Duration;
-use tierkv_engine::{unix_now, AnyPartition as Partition, KeyHash, PartitionConfig};
-use tierkv_protocol::client::encode_request;
-use tierkv_protocol::udp::FrameHeader;
-use tierkv_protocol::{binary, decode_request, reply, BinaryRequestInfo, Command, Decoded, ErrorReply, Limits};
-use tierkv_protocol::{Key, Keys, ReplyStyle, Request};
+use tierkv_engine::AnyPartition as Partition;
+use tierkv_protocol::{BinaryRequestInfo, Limits};
 
 mod admission;
 mod auth;
 mod budget;
+mod connection;
 mod crew;
 mod dispatch;
 mod event_loop;
@@ -51,16 +39,9 @@ mod streams;
 mod turns;
 mod udp_session;
 
-use auth::authenticate;
-use budget::*;
-use dispatch::*;
+use budget::Budget;
+use connection::Connection;
 pub use event_loop::serve;
-use forwarded::*;
-use lifecycle::*;
-use order::{Part, ReplyOrder};
-use requests::*;
-use streams::*;
-use turns::*;
 
 const MAIN_LISTENER: Token = Token(usize::MAX);
 const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
@@ -75,147 +56,6 @@ struct Gather {
     total: Snapshot,
     group: Group,
     binary: Option<BinaryRequestInfo>,
-}
-
-struct Connection {
-    /// The TCP socket; None for the reply to one UDP request (it has `udp`).
-    stream: Option<Stream>,
-    udp: Option<UdpReply>,
-    /// For UDP: where each message ends in `output`.
-    marks: Vec<usize>,
-    /// Tells this connection from an earlier one in the same slot.
-    generation: u64,
-    input: Vec<u8>,
-    output: Vec<u8>,
-    /// Replies that wait for an earlier one from another worker.
-    order: ReplyOrder,
-    /// Forwarded reads (`Kind::Read`, `Kind::GetKey`) not answered yet.
-    remote_reads: usize,
-    gather: Option<Box<Gather>>,
-    /// Stopped taking requests until forwarded replies come back.
-    blocked: bool,
-    /// Bytes still to discard after an oversized request (memcached's swallow).
-    swallow: usize,
-    /// The error reply sent once the swallow is over, as memcached sends it.
-    after_swallow: Option<ErrorReply>,
-    /// Keys of the first pending multi-get already answered (it paused for the output limit).
-    resume: usize,
-    /// Discard input through the next newline (the rest of a get line refused midway).
-    skip_line: bool,
-    /// A dump of the items in progress (the connection takes no requests meanwhile).
-    dump: Option<Box<crate::dump::Dump>>,
-    /// When it last sent a request (Unix seconds; `stats conns`).
-    last_command: u32,
-    /// Its socket's descriptor (-1 for UDP), for watch lines.
-    fd: i32,
-    /// It is a watcher (`watch`) with this id: it streams log lines and takes no requests.
-    watching: Option<u64>,
-    /// The peer closed its side (or the socket failed): read to the end of stream.
-    hangup: bool,
-    /// `-Y`: false until the client has authenticated (true without `-Y`).
-    authenticated: bool,
-    /// `-Y`/`-S`: attempts that failed on this connection.
-    auth_failures: u32,
-    closing: bool,
-    /// Replies it may have waiting before its requests stop (set each turn: smaller under
-    /// memory pressure).
-    output_limit: usize,
-    /// Bytes of its buffers as last counted in the worker's `Budget`.
-    accounted: usize,
-    /// It waits in the budget's starved list.
-    starved: bool,
-    /// The size of the incomplete request at the front of its input, when the decoder knows.
-    wanted: usize,
-    /// When its incomplete request larger than `PRESSED_INPUT_BYTES` began, or last waited on
-    /// the server (Unix seconds; `--request-min-rate` counts from here).
-    request_since: u32,
-}
-
-/// Where the reply to one UDP request goes, and how large it may be.
-#[derive(Clone, Copy)]
-struct UdpReply {
-    peer: SocketAddr,
-    request_id: u16,
-    /// The socket it came in on (0: the shared UDP port, 1: this worker's direct port).
-    socket: usize,
-    /// Reply bytes on the wire allowed (`--udp-amplification` times the datagram's size).
-    limit: usize,
-    /// The first binary request's header (a too-large reply is refused in its protocol).
-    binary: Option<BinaryRequestInfo>,
-    /// The reply outgrew `MAX_UDP_REPLY_BYTES` and is refused whatever the sender.
-    oversized: bool,
-}
-
-impl Connection {
-    fn new(stream: Option<Stream>, udp: Option<UdpReply>, generation: u64) -> Connection {
-        let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
-        Connection {
-            authenticated: true,
-            auth_failures: 0,
-            stream,
-            udp,
-            marks: Vec::new(),
-            generation,
-            input: Vec::new(),
-            output: Vec::new(),
-            order: ReplyOrder::default(),
-            remote_reads: 0,
-            gather: None,
-            blocked: false,
-            swallow: 0,
-            after_swallow: None,
-            resume: 0,
-            skip_line: false,
-            dump: None,
-            last_command: 0,
-            fd,
-            watching: None,
-            hangup: false,
-            closing: false,
-            output_limit: MAX_PENDING_OUTPUT_BYTES,
-            accounted: 0,
-            starved: false,
-            wanted: 0,
-            request_since: 0,
-        }
-    }
-
-    /// Bytes its buffers hold (their capacities), for the budget.
-    fn buffer_bytes(&self) -> usize {
-        let parts = self.order.buffer_bytes();
-        self.input.capacity() + self.output.capacity() + self.marks.capacity() * 8 + parts
-    }
-
-    /// Where a reply produced now goes (see `ReplyOrder::local_out`).
-    #[inline]
-    fn local_out(&mut self, pool: &mut Vec<Vec<u8>>) -> &mut Vec<u8> {
-        self.order.local_out(&mut self.output, pool)
-    }
-
-    /// Moves completed replies at the front of the order to the output.
-    fn drain_parts(&mut self, pool: &mut Vec<Vec<u8>>) {
-        self.order.drain(&mut self.output, &mut self.marks, pool);
-    }
-
-    /// Ends one UDP message here (after every reply given so far).
-    fn mark(&mut self) {
-        self.order.mark(self.output.len(), &mut self.marks);
-    }
-
-    /// Reply bytes waiting to be written: the output and the parts behind a forwarded reply.
-    fn pending_bytes(&self) -> usize {
-        self.output.len() + self.order.pending_bytes()
-    }
-
-    /// Whether replies waiting to be written have reached the limit.
-    fn over_output_limit(&self) -> bool {
-        self.output.len() > self.output_limit || (!self.order.is_empty() && self.pending_bytes() > self.output_limit)
-    }
-
-    /// Whether everything it was asked has been answered into `output`.
-    fn settled(&self) -> bool {
-        self.order.is_empty()
-    }
 }
 
 /// The sockets and wake-up one worker is started with.

@@ -15,10 +15,18 @@
 //!
 //! It must not read or write sockets (replies reach connections through `lifecycle`).
 
-use super::*;
+use super::connection::Connection;
+use super::{Core, Worker, FLASH_EVENT};
+use crate::error::ServeError;
+use crate::execute::{execute, get_value, Progress};
+use crate::forward::{Batch, Entry, Kind};
+use mio::{Interest, Poll};
 use std::collections::{HashMap, VecDeque};
+use tierkv_engine::KeyHash;
 use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
 use tierkv_protocol::StoreMode;
+use tierkv_protocol::{binary, decode_request, reply, Command, Decoded, ErrorReply};
+use tierkv_protocol::{ReplyStyle, Request};
 
 /// A request waiting for flash.
 struct Parked {

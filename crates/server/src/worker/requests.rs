@@ -2,8 +2,17 @@
 //! take whole (answered in pieces as they arrive), requests the decoder refused (and the
 //! unlink of a set refused as too large), and what a refusal leaves to discard.
 
-use super::*;
+use super::connection::Connection;
+use super::connection::Step;
+use super::dispatch::{forward_part, split_get};
+use super::Core;
+use crate::after::After;
+use crate::forward::Kind;
+use crate::limits::{LONG_GET_CHUNK_BYTES, MAX_PARTS, MAX_UNTAKEN_GET_BYTES};
 use tierkv_engine::Engine;
+use tierkv_engine::KeyHash;
+use tierkv_protocol::Key;
+use tierkv_protocol::{binary, reply, ErrorReply};
 
 /// How processing goes on after one step.
 pub(super) enum Flow {
@@ -48,30 +57,13 @@ pub(super) fn stop_for_output(connection: &mut Connection) -> bool {
 /// Discards what an earlier refusal left to skip (memcached's swallow of a refused value, or
 /// the rest of a refused get line); true if everything read so far was discarded.
 pub(super) fn discard(connection: &mut Connection, input: &[u8], at: &mut usize, pool: &mut Vec<Vec<u8>>) -> bool {
-    if connection.swallow > 0 {
-        let skip = connection.swallow.min(input.len() - *at);
-        *at += skip;
-        connection.swallow -= skip;
-        if connection.swallow > 0 {
-            return true;
-        }
-        if let Some(error) = connection.after_swallow.take() {
-            reply::error(connection.local_out(pool), &error);
-        }
+    let rest = &input[*at..];
+    let (skip, owed, more) = connection.discard(rest.len(), || memchr::memchr(b'\n', rest));
+    *at += skip;
+    if let Some(error) = owed {
+        reply::error(connection.local_out(pool), &error);
     }
-    if connection.skip_line {
-        match memchr::memchr(b'\n', &input[*at..]) {
-            Some(newline) => {
-                *at += newline + 1;
-                connection.skip_line = false;
-            }
-            None => {
-                *at = input.len();
-                return true;
-            }
-        }
-    }
-    false
+    more
 }
 
 /// What taking a piece of a long get line did.
@@ -93,7 +85,7 @@ pub(super) fn long_get(connection: &mut Connection, slot: usize, core: &mut Core
     }
     let refused = |connection: &mut Connection, core: &mut Core| {
         reply::error(connection.local_out(&mut core.pool), &ErrorReply::Client("bad command line format"));
-        connection.skip_line = true;
+        connection.skip_line();
         connection.resume = 0;
         Some(LongStep::Refused)
     };
@@ -164,8 +156,7 @@ pub(super) fn refuse(
     let available = input.len() - *at;
     if error.skip > available && !error.close {
         *at = input.len();
-        connection.swallow = error.skip - available;
-        connection.after_swallow = reply;
+        connection.swallow(error.skip - available, reply);
     } else {
         *at += error.skip.min(available);
         if let Some(reply) = reply {
@@ -173,7 +164,7 @@ pub(super) fn refuse(
         }
     }
     if error.close {
-        connection.closing = true;
+        connection.close_after_replies();
         return Flow::Stop;
     }
     Flow::Next
@@ -195,3 +186,6 @@ pub(super) fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, 
     }
     forward_part(connection, slot, core, owner, Kind::Unlink, hash.0, key)
 }
+
+/// memcached's reply to a value beyond the item size limit.
+const TOO_LARGE: &str = "object too large for cache";

@@ -2,8 +2,19 @@
 //! dumps of the items (`lru_crawler metadump`, `stats cachedump`), and the `stats conns`
 //! listing that only the worker owning the connections can write.
 
-use super::*;
+use super::connection::flush;
+use super::connection::Turn;
+use super::connection::{Connection, Phase};
+use super::dispatch::forward_part;
+use super::{Core, Worker};
 use crate::conns::Endpoint;
+use crate::forward::Kind;
+use crate::limits::{DUMP_OUTPUT_BYTES, MAX_PARTS, WATCHER_BUFFER_BYTES};
+use crate::net::Listener;
+use mio::Poll;
+use std::io::{self, Read};
+use tierkv_engine::unix_now;
+use tierkv_protocol::reply;
 
 /// Makes the connection a watcher of `streams` with memcached's replies; false if refused.
 pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams: u8) -> bool {
@@ -22,7 +33,7 @@ pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams:
         }
         Some(id) => {
             out.extend_from_slice(b"OK\r\n");
-            connection.watching = Some(id);
+            connection.start_watching(id);
             core.state.refresh_observe();
             true
         }
@@ -58,7 +69,7 @@ pub(super) fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, 
 /// dump goes on (the connection takes no requests until its END).
 pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core) -> Option<Turn> {
     use crate::dump::{encode_request, step};
-    while let Some(dump) = connection.dump.as_deref().copied() {
+    while let Some(dump) = connection.dump().copied() {
         if dump.waiting {
             return Some(Turn::Wait);
         }
@@ -77,9 +88,9 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
             let start = out.len();
             let (next, items) = step(&mut core.partition, dump.kind, dump.cursor, dump.item_budget(), dump.bytes, out);
             let bytes = out.len() - start;
-            let state = connection.dump.as_mut().expect("a dump is on");
+            let state = connection.dump_mut().expect("a dump is on");
             if state.advance(next, items, bytes, core.workers) {
-                connection.dump = None;
+                connection.end_dump();
                 reply::status(connection.local_out(&mut core.pool), reply::Status::End);
             }
             continue;
@@ -92,7 +103,7 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
             connection.blocked = true;
             return Some(Turn::Wait);
         }
-        connection.dump.as_mut().expect("a dump is on").waiting = true;
+        connection.dump_mut().expect("a dump is on").waiting = true;
     }
     // Done: the dump's END is queued; requests that followed it go on.
     None
@@ -126,16 +137,12 @@ impl Worker {
             let Some(connection) = connection else { continue };
             let Some(stream) = &connection.stream else { continue };
             let (Some(addr), Some(local)) = (stream.peer(), stream.local()) else { continue };
-            let state = if requester == Some(slot) {
-                "conn_parse_cmd"
-            } else if connection.closing {
-                "conn_closing"
-            } else if connection.swallow > 0 {
-                "conn_swallow"
-            } else if !connection.output.is_empty() {
-                "conn_mwrite"
-            } else {
-                "conn_read"
+            let state = match connection.phase() {
+                _ if requester == Some(slot) => "conn_parse_cmd",
+                Phase::Closing => "conn_closing",
+                Phase::Swallowing { .. } => "conn_swallow",
+                _ if !connection.output.is_empty() => "conn_mwrite",
+                _ => "conn_read",
             };
             use std::os::fd::AsRawFd;
             let summary = Summary {
@@ -164,7 +171,7 @@ impl Worker {
             }
             connection.drain_parts(&mut self.core.pool);
             if connection.udp.is_some() {
-                if connection.settled() && connection.closing {
+                if connection.settled() && connection.is_closing() {
                     self.finish_udp(slot);
                 }
             } else if !flush(connection, &mut self.core.state) {

@@ -3,9 +3,25 @@
 //!
 //! It must not block and must not hold more than the limits and the budget allow.
 
-use super::*;
+use super::auth::authenticate;
+use super::connection::Turn;
+use super::connection::{flush, read_some, release_idle_buffers, Connection, ReadEnd, Step};
+use super::dispatch::dispatch;
+use super::forwarded::Route;
+use super::requests::{after_batch, discard, finish_long_get, long_get, stop_for_output, Flow};
+use super::streams::{run_dump, start_watch, watch_turn};
+use super::Core;
+use crate::after::After;
+use crate::limits::{
+    BATCH, KEEP_BUFFER_BYTES, LONG_GET_CHUNK_BYTES, MAX_PENDING_OUTPUT_BYTES, PRESSED_INPUT_BYTES, PRESSED_KEEP_BYTES,
+    PRESSED_OUTPUT_BYTES, READ_CHUNK_BYTES,
+};
+use crate::net::Stream;
 use tierkv_engine::Access;
 use tierkv_engine::Engine;
+use tierkv_engine::KeyHash;
+use tierkv_protocol::Request;
+use tierkv_protocol::{decode_request, Command, Decoded, Limits};
 
 /// The most input a connection buffers: its largest possible request and one read more.
 /// Per connection, buffers stay below this plus `MAX_PENDING_OUTPUT_BYTES` and the replies of
@@ -27,7 +43,7 @@ pub(super) fn serve_connection(
     if !flush(connection, &mut core.state) {
         return Turn::Close;
     }
-    if connection.closing {
+    if connection.is_closing() {
         // A closing connection stays until its last replies are out.
         let sent = connection.output.is_empty() && !connection.stream.as_ref().is_some_and(Stream::pending_output);
         return if sent && connection.settled() { Turn::Close } else { Turn::Wait };
@@ -46,10 +62,10 @@ pub(super) fn serve_connection(
     let connections = core.state.curr_connections as usize;
     let input_limit =
         if pressure { core.budget.pressed_input(connection, input_limit, connections) } else { input_limit };
-    if let Some(id) = connection.watching {
+    if let Some(id) = connection.watching() {
         return watch_turn(connection, id, core, chunk);
     }
-    if connection.dump.is_some() {
+    if connection.dump().is_some() {
         if let Some(turn) = run_dump(connection, slot, core) {
             return turn;
         }
@@ -61,7 +77,8 @@ pub(super) fn serve_connection(
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
     let (input_before, wanted_before) = (connection.input.len(), connection.wanted);
     // -Y: nothing is served before the client has authenticated.
-    let stopped_early = (connection.authenticated || authenticate(connection, core)) && process(connection, slot, core);
+    let stopped_early =
+        (connection.authenticated() || authenticate(connection, core)) && process(connection, slot, core);
     let (taken, now) = (connection.input.len() < input_before, core.partition.now());
     if taken || stopped_early {
         // Idle kicks count from the last request taken: bytes trickled in do not count.
@@ -87,13 +104,13 @@ pub(super) fn serve_connection(
         core.budget.starve(slot, connection);
         return Turn::Wait;
     }
-    if read == ReadEnd::Eof && !(stopped_early || connection.blocked || connection.dump.is_some()) {
+    if read == ReadEnd::Eof && !(stopped_early || connection.blocked || connection.dump().is_some()) {
         // Requests read before the end still get their replies: the connection closes once
         // every complete request in its input has been taken.
-        connection.closing = true;
+        connection.close_after_replies();
     }
     release_idle_buffers(connection, if pressure { PRESSED_KEEP_BYTES } else { KEEP_BUFFER_BYTES });
-    if connection.closing {
+    if connection.is_closing() {
         let sent = connection.output.is_empty() && !connection.stream.as_ref().is_some_and(Stream::pending_output);
         return if sent && connection.settled() { Turn::Close } else { Turn::Wait };
     }
@@ -105,62 +122,6 @@ pub(super) fn serve_connection(
     } else {
         Turn::Wait
     }
-}
-
-pub(super) fn release_idle_buffers(connection: &mut Connection, keep: usize) {
-    if connection.output.is_empty() && connection.output.capacity() > keep {
-        connection.output = Vec::new();
-    }
-    if connection.input.is_empty() && connection.input.capacity() > keep {
-        connection.input = Vec::new();
-    }
-}
-
-/// How a read ended.
-#[derive(PartialEq, Eq)]
-pub(super) enum ReadEnd {
-    /// The socket had nothing more (a readable event will announce more).
-    Drained,
-    /// The input buffer reached its limit first.
-    Limited,
-    Eof,
-}
-
-/// Reads until the socket is drained or the input holds `input_limit` bytes.
-pub(super) fn read_some(
-    connection: &mut Connection,
-    chunk: &mut [u8],
-    input_limit: usize,
-    state: &mut State,
-) -> io::Result<ReadEnd> {
-    loop {
-        if connection.input.len() >= input_limit {
-            return Ok(ReadEnd::Limited);
-        }
-        let Some(stream) = connection.stream.as_mut() else { return Ok(ReadEnd::Drained) };
-        let room = (input_limit - connection.input.len()).min(chunk.len());
-        let chunk = &mut chunk[..room];
-        match stream.read(chunk) {
-            Ok(0) => return Ok(ReadEnd::Eof),
-            Ok(n) => {
-                state.counters.bytes_read += n as u64;
-                connection.input.extend_from_slice(&chunk[..n]);
-                if n < chunk.len() && !connection.hangup {
-                    return Ok(ReadEnd::Drained);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ReadEnd::Drained),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// How one request went.
-pub(super) enum Step {
-    Done(After),
-    /// Not taken (no room to forward, or too much waiting): try again after replies arrive.
-    Blocked,
 }
 
 /// Decodes and executes (or forwards) every complete request in the input while the limits
@@ -235,7 +196,7 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
                 }
                 Step::Done(After::Close) => {
                     at += consumed;
-                    connection.closing = true;
+                    connection.close_after_replies();
                     break;
                 }
                 Step::Done(after @ (After::Dump(_) | After::Watch(_))) => {
@@ -254,12 +215,12 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
                 }
             }
         }
-        if connection.watching.is_some() {
+        if connection.watching().is_some() {
             // A watcher takes no more requests; what it sent after `watch` is dropped.
             at = input.len();
             break;
         }
-        if stopped_early || connection.closing || connection.blocked || connection.dump.is_some() {
+        if stopped_early || connection.is_closing() || connection.blocked || connection.dump().is_some() {
             break;
         }
         let next = stopped_by(connection, next);
@@ -378,7 +339,7 @@ fn begin_stream(connection: &mut Connection, core: &mut Core, after: After) -> O
                 connection.local_out(&mut core.pool).extend_from_slice(crate::admin::METADUMP_BEHIND_REPLIES);
                 return None;
             }
-            connection.dump = Some(Box::new(crate::dump::Dump::new(kind)));
+            connection.start_dump(crate::dump::Dump::new(kind));
             // No event announces the dump's steps: the connection goes again.
             Some(true)
         }
@@ -386,31 +347,3 @@ fn begin_stream(connection: &mut Connection, core: &mut Core, after: After) -> O
         After::Continue | After::Pause | After::Close => None,
     }
 }
-
-/// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
-/// when it is complete, not here.)
-pub(super) fn flush(connection: &mut Connection, state: &mut State) -> bool {
-    let Some(stream) = connection.stream.as_mut() else { return true };
-    // TLS: the records of earlier writes leave first (a no-op for sockets).
-    if let Err(e) = stream.flush() {
-        if e.kind() != io::ErrorKind::WouldBlock {
-            return false;
-        }
-    }
-    let mut written = 0;
-    while written < connection.output.len() {
-        match stream.write(&connection.output[written..]) {
-            Ok(0) => return false,
-            Ok(n) => written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        }
-    }
-    connection.output.drain(..written);
-    state.counters.bytes_written += written as u64;
-    true
-}
-
-/// memcached's reply to a value beyond the item size limit.
-pub(super) const TOO_LARGE: &str = "object too large for cache";

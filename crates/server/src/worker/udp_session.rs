@@ -4,7 +4,17 @@
 //!
 //! It must not keep state between datagrams beyond the reply queues.
 
-use super::*;
+use super::connection::Step;
+use super::connection::{Connection, UdpReply};
+use super::dispatch::dispatch;
+use super::forwarded::Route;
+use super::Worker;
+use crate::after::After;
+use crate::limits::{MAX_UDP_REPLY_BYTES, POOL_BUFFERS, POOL_BUFFER_BYTES, RECV_BATCH};
+use std::net::SocketAddr;
+use tierkv_protocol::udp::FrameHeader;
+use tierkv_protocol::ReplyStyle;
+use tierkv_protocol::{binary, decode_request, reply, Command, Decoded, ErrorReply};
 
 impl Worker {
     /// Takes one batch of datagrams from UDP socket `socket` and answers or forwards every
@@ -46,7 +56,8 @@ impl Worker {
             self.connections.len() - 1
         });
         self.next_generation += 1;
-        let connection = self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation));
+        let connection =
+            self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation, false));
         connection.marks = self.mark_pool.pop().unwrap_or_default();
         let core = &mut self.core;
         let mut at = 0;
@@ -100,7 +111,7 @@ impl Worker {
             }
         }
         // Requests forwarded and not yet answered are waited for; their replies finish it.
-        connection.closing = true;
+        connection.close_after_replies();
         if connection.settled() {
             self.finish_udp(slot);
         }
