@@ -274,3 +274,36 @@ pub struct Request<'a> {
     pub command: Command<'a>,
     pub style: ReplyStyle<'a>,
 }
+
+/// What a request needs of its key's current item before it may run, wherever that item is
+/// (a flash tier keeps some items off the partition's DRAM: a request that needs them waits
+/// for their read, and one that writes waits for the flash copy's invalidation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// It must see the key's item (everything keyed but a plain text or binary set, which
+    /// replaces the item whatever it was).
+    pub item: bool,
+    /// It may change the key (every keyed command but plain reads).
+    pub write: bool,
+}
+
+impl Request<'_> {
+    /// What this request needs of its key's item (`Needs`); nothing for keyless commands.
+    pub fn needs(&self) -> Needs {
+        let (item, write) = match self.command {
+            // Plain sets replace the item whatever it was; meta sets are given it too (their
+            // flags may depend on it).
+            Command::Store { mode: StoreMode::Set, cas: 0, .. } => (matches!(self.style, ReplyStyle::Meta(_)), true),
+            Command::Get { touch, .. } => (true, touch.is_some()),
+            Command::Store { .. }
+            | Command::Delete { .. }
+            | Command::Arith { .. }
+            | Command::Atomic { .. }
+            | Command::Vector { .. }
+            | Command::Touch { .. } => (true, true),
+            Command::MetaDebug { .. } => (true, false),
+            _ => (false, false),
+        };
+        Needs { item, write }
+    }
+}

@@ -10,70 +10,24 @@
 //! recycled, so a warm worker forwards without allocating.
 
 use crate::limits::{BATCH_BYTES, BATCH_ENTRIES, KEEP_BATCH_BYTES, MAX_BATCHES_IN_FLIGHT, POOL_BATCHES};
+use crate::pending::Pending;
 use mio::Waker;
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-/// What the owner does with one entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Decode and execute the request bytes; the reply goes back whole.
-    Request,
-    /// A `Request` that reads an item (its reply may be large; the sender bounds how many it
-    /// has outstanding).
-    Read,
-    /// One key of a multi-key text get: execute, and send back the VALUE lines only (the
-    /// connection's worker writes the one END).
-    GetKey,
-    /// flush_all on this partition too (counted once, by the connection's worker).
-    Flush { delay: i64 },
-    /// Send back this worker's `stats` figures.
-    Snapshot,
-    /// `stats reset` on this worker too.
-    Reset,
-    /// The request bytes are a key whose item must go (a set refused as too large); nothing
-    /// is counted and the reply is empty.
-    Unlink,
-    /// `stats conns`: this worker's lines (no END).
-    Conns,
-    /// One step of a dump of this worker's items (`dump::encode_request`); the reply is the
-    /// lines and where the walk goes on (`dump::decode_reply`).
-    Dump,
-    /// Set by the owner: the request waits for a flash read there, and its reply comes back
-    /// later in a `Late` message (under the entry's first kind).
-    Deferred,
-}
-
-/// One forwarded request and, once executed, where its reply ends.
-#[derive(Clone, Copy, Debug)]
-pub struct Entry {
-    /// The connection (slot and generation, so a reply for a closed connection is dropped).
-    pub slot: usize,
-    pub generation: u64,
-    /// The reply's position in the connection's reply order.
-    pub seq: u64,
-    pub kind: Kind,
-    /// The key's hash (0: none), so the owner can prefetch a run of entries together.
-    pub hash: u64,
-    /// End of this entry's request bytes in `Batch::requests`.
-    pub request_end: usize,
-    /// End of this entry's reply bytes in `Batch::replies` (set by the owner).
-    pub reply_end: usize,
-}
-
 /// Requests for one worker, and then its replies.
 #[derive(Default)]
 pub struct Batch {
     pub requests: Vec<u8>,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<Pending>,
     pub replies: Vec<u8>,
 }
 
 impl Batch {
     /// The request bytes and reply bytes of each entry, in order.
-    pub fn ranges(&self) -> impl Iterator<Item = (Entry, std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+    pub fn ranges(&self) -> impl Iterator<Item = (Pending, std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
         let mut request_start = 0;
         let mut reply_start = 0;
         self.entries.iter().map(move |entry| {
@@ -173,7 +127,7 @@ impl Links {
 
     /// Adds a request (the concatenation of `parts`) for `owner`; false, changing nothing,
     /// when `owner` already has the most batches in flight.
-    pub fn forward(&mut self, owner: usize, mut entry: Entry, parts: &[&[u8]]) -> bool {
+    pub fn forward(&mut self, owner: usize, mut entry: Pending, parts: &[&[u8]]) -> bool {
         if !self.can_forward(owner) {
             return false;
         }
@@ -299,6 +253,7 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pending::Kind;
 
     fn links(workers: usize) -> (Vec<Links>, Vec<mio::Poll>) {
         let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
@@ -312,8 +267,8 @@ mod tests {
         (connect(&Arc::new(peers)), polls)
     }
 
-    fn entry(seq: u64) -> Entry {
-        Entry { slot: 3, generation: 9, seq, kind: Kind::Request, hash: 0, request_end: 0, reply_end: 0 }
+    fn entry(seq: u64) -> Pending {
+        Pending::new(3, 9, seq, Kind::Request, crate::pending::Learned::default())
     }
 
     #[test]

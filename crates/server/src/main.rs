@@ -28,6 +28,7 @@ mod metrics;
 mod metrics_http;
 mod net;
 mod outcome;
+mod pending;
 mod stats;
 mod sys;
 mod watch;

@@ -205,6 +205,56 @@ fn a_pipeline_of_dram_and_flash_keys_is_answered_in_order() {
     assert!(stat_number(server.1, "", "get_extstore") >= 100, "half the keys were read from flash");
 }
 
+/// The VALUE lines of a get reply as (key, flags, value), in order; each carries a CAS if
+/// `cas`, else none.
+fn values_of(reply: &[u8], cas: bool) -> Vec<(String, String, Vec<u8>)> {
+    let mut found = Vec::new();
+    let mut rest = reply;
+    while let Some(stripped) = rest.strip_prefix(b"VALUE ") {
+        let end = stripped.windows(2).position(|w| w == b"\r\n").expect("a header line");
+        let header = String::from_utf8_lossy(&stripped[..end]).into_owned();
+        let fields: Vec<&str> = header.split(' ').collect();
+        let len: usize = fields[2].parse().unwrap();
+        let data = &stripped[end + 2..];
+        found.push((fields[0].to_string(), fields[1].to_string(), data[..len].to_vec()));
+        assert_eq!(fields.len(), 3 + usize::from(cas), "{header}");
+        assert!(!cas || fields[3].parse::<u64>().is_ok(), "a CAS: {header}");
+        rest = &data[len + 2..];
+    }
+    assert_eq!(rest, b"END\r\n");
+    found
+}
+
+#[test]
+fn split_gets_and_base64_keys_reach_flash_items_of_every_worker() {
+    let flash = FlashFile::new("split");
+    let server = hybrid(&flash, "2", &[]);
+    fill(server.1, 0, N);
+    let mut stream = connect(server.1);
+    // The first keys are on flash, owned by both workers: a multi-key gets, gat and gats is
+    // split into one part per key, each read where the key lives.
+    let keys: Vec<usize> = (0..40).chain([N - 1, N - 2]).collect();
+    let line: Vec<String> = keys.iter().map(|i| format!("k{i}")).collect();
+    for verb in ["gets", "gat 0", "gats 0", "get"] {
+        stream.write_all(format!("{verb} {} nothere\r\n", line.join(" ")).as_bytes()).unwrap();
+        let cas = verb.starts_with("gets") || verb.starts_with("gats");
+        let found = values_of(&read_until(&mut stream, b"END\r\n"), cas);
+        let expected: Vec<(String, String, Vec<u8>)> =
+            keys.iter().map(|&i| (format!("k{i}"), i.to_string(), value(i))).collect();
+        assert_eq!(found, expected, "{verb}");
+    }
+    // A meta get and a meta set whose key is base64 (decoded where the request waits).
+    stream.write_all(b"mg azU= b v f\r\n").unwrap();
+    let reply = read_until(&mut stream, &[&value(5)[..], b"\r\n"].concat());
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    assert!(text.starts_with(&format!("VA {} ", value(5).len())) && text.contains(" f5\r\n"), "{text}");
+    stream.write_all(b"ms azY= 3 b\r\nnew\r\nmn\r\n").unwrap();
+    assert_eq!(read_until(&mut stream, b"MN\r\n"), b"HD\r\nMN\r\n");
+    stream.write_all(b"get k6\r\n").unwrap();
+    assert_eq!(read_until(&mut stream, b"END\r\n"), b"VALUE k6 0 3\r\nnew\r\nEND\r\n");
+    assert!(stat_number(server.1, "", "get_extstore") >= 40, "the keys were read from flash");
+}
+
 #[test]
 fn a_slow_flash_read_holds_up_no_later_request() {
     let flash = FlashFile::new("slow");

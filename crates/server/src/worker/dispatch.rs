@@ -11,12 +11,11 @@ use super::order::Part;
 use super::{Core, Gather};
 use crate::after::After;
 use crate::execute::{execute, get_value, Progress};
-use crate::forward::{Entry, Kind};
 use crate::limits::{MAX_PARTS, MAX_REMOTE_READS_PER_CONNECTION};
+use crate::pending::{Kind, Learned, Pending};
 use tierkv_engine::KeyHash;
-use tierkv_protocol::client::encode_request;
 use tierkv_protocol::{reply, Command};
-use tierkv_protocol::{Keys, ReplyStyle, Request};
+use tierkv_protocol::{ReplyStyle, Request};
 
 /// Forwards one request to `owner` as the next part of the connection's reply order (the
 /// owner's reply fills the part); false if the queue to `owner` has no room.
@@ -26,12 +25,12 @@ pub(super) fn forward_part(
     core: &mut Core,
     owner: usize,
     kind: Kind,
-    hash: u64,
+    learned: Learned,
     request: &[u8],
 ) -> bool {
     let seq = connection.order.next_seq();
-    let entry = Entry { slot, generation: connection.generation, seq, kind, hash, request_end: 0, reply_end: 0 };
-    if !core.links.forward(owner, entry, &[request]) {
+    let pending = Pending::new(slot, connection.generation, seq, kind, learned);
+    if !core.links.forward(owner, pending, &[request]) {
         return false;
     }
     connection.order.push_waiting(core.pool.pop().unwrap_or_default(), 1);
@@ -54,15 +53,7 @@ pub(super) fn dispatch(
     {
         return Step::Blocked;
     }
-    let entry = |seq: u64, kind: Kind| Entry {
-        slot,
-        generation: connection.generation,
-        seq,
-        kind,
-        hash: hash.map_or(0, |hash| hash.0),
-        request_end: 0,
-        reply_end: 0,
-    };
+    let entry = |seq: u64, kind: Kind| Pending::new(slot, connection.generation, seq, kind, Learned::default());
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local if core.parking.enabled && hash.is_some() => {
@@ -72,7 +63,7 @@ pub(super) fn dispatch(
                 return Step::Blocked;
             }
             let kind = if read { Kind::Read } else { Kind::Request };
-            if core.park_local(connection, slot, request, raw, kind) {
+            if core.park_local(connection, slot, Learned::of(request, raw, hash), raw, kind) {
                 return Step::Done(After::Continue);
             }
             let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
@@ -159,7 +150,7 @@ fn remote(
         return Step::Done(after);
     }
     let kind = if read { Kind::Read } else { Kind::Request };
-    if !forward_part(connection, slot, core, owner, kind, hash.map_or(0, |hash| hash.0), raw) {
+    if !forward_part(connection, slot, core, owner, kind, Learned::of(request, raw, hash), raw) {
         return Step::Blocked;
     }
     connection.remote_reads += usize::from(read);
@@ -187,20 +178,12 @@ pub(super) fn split_get(
         }
         let hash = KeyHash::of(key);
         let owner = hash.partition(core.workers as u32) as usize;
-        if owner == core.id && core.parking.enabled {
-            core.line.clear();
-            let command = Command::Get { keys: Keys::one(key), return_cas, touch, base64: false };
-            let single = Request { command, style: ReplyStyle::Text { noreply: false } };
-            encode_request(&mut core.line, &single);
-            let line = std::mem::take(&mut core.line);
-            let parked = core.park_local(connection, slot, &single, &line, Kind::GetKey);
-            core.line = line;
-            if parked {
-                if connection.udp.is_some() && number + 1 < keys.len() {
-                    connection.mark();
-                }
-                continue;
+        let (kind, learned) = (Kind::GetKey { cas: return_cas, touch }, Learned::of_key(key, hash, touch.is_some()));
+        if owner == core.id && core.parking.enabled && core.park_local(connection, slot, learned, key, kind) {
+            if connection.udp.is_some() && number + 1 < keys.len() {
+                connection.mark();
             }
+            continue;
         }
         if owner == core.id {
             let out = connection.local_out(&mut core.pool);
@@ -222,14 +205,8 @@ pub(super) fn split_get(
             }
             continue;
         }
-        // The owner answers the key's get line with its VALUE (or nothing), no END.
-        core.line.clear();
-        let command = Command::Get { keys: Keys::one(key), return_cas, touch, base64: false };
-        encode_request(&mut core.line, &Request { command, style: ReplyStyle::Text { noreply: false } });
-        let line = std::mem::take(&mut core.line);
-        let forwarded = forward_part(connection, slot, core, owner, Kind::GetKey, hash.0, &line);
-        core.line = line;
-        if !forwarded {
+        // The owner answers the key with its VALUE (or nothing), no END.
+        if !forward_part(connection, slot, core, owner, kind, learned, key) {
             connection.resume = number;
             return Step::Blocked;
         }
@@ -245,7 +222,3 @@ pub(super) fn split_get(
     }
     Step::Done(After::Continue)
 }
-
-/// Room for the longest single-key get line: `gats`, an i64 exptime, a 250-byte key, spaces
-/// and CRLF (the encoding buffer never grows past it).
-pub(super) const SINGLE_GET_LINE_BYTES: usize = 5 + 20 + 1 + tierkv_engine::MAX_KEY_BYTES + 2;

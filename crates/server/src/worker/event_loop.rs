@@ -7,17 +7,17 @@
 
 use super::admission;
 use super::budget::Budget;
-use super::dispatch::SINGLE_GET_LINE_BYTES;
 use super::streams::listener_addresses;
 use super::turns::input_limit;
 use super::{Core, Shared, Start, Worker, DIRECT_LISTENER, FLASH_EVENT, MAIN_LISTENER, UDP_DIRECT, UDP_MAIN, WAKER};
 use crate::config::Concurrency;
 use crate::config::Settings;
 use crate::error::ServeError;
-use crate::forward::{Kind, Links, Message, Peer};
+use crate::forward::{Links, Message, Peer};
 use crate::limits::{AGAIN_PER_LOOP, READ_CHUNK_BYTES};
 use crate::net::tls::{Acceptor, TlsContext};
 use crate::net::Listener;
+use crate::pending::Kind;
 use crate::stats::State;
 use crate::sys::partition_lock::Owned;
 use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
@@ -411,7 +411,6 @@ impl Worker {
                     Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits)),
                     settings.requests.share_percent,
                 ),
-                line: Vec::with_capacity(SINGLE_GET_LINE_BYTES),
                 parking: super::parking::Parking::new(settings.flash.is_some()),
                 readers: Arc::clone(&shared.readers),
                 crew_value: Vec::new(),

@@ -3,8 +3,9 @@
 //! It must not write to sockets: replies go back in batches through `forward`.
 
 use super::Core;
-use crate::forward::{Batch, Entry, Kind};
+use crate::forward::Batch;
 use crate::limits::BATCH;
+use crate::pending::{Kind, Pending};
 use crate::stats::Group;
 use tierkv_engine::Access;
 use tierkv_engine::Engine;
@@ -23,8 +24,8 @@ impl Core {
         for chunk in entries.chunks_mut(BATCH) {
             let mut hashes = [KeyHash(0); BATCH];
             let mut count = 0;
-            for entry in chunk.iter().filter(|entry| entry.hash != 0) {
-                hashes[count] = KeyHash(entry.hash);
+            for entry in chunk.iter().filter(|entry| entry.learned.hash != 0) {
+                hashes[count] = KeyHash(entry.learned.hash);
                 count += 1;
             }
             self.partition.prefetch(&hashes[..count], Access::Read);
@@ -43,7 +44,7 @@ impl Core {
                 let request = &requests[request_start..entry.request_end];
                 request_start = entry.request_end;
                 match entry.kind {
-                    Kind::Request | Kind::Read | Kind::GetKey => {
+                    Kind::Request | Kind::Read | Kind::GetKey { .. } => {
                         if self.defer_for_flash(entry, request, from) {
                             entry.kind = Kind::Deferred;
                         } else {
@@ -68,12 +69,9 @@ impl Core {
 
     /// Parks a forwarded request whose key must be read from flash first (its reply goes back
     /// to `from` in a late message); true if parked.
-    fn defer_for_flash(&mut self, entry: &Entry, request: &[u8], from: usize) -> bool {
-        if !self.parking.enabled {
-            return false;
-        }
-        let Decoded::Request { request: decoded, .. } = decode_request(request, &self.limits) else { return false };
-        self.park(&decoded, request, *entry, Some(from))
+    /// What the sender learned decoding it says whether it must wait: it is not decoded here.
+    fn defer_for_flash(&mut self, entry: &Pending, request: &[u8], from: usize) -> bool {
+        self.parking.enabled && self.park(*entry, request, Some(from))
     }
 
     /// KV-Direct's hot-key combining across connections: consecutive forwarded atomics (or
@@ -82,7 +80,7 @@ impl Core {
     /// so it is decoded once), or None if the entry cannot start a run.
     fn forwarded_atomic_run(
         &mut self,
-        entries: &mut [Entry],
+        entries: &mut [Pending],
         start: usize,
         requests: &[u8],
         replies: &mut Vec<u8>,

@@ -8,7 +8,8 @@ use super::connection::Turn;
 use super::turns::serve_connection;
 use super::Worker;
 use crate::execute::stats_reply;
-use crate::forward::{Batch, Entry, Kind};
+use crate::forward::Batch;
+use crate::pending::{Kind, Pending};
 use crate::stats::Snapshot;
 use mio::Poll;
 use std::sync::atomic::Ordering;
@@ -95,7 +96,7 @@ impl Worker {
 
     /// Puts one reply into its connection's reply order; false if the connection is gone (or
     /// the reply is deferred).
-    pub(super) fn deliver_one(&mut self, entry: Entry, bytes: &[u8]) -> bool {
+    pub(super) fn deliver_one(&mut self, entry: Pending, bytes: &[u8]) -> bool {
         let Some(connection) = self.connections.get_mut(entry.slot).and_then(Option::as_mut) else { return false };
         if connection.generation != entry.generation || entry.kind == Kind::Deferred {
             return false;
@@ -104,7 +105,7 @@ impl Worker {
         part.waiting = part.waiting.saturating_sub(1);
         match entry.kind {
             Kind::Request => part.bytes.extend_from_slice(bytes),
-            Kind::Read | Kind::GetKey => {
+            Kind::Read | Kind::GetKey { .. } => {
                 part.bytes.extend_from_slice(bytes);
                 connection.remote_reads -= 1;
             }

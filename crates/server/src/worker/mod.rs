@@ -120,8 +120,6 @@ struct Core {
     memory_applied: usize,
     /// This worker's share of the connection memory budget.
     budget: Budget,
-    /// Where a split get's single-key lines are encoded (reused; one line at a time).
-    line: Vec<u8>,
     /// Requests waiting for flash reads (`flash`).
     parking: parking::Parking,
     /// The other workers' read-only views (`crew.rs`), and where a value read there is copied.

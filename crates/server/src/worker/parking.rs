@@ -19,26 +19,24 @@ use super::connection::Connection;
 use super::{Core, Worker, FLASH_EVENT};
 use crate::error::ServeError;
 use crate::execute::{execute, get_value, Progress};
-use crate::forward::{Batch, Entry, Kind};
+use crate::forward::Batch;
+use crate::pending::{Kind, Learned, Pending};
 use mio::{Interest, Poll};
 use std::collections::{HashMap, VecDeque};
 use tierkv_engine::KeyHash;
 use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
-use tierkv_protocol::StoreMode;
-use tierkv_protocol::{binary, decode_request, reply, Command, Decoded, ErrorReply};
+use tierkv_protocol::{binary, decode_request, reply, Decoded, ErrorReply};
 use tierkv_protocol::{ReplyStyle, Request};
 
-/// A request waiting for flash.
+/// A request waiting for flash: the pending work and its own copy of the request bytes
+/// (for a base64 key, its decoded key follows them, where `pending.learned.key` points).
 struct Parked {
-    /// Its reply's place (slot, generation, sequence) and kind, as for a forwarded request.
-    entry: Entry,
+    /// Its reply's place, its kind and what decoding learned (`needs.item`: its item is still
+    /// to be read).
+    pending: Pending,
     /// The worker that forwarded it (None: a connection of this worker).
     from: Option<usize>,
     request: Vec<u8>,
-    hash: KeyHash,
-    /// It must see its key's item (still to be read), and it changes the key.
-    item: bool,
-    write: bool,
     /// What it waits for: its change's invalidation (else its item's read); once that is
     /// done, `guarded` (it is not asked for again).
     awaiting_guard: bool,
@@ -72,30 +70,6 @@ impl Parking {
     }
 }
 
-/// What a request needs of its key's flash copy: (item, write). `item`: it must see the key's
-/// item wherever it is (everything keyed but a plain set, which only replaces and drops the
-/// flash copy as it does). `write`: it may change the key, so it must not run before the flash
-/// copy's invalidation is on the device (every keyed command but plain reads).
-pub(super) fn flash_needs(request: &Request<'_>) -> (bool, bool) {
-    match request.command {
-        Command::Store { mode: StoreMode::Set, cas: 0, .. } => (matches!(request.style, ReplyStyle::Meta(_)), true),
-        Command::Get { touch, .. } => (true, touch.is_some()),
-        Command::Store { .. }
-        | Command::Delete { .. }
-        | Command::Arith { .. }
-        | Command::Atomic { .. }
-        | Command::Vector { .. }
-        | Command::Touch { .. } => (true, true),
-        Command::MetaDebug { .. } => (true, false),
-        _ => (false, false),
-    }
-}
-
-/// The one key of a request (`buffer` holds a base64 key decoded).
-fn request_key<'b>(request: &Request<'b>, buffer: &'b mut [u8; 256]) -> Option<&'b [u8]> {
-    request.command.key()?.decode_into(buffer)
-}
-
 /// memcached-style answer to a change whose invalidation the device failed: nothing changed.
 fn failed_reply(request: &Request<'_>, out: &mut Vec<u8>) {
     match request.style {
@@ -106,17 +80,21 @@ fn failed_reply(request: &Request<'_>, out: &mut Vec<u8>) {
 }
 
 impl Core {
-    /// Parks `raw` (the request decoded as `request`) if it must wait for flash: true if
-    /// parked (its reply comes later), false if it may run now. `entry` says where its reply
-    /// goes, `from` which worker forwarded it.
-    pub(super) fn park(&mut self, request: &Request<'_>, raw: &[u8], entry: Entry, from: Option<usize>) -> bool {
-        let (item, write) = flash_needs(request);
-        if !self.parking.enabled || !(item || write) {
+    /// Parks `pending` (its request bytes `raw`) if it must wait for flash: true if parked
+    /// (its reply comes later), false if it may run now. `from`: the worker that forwarded it.
+    pub(super) fn park(&mut self, pending: Pending, raw: &[u8], from: Option<usize>) -> bool {
+        let needs = pending.learned.needs;
+        if !self.parking.enabled || !(needs.item || needs.write) {
             return false;
         }
-        let mut buffer = [0u8; 256];
-        let Some(key) = request_key(request, &mut buffer) else { return false };
+        let mut request = raw.to_vec();
+        let mut pending = pending;
+        if pending.learned.key_in(&request).is_none() && !self.append_decoded_key(&mut request, &mut pending) {
+            return false;
+        }
+        let key = pending.learned.key_in(&request).expect("the key is in the request");
         let hash = KeyHash::of(key);
+        pending.learned.hash = hash.0;
         let parking = &mut self.parking;
         let id = parking.free.pop().unwrap_or_else(|| {
             parking.parked.push(None);
@@ -126,7 +104,7 @@ impl Core {
         let mut awaiting_guard = false;
         if !behind {
             let probe;
-            (probe, awaiting_guard) = self.probe(key, hash, item, write, id);
+            (probe, awaiting_guard) = self.probe(key, hash, needs.item, needs.write, id);
             match probe {
                 FlashProbe::Ready => {
                     self.parking.free.push(id);
@@ -138,9 +116,23 @@ impl Core {
         }
         let parking = &mut self.parking;
         parking.queues.entry(hash.0).or_default().push_back(id);
-        let parked = Parked { entry, from, request: raw.to_vec(), hash, item, write, awaiting_guard, guarded: false };
-        parking.parked[id] = Some(parked);
+        parking.parked[id] = Some(Parked { pending, from, request, awaiting_guard, guarded: false });
         self.state.counters.flash_parked += 1;
+        true
+    }
+
+    /// A request whose key is not in its bytes as used (base64): decodes it and appends the
+    /// decoded key to `request`, where `pending` then finds it; false if it has no valid key.
+    #[cold]
+    fn append_decoded_key(&self, request: &mut Vec<u8>, pending: &mut Pending) -> bool {
+        let mut buffer = [0u8; 256];
+        let key = match decode_request(request, &self.limits) {
+            Decoded::Request { request, .. } => request.command.key().and_then(|key| key.decode_into(&mut buffer)),
+            _ => None,
+        };
+        let Some(key) = key.map(<[u8]>::to_vec) else { return false };
+        pending.learned.key = (request.len() as u32, key.len() as u32);
+        request.extend_from_slice(&key);
         true
     }
 
@@ -159,24 +151,14 @@ impl Core {
         (FlashProbe::Ready, false)
     }
 
-    /// `probe` for parked request `id` (decoded again in place).
+    /// `probe` for parked request `id` (its key is where decoding found it: no decode).
     fn probe_parked(&mut self, id: usize) -> FlashProbe {
-        let Some(parked) = self.parking.parked[id].as_ref() else { return FlashProbe::Ready };
-        let (hash, item, guard) = (parked.hash, parked.item, parked.write && !parked.guarded);
-        let slot = self.parking.parked[id].as_mut().expect("checked");
-        let request: Vec<u8> = std::mem::take(&mut slot.request);
-        let (probe, awaiting_guard) = match decode_request(&request, &self.limits) {
-            Decoded::Request { request, .. } => {
-                let mut buffer = [0u8; 256];
-                let key = request_key(&request, &mut buffer).unwrap_or_default();
-                self.probe(key, hash, item, guard, id)
-            }
-            // Not expected (it decoded when it was parked): it runs and answers now.
-            _ => (FlashProbe::Ready, false),
-        };
-        let parked = self.parking.parked[id].as_mut().expect("still parked");
-        parked.request = request;
-        parked.awaiting_guard = awaiting_guard;
+        let Some(parked) = self.parking.parked[id].take() else { return FlashProbe::Ready };
+        let learned = parked.pending.learned;
+        let (item, guard) = (learned.needs.item, learned.needs.write && !parked.guarded);
+        let key = learned.key_in(&parked.request).unwrap_or_default();
+        let (probe, awaiting_guard) = self.probe(key, KeyHash(learned.hash), item, guard, id);
+        self.parking.parked[id] = Some(Parked { awaiting_guard, ..parked });
         probe
     }
 
@@ -186,18 +168,17 @@ impl Core {
         &mut self,
         connection: &mut Connection,
         slot: usize,
-        request: &Request<'_>,
+        learned: Learned,
         raw: &[u8],
         kind: Kind,
     ) -> bool {
         let seq = connection.order.next_seq();
-        let entry = Entry { slot, generation: connection.generation, seq, kind, hash: 0, request_end: 0, reply_end: 0 };
-        if !self.park(request, raw, entry, None) {
+        if !self.park(Pending::new(slot, connection.generation, seq, kind, learned), raw, None) {
             return false;
         }
         connection.order.push_waiting(self.pool.pop().unwrap_or_default(), 1);
         // Reads count against the connection's bound (delivery takes them off again).
-        connection.remote_reads += usize::from(kind != Kind::Request);
+        connection.remote_reads += usize::from(kind.reads());
         true
     }
 
@@ -205,29 +186,26 @@ impl Core {
     /// goes to `replies`.
     fn run_parked(&mut self, parked: &Parked, failed: bool, replies: &mut Vec<u8>) {
         self.state.fd = -1;
+        let request = &parked.request[..];
         if failed {
-            if let Decoded::Request { request, .. } = decode_request(&parked.request, &self.limits) {
+            if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
                 failed_reply(&request, replies);
             }
             return;
         }
-        self.run_entry(parked.entry.kind, &parked.request, replies);
+        self.run_entry(parked.pending.kind, request, replies);
     }
 
-    /// Runs one forwarded (or parked) request of `kind`.
+    /// Runs one forwarded (or parked) request of `kind`: decoded here once, or for a split
+    /// get's key (the request is the key) not at all.
     pub(super) fn run_entry(&mut self, kind: Kind, request: &[u8], replies: &mut Vec<u8>) {
-        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else { return };
-        match request.command {
-            // A split get's key: its VALUE only; the connection's worker ends the line.
-            Command::Get { keys, return_cas, touch, .. } if kind == Kind::GetKey => {
-                for key in keys.iter() {
-                    get_value(&mut self.partition, key, return_cas, touch, replies, &mut self.state);
-                }
-            }
-            _ => {
-                execute(&mut self.partition, &request, replies, &mut self.state, &mut Progress::whole());
-            }
+        if let Kind::GetKey { cas, touch } = kind {
+            // Its VALUE only; the connection's worker ends the line.
+            get_value(&mut self.partition, request, cas, touch, replies, &mut self.state);
+            return;
         }
+        let Decoded::Request { request, .. } = decode_request(request, &self.limits) else { return };
+        execute(&mut self.partition, &request, replies, &mut self.state, &mut Progress::whole());
     }
 }
 
@@ -287,7 +265,7 @@ impl Worker {
         if parked.awaiting_guard {
             parked.guarded = true;
         } else {
-            parked.item = false;
+            parked.pending.learned.needs.item = false;
         }
         match self.core.probe_parked(id) {
             FlashProbe::Ready => self.finish_parked(id, false, touched),
@@ -325,7 +303,7 @@ impl Worker {
     fn run_one(&mut self, id: usize, failed: bool, touched: &mut Vec<usize>) -> Option<KeyHash> {
         let parked = self.core.parking.parked.get_mut(id).and_then(Option::take)?;
         self.core.parking.free.push(id);
-        if let Some(queue) = self.core.parking.queues.get_mut(&parked.hash.0) {
+        if let Some(queue) = self.core.parking.queues.get_mut(&parked.pending.learned.hash) {
             debug_assert_eq!(queue.front(), Some(&id), "only a key's head runs");
             queue.retain(|&queued| queued != id);
         }
@@ -337,7 +315,7 @@ impl Worker {
                 }
                 let mut batch = parking.late[from].take().unwrap_or_default();
                 self.core.run_parked(&parked, failed, &mut batch.replies);
-                let mut entry = parked.entry;
+                let mut entry = parked.pending;
                 entry.reply_end = batch.replies.len();
                 entry.request_end = 0;
                 batch.entries.push(entry);
@@ -347,14 +325,14 @@ impl Worker {
                 let mut replies = self.core.pool.pop().unwrap_or_default();
                 replies.clear();
                 self.core.run_parked(&parked, failed, &mut replies);
-                if self.deliver_one(parked.entry, &replies) {
-                    touched.push(parked.entry.slot);
+                if self.deliver_one(parked.pending, &replies) {
+                    touched.push(parked.pending.slot);
                 }
                 replies.clear();
                 self.core.pool.push(replies);
             }
         }
-        Some(parked.hash)
+        Some(KeyHash(parked.pending.learned.hash))
     }
 
     /// Sends the replies of other workers' parked requests back to them.

@@ -7,8 +7,8 @@ use super::connection::Step;
 use super::dispatch::{forward_part, split_get};
 use super::Core;
 use crate::after::After;
-use crate::forward::Kind;
 use crate::limits::{LONG_GET_CHUNK_BYTES, MAX_PARTS, MAX_UNTAKEN_GET_BYTES};
+use crate::pending::{Kind, Learned};
 use tierkv_engine::Engine;
 use tierkv_engine::KeyHash;
 use tierkv_protocol::Key;
@@ -184,7 +184,7 @@ pub(super) fn unlink(connection: &mut Connection, slot: usize, core: &mut Core, 
     if connection.order.len() >= MAX_PARTS {
         return false;
     }
-    forward_part(connection, slot, core, owner, Kind::Unlink, hash.0, key)
+    forward_part(connection, slot, core, owner, Kind::Unlink, Learned { hash: hash.0, ..Learned::default() }, key)
 }
 
 /// memcached's reply to a value beyond the item size limit.

@@ -8,9 +8,9 @@ use super::connection::{Connection, Phase};
 use super::dispatch::forward_part;
 use super::{Core, Worker};
 use crate::conns::Endpoint;
-use crate::forward::Kind;
 use crate::limits::{DUMP_OUTPUT_BYTES, MAX_PARTS, WATCHER_BUFFER_BYTES};
 use crate::net::Listener;
+use crate::pending::{Kind, Learned};
 use mio::Poll;
 use std::io::{self, Read};
 use tierkv_engine::unix_now;
@@ -99,7 +99,7 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
             connection.blocked = true;
             return Some(Turn::Wait);
         }
-        if !forward_part(connection, slot, core, dump.worker, Kind::Dump, 0, &encode_request(&dump)) {
+        if !forward_part(connection, slot, core, dump.worker, Kind::Dump, Learned::default(), &encode_request(&dump)) {
             connection.blocked = true;
             return Some(Turn::Wait);
         }
