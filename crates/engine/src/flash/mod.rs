@@ -29,6 +29,7 @@ mod recovery;
 mod ring;
 #[cfg(test)]
 mod scenarios;
+mod setup;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -50,6 +51,7 @@ pub use layout::ItemMeta;
 use layout::{decode_item, item_bytes, Corrupt, PAGE};
 pub use recovery::{OpenReport, NEW_FILE};
 use ring::{Slot, SlotState, WriteBuf};
+pub use setup::{OpenError, TestIo, TierFile, TierSettings, WRITE_BUFFERS};
 pub use stats::{FlashMemory, FlashStats};
 
 /// The two clocks the store reads, passed in so tests control time.

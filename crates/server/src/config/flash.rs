@@ -4,7 +4,8 @@
 use super::{Config, ConfigError, Extended};
 use std::path::PathBuf;
 use tierkv_engine::flash::{
-    AdmissionPolicy, FlashIo, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+    AdmissionPolicy, FlashIo, TestIo, TierSettings, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
+    MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 
 /// A flash file behind the DRAM log.
@@ -34,38 +35,29 @@ pub struct FlashSettings {
     pub memory_bytes: u64,
 }
 
-/// DRAM write buffers of one segment each, per partition: evictions keep filling one while
-/// others are written.
-pub const FLASH_WRITE_BUFFERS: u32 = 4;
-
 impl FlashSettings {
-    /// Partition `id`'s store settings (of `workers`), before the file's identity is known.
-    pub fn store_config(&self, id: usize, workers: usize) -> tierkv_engine::flash::FlashConfig {
-        let mut cfg = tierkv_engine::flash::FlashConfig::new(self.size, id as u32, workers as u32);
-        cfg.segment_bytes = self.segment_bytes;
-        cfg.admission = self.admission;
-        cfg.sync_commits = self.sync;
-        cfg.write_buffers = FLASH_WRITE_BUFFERS;
-        // A buffer is written when full (or at a clean stop, or for a commit), never on a
-        // timer: a part-filled segment would take a whole slot of the ring.
-        cfg.flush_delay_ns = u64::MAX;
-        cfg.cascade = self.cascade_t1_bytes.map(|bytes| {
-            let mut c = tierkv_engine::flash::CascadeConfig::with_t1_bytes((bytes / workers as u64).max(1 << 10));
-            if self.cascade_small {
-                (c.block_entries, c.reorg_at, c.pages_per_stream) = (16, 4, 16);
-            }
-            c
+    /// What the engine is asked to build (`tierkv_engine::flash::TierFile`).
+    pub fn tier(&self) -> TierSettings {
+        let test_io = (self.read_delay_ms > 0 || self.fail_writes_while.is_some()).then(|| TestIo {
+            read_delay: std::time::Duration::from_millis(self.read_delay_ms),
+            fail_writes_while: self.fail_writes_while.clone(),
         });
-        if self.cascade_small {
-            cfg.expected_item_bytes = 2048;
+        TierSettings {
+            file_bytes: self.size,
+            segment_bytes: self.segment_bytes,
+            admission: self.admission,
+            sync_commits: self.sync,
+            io: self.io,
+            cascade_t1_bytes: self.cascade_t1_bytes,
+            small_index: self.cascade_small,
+            test_io,
         }
-        cfg
     }
 
     /// The DRAM all `workers` partitions' stores hold at most; None if a region cannot be
     /// laid out.
     pub fn dram_bytes(&self, workers: usize) -> Option<u64> {
-        (0..workers).map(|id| self.store_config(id, workers).dram_bytes().ok()).sum()
+        self.tier().dram_bytes(workers)
     }
 }
 

@@ -5,67 +5,31 @@
 
 use super::Worker;
 use crate::error::ServeError;
+use tierkv_engine::flash::{Now, OpenError, TierFile, NEW_FILE};
 use tierkv_engine::Engine;
 use tierkv_engine::{unix_now, AnyPartition as Partition};
 
-/// The flash file, opened, sized and claimed (`tierkv_engine::flash::claim_file`) once for all
-/// workers.
-pub(super) struct FlashFile {
-    pub(super) file: std::fs::File,
-    /// The identity every region must carry to be used.
-    pub(super) identity: u64,
-}
-
-/// Opens the flash file of `--flash-path` for `workers` partitions: checks that every region can
-/// be laid out, creates and sizes the file, and claims it (a file that is not tierkv's is
-/// refused unless `--flash-force`). If any step fails, a file this start created is removed
-/// and one it lengthened gets its old length back.
-pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) -> Result<FlashFile, ServeError> {
-    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
-    if flash.path.is_dir() {
-        return Err(fail("is a directory; name a file in it".into()));
-    }
-    for id in 0..workers {
-        tierkv_engine::flash::RegionLayout::new(&flash.store_config(id, workers))
-            .map_err(|e| fail(format!("--flash-size {} cannot be laid out: {e}", flash.size)))?;
-    }
-    let before = std::fs::metadata(&flash.path).ok().map(|m| m.len());
-    let undo = |error: ServeError| {
-        match before {
-            None => {
-                let _ = std::fs::remove_file(&flash.path);
-            }
-            Some(len) => {
-                if let Ok(file) = std::fs::OpenOptions::new().write(true).open(&flash.path) {
-                    if file.metadata().is_ok_and(|m| m.len() > len) {
-                        let _ = file.set_len(len);
-                    }
-                }
-            }
-        }
-        error
-    };
-    let (file, direct) = tierkv_engine::flash::open_file(&flash.path, flash.size)
-        .map_err(|error| undo(fail(format!("cannot open or size it to {} bytes: {error}", flash.size))))?;
-    if !direct {
+/// Opens the flash file of `--flash-path` for `workers` partitions (`TierFile::open`), saying
+/// on stderr what the user should know (buffered I/O, a new identity).
+pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) -> Result<TierFile, ServeError> {
+    let file = TierFile::open(&flash.path, &flash.tier(), workers, flash.force).map_err(|error| {
+        let message = match error {
+            OpenError::Layout(why) => format!("--flash-size {} cannot be laid out: {}", flash.size, why.0),
+            OpenError::File(why) => format!("cannot open or size it to {} bytes: {why}", flash.size),
+            other => other.to_string(),
+        };
+        ServeError::Flash { path: flash.path.clone(), message }
+    })?;
+    if file.buffered {
         eprintln!(
             "tierkv: --flash-path {}: the file system refuses O_DIRECT; flash I/O goes through the page cache",
             flash.path.display()
         );
     }
-    let claim = file
-        .try_clone()
-        .map_err(|e| e.to_string())
-        .and_then(|clone| {
-            let mut io = tierkv_engine::flash::io::threads::ThreadsEngine::new(clone, 1);
-            tierkv_engine::flash::claim_file(&mut io, &flash.store_config(0, workers), flash.force)
-                .map_err(|e| e.to_string())
-        })
-        .map_err(|message| undo(fail(message)))?;
-    if let Some(why) = &claim.changed {
+    if let Some(why) = &file.changed {
         eprintln!("tierkv: --flash-path {}: {why}", flash.path.display());
     }
-    Ok(FlashFile { file, identity: claim.identity })
+    Ok(file)
 }
 
 /// Puts partition `id`'s region of the flash file behind `partition`: restored after a clean
@@ -73,34 +37,19 @@ pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) ->
 pub(super) fn attach(
     partition: &mut Partition,
     flash: &crate::config::FlashSettings,
-    file: &FlashFile,
+    file: &TierFile,
     id: usize,
     workers: usize,
     verbose: u8,
 ) -> Result<(), ServeError> {
-    use tierkv_engine::flash::{engine_for, FlashStore, Now};
-    debug_assert!(workers > 0);
     let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
-    let mut cfg = flash.store_config(id, workers);
-    cfg.identity = file.identity;
-    // A cascade lookup may read a few mapping blocks before its item, and merges read too.
-    let depth = cfg.max_reads * if cfg.cascade.is_some() { 2 } else { 1 } + cfg.write_buffers + 8;
-    let (io, note) = if flash.read_delay_ms > 0 || flash.fail_writes_while.is_some() {
-        let file = file.file.try_clone().map_err(|e| fail(format!("cannot start flash I/O: {e}")))?;
-        let delay = std::time::Duration::from_millis(flash.read_delay_ms);
-        let failing = flash.fail_writes_while.clone();
-        let io: Box<dyn tierkv_engine::flash::IoEngine> =
-            Box::new(tierkv_engine::flash::io::threads::ThreadsEngine::for_tests(file, 8, delay, failing));
-        (io, None)
-    } else {
-        engine_for(flash.io, &file.file, depth).map_err(|e| fail(format!("cannot start flash I/O: {e}")))?
-    };
+    let started = std::time::Instant::now();
+    let now = Now { unix: unix_now(), nanos: 1 };
+    let (store, report, note) =
+        file.open_partition(&flash.tier(), id, workers, now).map_err(|error| fail(error.to_string()))?;
     if let Some(note) = note.filter(|_| id == 0) {
         eprintln!("tierkv: --flash-io: {note}");
     }
-    let started = std::time::Instant::now();
-    let now = Now { unix: unix_now(), nanos: 1 };
-    let (store, report) = FlashStore::open(io, cfg, now).map_err(|e| fail(format!("partition {id}: {e}")))?;
     if report.restored {
         let how = if report.reason.starts_with("recovered") { " (after a crash, from the segments)" } else { "" };
         eprintln!(
@@ -108,7 +57,7 @@ pub(super) fn attach(
             report.items,
             started.elapsed().as_millis()
         );
-    } else if verbose > 0 || report.reason != tierkv_engine::flash::NEW_FILE {
+    } else if verbose > 0 || report.reason != NEW_FILE {
         eprintln!("tierkv: flash partition {id}: starts empty: {}", report.reason);
     }
     partition.attach_flash(store).map_err(fail)

@@ -93,7 +93,7 @@ struct Shared {
     /// `--metrics-port`: where workers publish their figures.
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.
-    flash_file: Option<Arc<flash::FlashFile>>,
+    flash_file: Option<Arc<tierkv_engine::flash::TierFile>>,
     /// `--concurrency crew|crcw`: each worker's read-only view of its partition, for the others.
     readers: Arc<Vec<std::sync::OnceLock<tierkv_engine::CrewReader>>>,
     /// `--concurrency crcw`: each worker's partition lock, for the others (none with a flash
