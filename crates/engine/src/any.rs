@@ -4,13 +4,13 @@
 
 use crate::api::Engine;
 use crate::atomics::{AtomicOutcome, AtomicRequest};
-use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::cache::Partition;
 use crate::config::{ConfigError, Mode, PartitionConfig};
 use crate::flash::FlashStore;
 use crate::hash::KeyHash;
 use crate::storage::Access;
 use crate::store::{StoreConfig, StorePartition};
+use crate::tiering::FlashTier;
 use crate::types::{
     ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
     StoreOutcome, StoreRequest, StoreStats,
@@ -238,39 +238,11 @@ impl Engine for AnyPartition {
     }
 
     #[inline]
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
-        each_kind!(self, p => Engine::flash_probe(p, key, hash, token))
+    fn flash(&mut self) -> Option<&mut dyn FlashTier> {
+        each_kind!(self, p => Engine::flash(p))
     }
 
-    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
-        each_kind!(self, p => Engine::flash_poll(p, wait, tokens));
-    }
-
-    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
-        each_kind!(self, p => Engine::flash_guard_write(p, key, hash, token))
-    }
-
-    fn flash_submit(&mut self) {
-        each_kind!(self, p => Engine::flash_submit(p));
-    }
-
-    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
-        each_kind!(self, p => Engine::dump_flash(p, n, f))
-    }
-
-    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
-        each_kind!(self, p => Engine::flash_notify_fd(p))
-    }
-
-    fn flash_in_flight(&self) -> usize {
-        each_kind!(self, p => Engine::flash_in_flight(p))
-    }
-
-    fn flash_report(&self) -> Option<FlashReport> {
-        each_kind!(self, p => Engine::flash_report(p))
-    }
-
-    fn close_flash(&mut self) -> Result<(), String> {
-        each_kind!(self, p => Engine::close_flash(p))
+    fn flash_ref(&self) -> Option<&dyn FlashTier> {
+        each_kind!(self, p => Engine::flash_ref(p))
     }
 }

@@ -8,11 +8,11 @@
 
 use crate::atomics::{AtomicOutcome, AtomicRequest};
 use crate::batch::{in_chunks, SetRequest};
-use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::config::{ConfigError, Mode};
 use crate::hash::KeyHash;
 use crate::ops;
 use crate::storage::{Access, Prior, Storage};
+use crate::tiering::FlashTier;
 use crate::types::{
     check_key, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
     StoreOutcome, StoreRequest, StoreStats,
@@ -161,36 +161,10 @@ pub trait Engine {
 
     // ----- a flash tier behind the partition (cache mode with `AnyPartition::attach_flash`) -----
 
-    /// Whether an operation on `key` may run now: `Pending` means its item is being read from
-    /// flash, and `flash_poll` hands back `token` once it is in DRAM (or known absent); `Busy`
-    /// means too many reads are in flight. Without a tier, always `Ready`.
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
-    /// Before a change of `key` runs (a write, delete, touch, ...): `Pending` while an
-    /// invalidation of its flash copy goes to the device (the change must not run before:
-    /// after a crash the copy would come back); `flash_poll` then hands back `token`, with
-    /// `FLASH_FAILED` set if the device failed the write (answer an error, change nothing).
-    /// `Ready` when the key has no flash copy; `Busy`: ask again after `flash_poll`.
-    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
-    /// Consumes finished flash I/O (with `wait`, blocking until some finishes): promoted keys'
-    /// tokens go to `tokens`.
-    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>);
-    /// Hands the flash reads queued since the last call to the device: callers that call this
-    /// once per batch of requests get one system call per batch (otherwise each read is
-    /// submitted as it is queued).
-    fn flash_submit(&mut self);
-    /// An eventfd that becomes readable when flash requests finish (None: poll while any are
-    /// in flight).
-    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd>;
-    /// Flash requests in flight (poll while there are any).
-    fn flash_in_flight(&self) -> usize;
-    /// The flash tier's figures, if there is one.
-    fn flash_report(&self) -> Option<FlashReport>;
-    /// A clean shutdown of the tier: DRAM items written to flash, the store closed.
-    fn close_flash(&mut self) -> Result<(), String>;
-
-    /// The items of the `n`th flash segment (oldest first) not also in DRAM, for a dump; false
-    /// past the last segment (or without a flash tier).
-    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool;
+    /// The flash tier behind this partition, if it has one: every flash call goes through it.
+    fn flash(&mut self) -> Option<&mut dyn FlashTier>;
+    /// `flash`, to read.
+    fn flash_ref(&self) -> Option<&dyn FlashTier>;
 
     /// One bounded step of a walk over every live item (memcached's `lru_crawler metadump`):
     /// visits the index buckets from `cursor` on, at most `buckets` of them, calling `f` with
@@ -199,7 +173,7 @@ pub trait Engine {
     fn dump_step(&mut self, cursor: usize, buckets: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> Option<usize> {
         let total = self.dump_buckets();
         if cursor >= total {
-            return self.dump_flash(cursor - total, f).then_some(cursor + 1);
+            return self.flash().is_some_and(|tier| tier.dump_flash(cursor - total, f)).then_some(cursor + 1);
         }
         let end = cursor.saturating_add(buckets).min(total);
         let mut keys = Vec::new();
@@ -218,7 +192,7 @@ pub trait Engine {
                 f(key, &debug);
             }
         }
-        (end < total || self.flash_report().is_some()).then_some(end)
+        (end < total || self.flash_ref().is_some()).then_some(end)
     }
 }
 
@@ -396,39 +370,11 @@ impl<S: Storage> Engine for S {
         Storage::bucket_keys(self, bucket, f);
     }
 
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
-        Storage::flash_probe(self, key, hash, token)
+    fn flash(&mut self) -> Option<&mut dyn FlashTier> {
+        Storage::flash(self)
     }
 
-    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
-        Storage::flash_poll(self, wait, tokens);
-    }
-
-    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
-        Storage::flash_guard_write(self, key, hash, token)
-    }
-
-    fn flash_submit(&mut self) {
-        Storage::flash_submit(self);
-    }
-
-    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
-        Storage::dump_flash(self, n, f)
-    }
-
-    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
-        Storage::flash_notify_fd(self)
-    }
-
-    fn flash_in_flight(&self) -> usize {
-        Storage::flash_in_flight(self)
-    }
-
-    fn flash_report(&self) -> Option<FlashReport> {
-        Storage::flash_report(self)
-    }
-
-    fn close_flash(&mut self) -> Result<(), String> {
-        Storage::close_flash(self)
+    fn flash_ref(&self) -> Option<&dyn FlashTier> {
+        Storage::flash_ref(self)
     }
 }

@@ -26,6 +26,7 @@ mod ops;
 mod region;
 mod storage;
 mod store;
+mod tiering;
 mod time;
 mod types;
 mod vectors;
@@ -35,7 +36,6 @@ pub use api::Engine;
 pub use atomics::{apply as apply_atomic, read_counter, AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
 pub use batch::{SetRequest, BATCH_CHUNK};
 pub use cache::crew::{CrewGet, CrewReader};
-pub use cache::tier::{FlashProbe, FlashReport, TierStats, FLASH_FAILED};
 pub use cache::Partition;
 pub use config::{
     ConfigError, Mode, PartitionConfig, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_MAX_ITEM_BYTES, MAX_ITEM_BYTES_CEILING,
@@ -46,6 +46,7 @@ pub use item::item_log_bytes;
 pub use numeric::{apply_delta, parse_counter, CounterValue};
 pub use storage::Access;
 pub use store::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
+pub use tiering::{FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 pub use time::unix_now;
 pub use types::{
     ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MemoryOverhead,

@@ -3,11 +3,11 @@
 //! Every kind that implements `Storage` is an `Engine` (`api.rs`). Crate-private: callers see
 //! only `Engine`.
 
-use crate::cache::tier::{FlashProbe, FlashReport};
 use crate::config::{ConfigError, Mode};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
 use crate::numeric::CounterValue;
+use crate::tiering::FlashTier;
 use crate::types::{EngineError, EngineStats, Item, StoreStats};
 
 /// The value of an item being written.
@@ -103,30 +103,12 @@ pub(crate) trait Storage {
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8]));
 
     // ----- a flash tier behind the partition (cache mode only; see `Engine`) -----
-
-    fn flash_probe(&mut self, _key: &[u8], _hash: KeyHash, _token: u64) -> FlashProbe {
-        FlashProbe::Ready
-    }
-    fn flash_poll(&mut self, _wait: bool, _tokens: &mut Vec<u64>) {}
-    fn flash_guard_write(&mut self, _key: &[u8], _hash: KeyHash, _token: u64) -> FlashProbe {
-        FlashProbe::Ready
-    }
-    fn flash_submit(&mut self) {}
-    /// The items of the `n`th flash segment for a dump; false past the last one.
-    fn dump_flash(&mut self, _n: usize, _f: &mut dyn FnMut(&[u8], &crate::types::ItemDebug)) -> bool {
-        false
-    }
-    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The flash tier behind this partition (None: it has none).
+    fn flash(&mut self) -> Option<&mut dyn FlashTier> {
         None
     }
-    fn flash_in_flight(&self) -> usize {
-        0
-    }
-    fn flash_report(&self) -> Option<FlashReport> {
+    fn flash_ref(&self) -> Option<&dyn FlashTier> {
         None
-    }
-    fn close_flash(&mut self) -> Result<(), String> {
-        Ok(())
     }
 }
 

@@ -74,7 +74,7 @@ pub const FIGURES: usize = 55;
 
 /// This worker's figures (zeros without a flash tier).
 pub fn figures(partition: &Partition) -> [u64; FIGURES] {
-    let Some(r) = partition.flash_report() else { return [0; FIGURES] };
+    let Some(r) = partition.flash_ref().and_then(|tier| tier.flash_report()) else { return [0; FIGURES] };
     let (s, t, m) = (&r.store, &r.tier, &r.memory);
     // The full index answers every hit from tier 1, with one read each (none from a buffer).
     let c = r.cascade.unwrap_or(tierkv_engine::flash::CascadeStats {

@@ -728,40 +728,20 @@ impl Storage for Partition {
         self.max_item_bytes
     }
 
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> tier::FlashProbe {
-        Partition::flash_probe(self, key, hash, token)
+    fn flash(&mut self) -> Option<&mut dyn crate::tiering::FlashTier> {
+        if self.tier.is_some() {
+            Some(self)
+        } else {
+            None
+        }
     }
 
-    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
-        Partition::flash_poll(self, wait, tokens);
-    }
-
-    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> tier::FlashProbe {
-        Partition::flash_guard_write(self, key, hash, token)
-    }
-
-    fn flash_submit(&mut self) {
-        Partition::flash_submit(self);
-    }
-
-    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &crate::types::ItemDebug)) -> bool {
-        Partition::dump_flash(self, n, f)
-    }
-
-    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
-        Partition::flash_notify_fd(self)
-    }
-
-    fn flash_in_flight(&self) -> usize {
-        Partition::flash_in_flight(self)
-    }
-
-    fn flash_report(&self) -> Option<tier::FlashReport> {
-        Partition::flash_report(self)
-    }
-
-    fn close_flash(&mut self) -> Result<(), String> {
-        Partition::close_flash(self)
+    fn flash_ref(&self) -> Option<&dyn crate::tiering::FlashTier> {
+        if self.tier.is_some() {
+            Some(self)
+        } else {
+            None
+        }
     }
 }
 

@@ -17,60 +17,13 @@
 //! newer write.
 
 use super::Partition;
-use crate::flash::{FlashMemory, FlashStats, FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
+use crate::flash::{FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
 use crate::hash::KeyHash;
 use crate::item::{ItemHeader, STATE_MASK};
+use crate::tiering::{FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 use crate::time::is_expired;
 use crate::types::ItemDebug;
 use std::time::Instant;
-
-/// What a key needs before an operation may run on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlashProbe {
-    /// In DRAM, or on neither tier: run the operation now.
-    Ready,
-    /// A flash read is in flight; `flash_poll` hands back the token once the key is in DRAM
-    /// (or known to be on neither tier). Then run the operation.
-    Pending,
-    /// Too many reads in flight: ask again after `flash_poll` has handed something back.
-    Busy,
-}
-
-/// The tier's own counters (the store's are in `FlashStats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TierStats {
-    /// Items written to flash as the log overwrote them (or at a clean close).
-    pub spilled: u64,
-    pub spilled_bytes: u64,
-    /// Evicted items whose flash copy was still current: nothing written.
-    pub spill_clean: u64,
-    pub spill_rejected: u64,
-    /// Evicted items lost because every write buffer was busy, or too large for a segment.
-    pub spill_dropped: u64,
-    /// Lookups that found the key only on flash and waited for a read.
-    pub reads_started: u64,
-    /// Items read back from flash into DRAM.
-    pub promoted: u64,
-    /// Reads that found nothing current (another key's tag, superseded, corrupt, I/O error).
-    pub read_misses: u64,
-    /// Flash copies dropped because DRAM changed the key.
-    pub invalidations: u64,
-    /// Changes that waited for their invalidation to reach the device, and those the device
-    /// failed (answered with an error, nothing changed).
-    pub durable_waits: u64,
-    pub durable_failures: u64,
-    /// Evicted items not written because their key's invalidation was on its way (a newer
-    /// version is about to replace them).
-    pub spill_held: u64,
-    /// Keys now both in DRAM and on flash (promoted, not changed since): `curr_items` counts
-    /// them once. An estimate: a flash copy GC drops under a DRAM item still counts until
-    /// that item leaves DRAM.
-    pub in_both: u64,
-}
-
-/// Set in a token `flash_poll` hands back when the device failed the write that a change was
-/// waiting for (`flash_guard_write`).
-pub const FLASH_FAILED: u64 = 1 << 63;
 
 /// A change waiting for its invalidation mark's write.
 struct Committing {
@@ -78,19 +31,6 @@ struct Committing {
     hash: KeyHash,
     token: u64,
     key: Vec<u8>,
-}
-
-/// Everything `stats` shows about a partition's flash tier.
-#[derive(Clone, Copy, Debug)]
-pub struct FlashReport {
-    pub store: FlashStats,
-    pub tier: TierStats,
-    pub memory: FlashMemory,
-    pub io: &'static str,
-    /// The cascade index's counters (None: the full index).
-    pub cascade: Option<crate::flash::CascadeStats>,
-    /// Mappings per index tier (the full index is all tier 1).
-    pub tiers: crate::flash::TierCounts,
 }
 
 /// A lookup waiting for its read: the key to promote and the caller's token.
@@ -258,9 +198,35 @@ impl Partition {
         self.tier = Some(tier);
     }
 
+    /// Writes an item read from flash into the log, unless DRAM already has the key (a newer
+    /// version). Its flash copy stays: it is identical.
+    fn promote(&mut self, key: &[u8], hash: KeyHash, value: &[u8], meta: ItemMeta) {
+        if self.find_live(key, hash).is_some() {
+            return;
+        }
+        let header = ItemHeader {
+            key_len: key.len(),
+            value_len: value.len(),
+            flags: meta.flags,
+            expiry: meta.expiry,
+            cas: Some(meta.cas),
+            state: meta.state & STATE_MASK,
+        };
+        if header.total_len() > self.max_item_bytes {
+            return;
+        }
+        self.write_item(hash, &header, key, [value, &[]]);
+        if let Some(tier) = self.tier.as_mut() {
+            tier.stats.promoted += 1;
+            tier.stats.in_both += 1;
+        }
+    }
+}
+
+impl FlashTier for Partition {
     /// Where a key must be before an operation runs on it: `Ready` when DRAM has it or flash
     /// cannot (no I/O); an item still in a flash write buffer is promoted at once.
-    pub fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
         let Some(tier) = self.tier.as_ref() else { return FlashProbe::Ready };
         if !tier.store.may_hold(hash) || self.find_live(key, hash).is_some() {
             return FlashProbe::Ready;
@@ -293,7 +259,7 @@ impl Partition {
     }
 
     /// Before a change of `key` runs: see `Engine::flash_guard_write`.
-    pub fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
+    fn flash_guard_write(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
         let Some(tier) = self.tier.as_mut() else { return FlashProbe::Ready };
         if !tier.store.needs_durable(hash) {
             return FlashProbe::Ready;
@@ -308,33 +274,9 @@ impl Partition {
         }
     }
 
-    /// Writes an item read from flash into the log, unless DRAM already has the key (a newer
-    /// version). Its flash copy stays: it is identical.
-    fn promote(&mut self, key: &[u8], hash: KeyHash, value: &[u8], meta: ItemMeta) {
-        if self.find_live(key, hash).is_some() {
-            return;
-        }
-        let header = ItemHeader {
-            key_len: key.len(),
-            value_len: value.len(),
-            flags: meta.flags,
-            expiry: meta.expiry,
-            cas: Some(meta.cas),
-            state: meta.state & STATE_MASK,
-        };
-        if header.total_len() > self.max_item_bytes {
-            return;
-        }
-        self.write_item(hash, &header, key, [value, &[]]);
-        if let Some(tier) = self.tier.as_mut() {
-            tier.stats.promoted += 1;
-            tier.stats.in_both += 1;
-        }
-    }
-
     /// Consumes finished flash I/O (blocking for some with `wait`): items read are promoted and
     /// their tokens go to `tokens`. Also writes buffers that waited long enough and runs GC.
-    pub fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
+    fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
         let Some(mut tier) = self.tier.take() else { return };
         let mut done = std::mem::take(&mut tier.done);
         if wait {
@@ -369,7 +311,7 @@ impl Partition {
 
     /// Queued flash reads go to the device now (the owner calls this once per batch of
     /// requests; without it each read is submitted as it is queued).
-    pub fn flash_submit(&mut self) {
+    fn flash_submit(&mut self) {
         if let Some(tier) = self.tier.as_mut() {
             tier.store.set_submit_at_once(false);
             tier.store.commit();
@@ -379,14 +321,14 @@ impl Partition {
 
     /// An eventfd that becomes readable when flash requests finish (None: poll while any are
     /// in flight).
-    pub fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
+    fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd> {
         self.tier.as_ref().and_then(|tier| tier.store.notify_fd())
     }
 
     /// Lists the items of the `n`th flash segment (oldest first) that DRAM does not also hold,
     /// as `lru_crawler metadump` lists extstore items; false past the last segment. Reads the
     /// segment with one blocking read: for dumps, never for requests.
-    pub fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
+    fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool {
         let Some(mut tier) = self.tier.take() else { return false };
         let now = self.now;
         let mut found: Vec<(Vec<u8>, ItemDebug)> = Vec::new();
@@ -409,12 +351,12 @@ impl Partition {
     }
 
     /// Flash requests in flight (the owner polls while there are any).
-    pub fn flash_in_flight(&self) -> usize {
+    fn flash_in_flight(&self) -> usize {
         self.tier.as_ref().map_or(0, |tier| tier.store.in_flight())
     }
 
     /// The tier's figures, if the partition has one.
-    pub fn flash_report(&self) -> Option<FlashReport> {
+    fn flash_report(&self) -> Option<FlashReport> {
         let tier = self.tier.as_ref()?;
         Some(FlashReport {
             store: tier.store.stats(),
@@ -429,7 +371,7 @@ impl Partition {
     /// A clean shutdown: every live DRAM item goes to flash (past the admission policy), then
     /// the store closes cleanly, keeping the largest CAS issued and a pending delayed flush.
     /// Afterwards the partition has no tier.
-    pub fn close_flash(&mut self) -> Result<(), String> {
+    fn close_flash(&mut self) -> Result<(), String> {
         if self.tier.is_none() {
             return Ok(());
         }

@@ -318,7 +318,9 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         }
         worker.send_udp();
         // The flash reads this loop's requests queued: one submission for all of them.
-        worker.core.partition.flash_submit();
+        if let Some(tier) = worker.core.partition.flash() {
+            tier.flash_submit();
+        }
         worker.core.links.send_all();
     }
     if settings.verbose > 0 {

@@ -71,7 +71,8 @@ impl Worker {
         }
         let started = std::time::Instant::now();
         let id = self.core.id;
-        match self.core.partition.close_flash() {
+        let Some(tier) = self.core.partition.flash() else { return };
+        match tier.close_flash() {
             Ok(()) => eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis()),
             Err(error) => {
                 eprintln!("tierkv: flash partition {id}: the clean close failed ({error}); the next start is cold")

@@ -140,13 +140,15 @@ impl Core {
     /// change's invalidation; `Ready` when it may run. The bool: it waits for the invalidation.
     fn probe(&mut self, key: &[u8], hash: KeyHash, item: bool, guard: bool, id: usize) -> (FlashProbe, bool) {
         if item {
-            let probe = self.partition.flash_probe(key, hash, id as u64);
+            let Some(tier) = self.partition.flash() else { return (FlashProbe::Ready, false) };
+            let probe = tier.flash_probe(key, hash, id as u64);
             if probe != FlashProbe::Ready {
                 return (probe, false);
             }
         }
         if guard {
-            return (self.partition.flash_guard_write(key, hash, id as u64), true);
+            let Some(tier) = self.partition.flash() else { return (FlashProbe::Ready, false) };
+            return (tier.flash_guard_write(key, hash, id as u64), true);
         }
         (FlashProbe::Ready, false)
     }
@@ -218,7 +220,9 @@ impl Worker {
         }
         let mut tokens = std::mem::take(&mut self.core.parking.tokens);
         self.core.partition.apply_crew_notices();
-        self.core.partition.flash_poll(false, &mut tokens);
+        if let Some(tier) = self.core.partition.flash() {
+            tier.flash_poll(false, &mut tokens);
+        }
         let mut touched = std::mem::take(&mut self.core.parking.touched);
         self.core.parking.busy = !tokens.is_empty();
         for token in tokens.drain(..) {
@@ -252,7 +256,9 @@ impl Worker {
         self.settle(&touched, poll);
         touched.clear();
         self.core.parking.touched = touched;
-        self.core.partition.flash_submit();
+        if let Some(tier) = self.core.partition.flash() {
+            tier.flash_submit();
+        }
         self.send_late();
     }
 
@@ -348,7 +354,8 @@ impl Worker {
     /// their reads, or the I/O engine has no eventfd to wake the worker with.
     pub(super) fn flash_waiting(&self) -> bool {
         let parking = &self.core.parking;
-        let in_flight = self.core.partition.flash_in_flight() > 0 || parking.free.len() < parking.parked.len();
+        let in_flight = self.core.partition.flash_ref().is_some_and(|tier| tier.flash_in_flight() > 0)
+            || parking.free.len() < parking.parked.len();
         // With an eventfd, the worker still polls on while completions keep coming (under load
         // that keeps up the depth: measured ~80k against ~95k flash reads/s sleeping between
         // them), and sleeps once a turn finds none.
@@ -358,7 +365,7 @@ impl Worker {
     /// Registers the flash engine's completion eventfd with the poll, so the worker sleeps
     /// while flash reads are in flight and wakes when they finish.
     pub(super) fn watch_flash(&mut self, poll: &Poll) -> Result<(), ServeError> {
-        let Some(fd) = self.core.partition.flash_notify_fd() else { return Ok(()) };
+        let Some(fd) = self.core.partition.flash_ref().and_then(|tier| tier.flash_notify_fd()) else { return Ok(()) };
         poll.registry()
             .register(&mut mio::unix::SourceFd(&fd), FLASH_EVENT, Interest::READABLE)
             .map_err(ServeError::system("watch the flash completion eventfd"))?;
