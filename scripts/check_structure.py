@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Structure guard rails: no module cycles inside a crate, no non-test source file over 800
-lines. Prints what it finds; exits 1 if anything is over the line.
+lines, no non-test function over 100 lines (comments included). Prints what it finds; exits 1 if anything is over the line.
 
 A module's edges are the `crate::a::b` paths it names (in `use` lines or in code) and its
 `super::` paths, resolved to the crate's module files. A child module reaching items of its
@@ -13,6 +13,9 @@ import re
 import sys
 
 MAX_FILE_LINES = 800
+# Lines of a function, comments and blank lines included (clippy's too_many_lines counts code
+# lines only).
+MAX_FUNCTION_LINES = 100
 
 
 def modules(src):
@@ -41,6 +44,32 @@ def code_lines(text):
     """The file without its `#[cfg(test)] mod ... { }` block at the end (tests may reach anywhere)."""
     cut = re.search(r"^#\[cfg\(test\)\]\s*\nmod \w+", text, flags=re.M)
     return text[: cut.start()] if cut else text
+
+
+def function_lengths(text):
+    """(name, first line, lines) of every function in `text`, found by matching braces (string
+    and character literals and line comments are blanked first)."""
+    lines = text.split("\n")
+    found = []
+    for start, line in enumerate(lines):
+        match = re.match(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:unsafe\s+)?(?:extern\s+\"C\"\s+)?fn\s+(\w+)", line)
+        if not match:
+            continue
+        depth, opened = 0, False
+        for end in range(start, len(lines)):
+            code = re.sub(r'"(?:\\.|[^"\\])*"', '""', lines[end])
+            code = re.sub(r"'(?:\\.|[^'\\])'", "''", code).split("//")[0]
+            if not opened and ";" in code and "{" not in code:
+                break
+            for char in code:
+                if char == "{":
+                    depth, opened = depth + 1, True
+                elif char == "}":
+                    depth -= 1
+            if opened and depth == 0:
+                found.append((match.group(1), start + 1, end - start + 1))
+                break
+    return found
 
 
 def test_modules(mods):
@@ -100,6 +129,13 @@ def main():
                 print(f"{path.relative_to(root)}: {lines} lines (most {MAX_FILE_LINES})")
                 failed = True
         tests = test_modules(mods)
+        for module, path in sorted(mods.items()):
+            if module in tests:
+                continue
+            for name, line, count in function_lengths(code_lines(path.read_text())):
+                if count > MAX_FUNCTION_LINES:
+                    print(f"{path.relative_to(root)}:{line}: fn {name} is {count} lines (most {MAX_FUNCTION_LINES})")
+                    failed = True
         for module, path in sorted(mods.items()):
             if module in tests:
                 continue

@@ -62,9 +62,12 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
 fi
 
 cargo fmt --all -- --check
-# Functions over 100 lines (clippy.toml) fail too.
-cargo clippy --workspace --all-targets -- -D warnings -W clippy::too_many_lines
-# Structure guard rails: no module cycles, no source file over 800 lines.
+# The workspace lints (Cargo.toml [workspace.lints]: unreachable_pub, too_many_lines at
+# clippy.toml's threshold; missing_docs in the library crates, no unsafe code in the protocol
+# crate) fail the run, as every other warning does.
+cargo clippy --workspace --all-targets -- -D warnings
+# Structure guard rails: no module cycles, no `use super::*` outside tests, no source file
+# over 800 lines, no function over 100 (comments included).
 python3 scripts/check_structure.py
 
 log=$(mktemp)

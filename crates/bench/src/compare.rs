@@ -13,17 +13,29 @@ use std::time::{Duration, Instant};
 /// What to compare.
 #[derive(Clone, Debug)]
 pub struct CompareConfig {
+    /// Servers to run, by name (`tierkv`, `memcached`, `redis`).
     pub servers: Vec<String>,
+    /// The tierkv binary to start (None: the one built beside this program).
     pub tierkv_bin: Option<PathBuf>,
+    /// YCSB workloads to run, by letter.
     pub workloads: Vec<char>,
+    /// Pipeline depths to run each workload at.
     pub pipelines: Vec<usize>,
+    /// Client connections per run.
     pub connections: usize,
+    /// Item memory each server is given (MiB).
     pub memory_mib: usize,
+    /// How long each run measures.
     pub seconds: f64,
+    /// Distinct keys, all preloaded.
     pub keys: u64,
+    /// Bytes per key.
     pub key_bytes: usize,
+    /// Bytes per value.
     pub value_bytes: usize,
+    /// How keys are drawn.
     pub dist: Distribution,
+    /// Where the JSON results are written.
     pub out: PathBuf,
     /// Open-loop rates to run for every workload and depth (empty: closed loop only).
     pub sweep: Vec<f64>,
@@ -39,14 +51,19 @@ pub struct CompareConfig {
 /// One row of the results.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// The server measured.
     pub server: String,
+    /// The YCSB workload letter.
     pub workload: char,
+    /// Requests each connection keeps in flight.
     pub pipeline: usize,
     /// The open-loop rate, or None for the closed-loop run.
     pub rate: Option<f64>,
     /// Which round (0-based) of `--repeat`.
     pub round: usize,
+    /// How keys were drawn.
     pub dist: Distribution,
+    /// What the run measured.
     pub measurement: Measurement,
 }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 pub struct FlashCompare {
     /// Where both servers' flash files go (the same file system).
     pub dir: PathBuf,
+    /// The flash file's size for the servers that take one (MiB).
     pub size_mib: u64,
     /// memcached's `ext_item_size`: items larger than this go to extstore.
     pub ext_item_size: usize,
@@ -29,13 +30,16 @@ pub struct FlashCompare {
     /// tierkv's flash index (`--flash-index`), its tier-1 MiB, and its own file size if not
     /// `size_mib` (the full index at the DRAM the cascade index uses indexes a smaller file).
     pub index: String,
+    /// The flash index's DRAM budget (MiB; None: what the index chosen needs).
     pub index_mib: Option<u64>,
+    /// tierkv's flash file size when it differs from `size_mib` (MiB).
     pub tierkv_size_mib: Option<u64>,
 }
 
 const CGROUP: &str = "/sys/fs/cgroup/memory/tierkv-bench";
 
 impl FlashCompare {
+    /// The flash file tierkv is given.
     pub fn tierkv_file(&self) -> PathBuf {
         self.dir.join("tierkv.flash")
     }
@@ -105,21 +109,30 @@ impl FlashCompare {
 /// One server's flash figures.
 #[derive(Clone, Debug, Default)]
 pub struct FlashRow {
+    /// The server measured.
     pub server: String,
+    /// Items written.
     pub items: u64,
+    /// Items the server reports on flash.
     pub on_flash: u64,
     /// DRAM bytes per flash-resident item, and how they were worked out.
     pub dram_per_flash_item: f64,
+    /// How the figures were derived (which counters, which files).
     pub derivation: String,
     /// tierkv only: flash-hit GETs/s, the mean reads in flight, and fio's IOPS at that depth.
     pub flash_gets_per_sec: f64,
+    /// Mean device queue depth during the read phase.
     pub mean_depth: f64,
+    /// fio's 4 KiB random-read IOPS on the same file at the same depth.
     pub fio_iops: f64,
     /// tierkv only: the clean stop, the start until every partition is restored, and the share
     /// of a uniform sample of keys that hit before and after.
     pub stop_ms: f64,
+    /// Milliseconds from start until the server served again after a restart.
     pub start_ms: f64,
+    /// Hits per second before the restart.
     pub hits_before: f64,
+    /// Hits per second after the restart.
     pub hits_after: f64,
 }
 

@@ -12,7 +12,9 @@ use tierkv_protocol::{decode_request, Command, Decoded, Limits};
 /// Which protocol the floor speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FloorProtocol {
+    /// memcached's text protocol (`get`).
     Text,
+    /// Redis's RESP (`GET`).
     Resp,
 }
 

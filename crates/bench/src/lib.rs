@@ -6,6 +6,8 @@
 //! It must never feed numbers back into the code it measures, and nothing here is used by the
 //! server.
 
+#![warn(missing_docs)]
+
 pub mod compare;
 pub mod flash_compare;
 pub mod floor;

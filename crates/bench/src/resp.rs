@@ -38,8 +38,11 @@ pub enum Reply<'a> {
 /// What a RESP decoder made of its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decoded<T> {
+    /// A value and the bytes it took.
     Done(T, usize),
+    /// More bytes are needed.
     Incomplete,
+    /// Not RESP; why.
     Invalid(&'static str),
 }
 

@@ -53,6 +53,7 @@ pub fn ycsb_fnvhash64(mut value: u64) -> u64 {
 /// How keys are chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Distribution {
+    /// Every key equally likely.
     Uniform,
     /// YCSB's scrambled zipfian with this theta (YCSB's default is 0.99): ranks over YCSB's
     /// 10^10 items folded onto the keys, so about a third of the draws land anywhere.

@@ -11,10 +11,13 @@ pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
 /// One atomic request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Atomic<'a> {
+    /// The counter's key.
     pub key: &'a [u8],
+    /// The operation.
     pub code: AtomicCode,
     /// i64 (true) or u64 (false).
     pub signed: bool,
+    /// The operand (for compare-and-swap, the expected value).
     pub operand: u64,
     /// `cas`: the new value.
     pub operand2: u64,
@@ -30,14 +33,19 @@ impl<'a> Atomic<'a> {
 /// The server's answer to one atomic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AtomicReply {
+    /// The operation ran.
     Done {
+        /// The value before.
         old: u64,
+        /// The value after.
         new: u64,
     },
     /// `cas` found this value.
     Mismatch {
+        /// The value it holds.
         current: u64,
     },
+    /// No such key.
     NotFound,
     /// CLIENT_ERROR or SERVER_ERROR, with the server's words.
     Error(String),
@@ -46,6 +54,7 @@ pub enum AtomicReply {
 /// What went wrong talking to the server.
 #[derive(Debug)]
 pub enum ClientError {
+    /// The connection failed.
     Io(std::io::Error),
     /// A reply the client does not understand.
     Protocol(String),
@@ -84,6 +93,7 @@ fn number(text: &str, signed: bool) -> Option<u64> {
 }
 
 impl Client {
+    /// Connects to a tierkv (or memcached) server.
     pub fn connect(address: impl ToSocketAddrs) -> Result<Client, ClientError> {
         let stream = TcpStream::connect(address)?;
         stream.set_nodelay(true)?;

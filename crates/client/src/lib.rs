@@ -7,6 +7,8 @@
 //! partitions from `stats tierkv` and names the port that owns each key, and `blocking::Client`,
 //! a small pipelining client for tierkv's atomics.
 
+#![warn(missing_docs)]
+
 pub mod blocking;
 
 use std::io::{Read, Write};
@@ -29,6 +31,7 @@ pub fn partition_of(key: &[u8], partitions: usize) -> usize {
 pub struct Topology {
     /// The address asked.
     pub server: SocketAddr,
+    /// Partitions (workers) the server has.
     pub partitions: usize,
     /// Partition i listens on this port + i; None when the server has no direct ports.
     pub direct_port_base: Option<u16>,
@@ -40,17 +43,43 @@ pub struct Topology {
 #[derive(Debug)]
 pub enum TopologyError {
     /// Connecting, writing or reading failed.
-    Io { server: SocketAddr, error: std::io::Error },
+    Io {
+        /// The server asked.
+        server: SocketAddr,
+        /// What failed.
+        error: std::io::Error,
+    },
     /// No complete reply within the timeout (or a reply too long to be one).
-    NoAnswer { server: SocketAddr },
+    NoAnswer {
+        /// The server asked.
+        server: SocketAddr,
+    },
     /// The server closed the connection before replying.
-    Closed { server: SocketAddr },
+    Closed {
+        /// The server asked.
+        server: SocketAddr,
+    },
     /// The reply has no `partitions`: not a tierkv server.
-    NotTierkv { server: SocketAddr },
+    NotTierkv {
+        /// The server asked.
+        server: SocketAddr,
+    },
     /// The server partitions keys with another hash than `PARTITION_HASH`.
-    OtherHash { server: SocketAddr, hash: String },
+    OtherHash {
+        /// The server asked.
+        server: SocketAddr,
+        /// The hash it names.
+        hash: String,
+    },
     /// A stat is missing, not a number or out of range.
-    BadStat { server: SocketAddr, name: &'static str, value: String },
+    BadStat {
+        /// The server asked.
+        server: SocketAddr,
+        /// The stat.
+        name: &'static str,
+        /// What it said.
+        value: String,
+    },
 }
 
 impl std::fmt::Display for TopologyError {

@@ -22,7 +22,9 @@ use crate::vectors::{ElemType, VectorUpdate};
 // between the variants (the allocator's free-list heads live inline) costs nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum AnyPartition {
+    /// A cache-mode partition (MICA's log and lossy index).
     Cache(Partition),
+    /// A store-mode partition (lossless index, segregated fits).
     Store(StorePartition),
 }
 

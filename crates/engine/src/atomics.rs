@@ -27,19 +27,29 @@ pub enum AtomicOp {
     Add(u64),
     /// Sets `new` if the value equals `expected`; otherwise answers the current value.
     Cas {
+        /// The value it must hold.
         expected: u64,
+        /// The value it gets if it does.
         new: u64,
     },
+    /// Keeps the smaller of the two.
     Min(u64),
+    /// Keeps the larger of the two.
     Max(u64),
+    /// Bitwise and.
     And(u64),
+    /// Bitwise or.
     Or(u64),
+    /// Bitwise exclusive or.
     Xor(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One atomic operation on a counter.
 pub struct AtomicRequest {
+    /// What it does.
     pub op: AtomicOp,
+    /// How the counter's bytes are read.
     pub kind: CounterKind,
 }
 
@@ -48,13 +58,17 @@ pub struct AtomicRequest {
 pub enum AtomicOutcome {
     /// The value before and after (equal when the operation changed nothing).
     Done {
+        /// The value before.
         old: u64,
+        /// The value after.
         new: u64,
     },
     /// `Cas` found another value: the current one.
     Mismatch {
+        /// The value it holds.
         current: u64,
     },
+    /// No such key.
     NotFound,
 }
 

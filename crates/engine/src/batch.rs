@@ -13,8 +13,11 @@ pub const BATCH_CHUNK: usize = 64;
 /// One SET of a batch.
 #[derive(Clone, Copy, Debug)]
 pub struct SetRequest<'a> {
+    /// The key.
     pub key: &'a [u8],
+    /// The value.
     pub value: &'a [u8],
+    /// memcached's client flags.
     pub flags: u32,
     /// memcached exptime.
     pub exptime: i64,

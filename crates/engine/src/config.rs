@@ -77,13 +77,23 @@ pub enum ConfigError {
     /// `max_item_bytes` is outside MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING.
     MaxItemOutOfRange(usize),
     /// The budget leaves a log smaller than two maximum-size items.
-    TooSmall { memory_bytes: usize, needed_bytes: usize },
+    TooSmall {
+        /// What was asked.
+        memory_bytes: usize,
+        /// The least that works.
+        needed_bytes: usize,
+    },
     /// The log would exceed what 48-bit positions can track.
     TooLarge(usize),
     /// The operating system refused the memory.
     OutOfMemory(usize),
     /// A budget above the maximum reserved at creation (`max_memory_bytes`).
-    AboveMaximum { memory_bytes: usize, max_bytes: usize },
+    AboveMaximum {
+        /// What was asked.
+        memory_bytes: usize,
+        /// The most that works.
+        max_bytes: usize,
+    },
     /// Store mode's arena cannot change size while it holds items.
     NotResizable,
 }
@@ -122,6 +132,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode's name as `-o mode=` spells it.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Cache => "cache",

@@ -19,7 +19,7 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The largest partition count the split supports (16 bits of the hash select it).
-pub const MAX_PARTITIONS: u32 = 1 << 16;
+pub(crate) const MAX_PARTITIONS: u32 = 1 << 16;
 
 /// A key's 64-bit hash with accessors for MICA's partition / bucket / tag split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

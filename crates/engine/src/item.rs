@@ -51,9 +51,9 @@ const HAS_CAS: u8 = 1 << 4;
 
 /// Largest header: control, key length, 4-byte value length, flags, expiry, CAS.
 #[cfg(test)]
-pub const MAX_HEADER_BYTES: usize = 2 + 4 + 4 + 4 + 8;
+pub(crate) const MAX_HEADER_BYTES: usize = 2 + 4 + 4 + 4 + 8;
 /// Smallest header: control, key length, 1-byte value length.
-pub const MIN_HEADER_BYTES: usize = 3;
+pub(crate) const MIN_HEADER_BYTES: usize = 3;
 /// Longest value the 4-byte length field can describe.
 pub(crate) const MAX_ENCODABLE_VALUE: usize = u32::MAX as usize;
 

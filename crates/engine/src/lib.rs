@@ -12,6 +12,8 @@
 //! take locks on the data path, read the clock per operation, or allocate after a partition is
 //! created (flash lookups in flight hold their own small buffers, bounded by `max_reads`).
 
+#![warn(missing_docs)]
+
 mod any;
 mod api;
 mod atomics;

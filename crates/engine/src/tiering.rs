@@ -25,9 +25,11 @@ pub enum FlashProbe {
 pub struct TierStats {
     /// Items written to flash as the log overwrote them (or at a clean close).
     pub spilled: u64,
+    /// Their bytes.
     pub spilled_bytes: u64,
     /// Evicted items whose flash copy was still current: nothing written.
     pub spill_clean: u64,
+    /// Evicted items the admission policy turned away.
     pub spill_rejected: u64,
     /// Evicted items lost because every write buffer was busy, or too large for a segment.
     pub spill_dropped: u64,
@@ -42,6 +44,7 @@ pub struct TierStats {
     /// Changes that waited for their invalidation to reach the device, and those the device
     /// failed (answered with an error, nothing changed).
     pub durable_waits: u64,
+    /// Changes whose invalidation the device failed.
     pub durable_failures: u64,
     /// Evicted items not written because their key's invalidation was on its way (a newer
     /// version is about to replace them).
@@ -59,9 +62,13 @@ pub const FLASH_FAILED: u64 = 1 << 63;
 /// Everything `stats` shows about a partition's flash tier.
 #[derive(Clone, Copy, Debug)]
 pub struct FlashReport {
+    /// The store's counters.
     pub store: FlashStats,
+    /// The tier's counters.
     pub tier: TierStats,
+    /// The DRAM it holds.
     pub memory: FlashMemory,
+    /// The I/O engine's name.
     pub io: &'static str,
     /// The cascade index's counters (None: the full index).
     pub cascade: Option<CascadeStats>,

@@ -6,13 +6,13 @@
 //! `expiry <= now`.
 
 /// Largest exptime memcached treats as relative (30 days, in seconds).
-pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
+pub(crate) const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
 
 /// The stored expiry meaning "already expired": second 1 of the epoch is always in the past.
 pub(crate) const EXPIRED: u32 = 1;
 
 /// Converts a memcached exptime to an absolute expiry (0 = never) given the current time.
-pub fn expiry_from_exptime(exptime: i64, now: u32) -> u32 {
+pub(crate) fn expiry_from_exptime(exptime: i64, now: u32) -> u32 {
     match exptime {
         0 => 0,
         i64::MIN..=-1 => EXPIRED,

@@ -10,9 +10,17 @@ pub enum EngineError {
     /// The key is empty.
     EmptyKey,
     /// The key is longer than MAX_KEY_BYTES.
-    KeyTooLong { len: usize },
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+    },
     /// Header + key + value would exceed the maximum item size.
-    ItemTooLarge { bytes: usize, max_bytes: usize },
+    ItemTooLarge {
+        /// The item's size.
+        bytes: usize,
+        /// The largest item allowed.
+        max_bytes: usize,
+    },
     /// incr/decr on a value that is not a decimal number.
     NonNumeric,
     /// Store mode: no free block or index slot is left for the write (nothing changed).
@@ -86,6 +94,7 @@ pub struct MetaGet {
 /// A meta get's item and the token decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MetaItem<'a> {
+    /// The item.
     pub item: Item<'a>,
     /// This reader got the recache token (meta `W`).
     pub won: bool,
@@ -99,8 +108,11 @@ pub struct MetaItem<'a> {
 pub struct ItemDebug {
     /// Seconds to live, -1 for never.
     pub ttl: i64,
+    /// Seconds since it was last accessed.
     pub last_access: u32,
+    /// Its CAS.
     pub cas: u64,
+    /// Whether it was read since it was written.
     pub fetched: bool,
     /// Bytes the item takes in the log (header, key and value).
     pub size: usize,
@@ -128,9 +140,13 @@ pub enum StoreMode {
 /// One storage request.
 #[derive(Clone, Copy, Debug)]
 pub struct StoreRequest<'a> {
+    /// set, add, replace, append or prepend.
     pub mode: StoreMode,
+    /// The key.
     pub key: &'a [u8],
+    /// The value.
     pub value: &'a [u8],
+    /// memcached's client flags.
     pub flags: u32,
     /// memcached exptime (see `time`); ignored by Append and Prepend.
     pub exptime: i64,
@@ -143,7 +159,10 @@ pub struct StoreRequest<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreOutcome {
     /// Stored; the item's new CAS.
-    Stored { cas: u64 },
+    Stored {
+        /// The item's new CAS.
+        cas: u64,
+    },
     /// add on a present key, or replace/append/prepend on an absent one.
     NotStored,
     /// The item's CAS differs from the request's.
@@ -155,7 +174,9 @@ pub enum StoreOutcome {
 /// What a delete did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteOutcome {
+    /// The item is gone.
     Deleted,
+    /// No such key.
     NotFound,
     /// The item's CAS differs from the request's.
     Exists,
@@ -164,7 +185,9 @@ pub enum DeleteOutcome {
 /// An incr or decr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArithRequest {
+    /// How much to add or take away.
     pub delta: u64,
+    /// Take away (decr) rather than add.
     pub decrement: bool,
     /// 0, or the CAS the item must have.
     pub cas: u64,
@@ -175,8 +198,11 @@ pub struct ArithRequest {
 /// The item an incr/decr creates on a miss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArithInitial {
+    /// The value a missing counter starts at.
     pub value: u64,
+    /// Its client flags.
     pub flags: u32,
+    /// Its expiry.
     pub exptime: i64,
 }
 
@@ -186,10 +212,14 @@ pub enum ArithOutcome {
     /// The counter's new value and the item's new CAS; `created` when the key was missing
     /// and the initial value was stored.
     Value {
+        /// The new value.
         value: u64,
+        /// The item's CAS.
         cas: u64,
+        /// The counter was created.
         created: bool,
     },
+    /// No such key.
     NotFound,
     /// The item's CAS differs from the request's.
     Exists,
@@ -244,7 +274,7 @@ pub(crate) fn keys_equal(a: &[u8], b: &[u8]) -> bool {
 
 /// Checks a key against memcached's length limits (any byte values are allowed).
 #[inline]
-pub fn check_key(key: &[u8]) -> Result<(), EngineError> {
+pub(crate) fn check_key(key: &[u8]) -> Result<(), EngineError> {
     match key.len() {
         0 => Err(EngineError::EmptyKey),
         1..=MAX_KEY_BYTES => Ok(()),
@@ -255,6 +285,7 @@ pub fn check_key(key: &[u8]) -> Result<(), EngineError> {
 /// Where a store partition's memory is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
+    /// Items stored.
     pub live_items: u64,
     /// Items stored since creation (memcached's `total_items`).
     pub items_stored: u64,
@@ -264,7 +295,10 @@ pub struct StoreStats {
     pub payload_bytes: u64,
     /// Bytes the allocator manages, and how many of them are free.
     pub managed_bytes: u64,
+    /// Bytes free in the allocator.
     pub free_bytes: u64,
+    /// Spare buckets for overflowing index buckets.
     pub spare_buckets: u64,
+    /// Those not in use.
     pub spare_buckets_free: u64,
 }

@@ -16,6 +16,7 @@ use crate::time::expiry_from_exptime;
 use crate::types::EngineError;
 pub use crate::types::VectorError;
 
+/// Bytes of a vector's header (element type and length).
 pub const VECTOR_HEADER: usize = 8;
 const MAGIC: [u8; 2] = *b"TV";
 const VERSION: u8 = 1;
@@ -23,13 +24,18 @@ const VERSION: u8 = 1;
 /// An element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElemType {
+    /// Signed 64-bit integers.
     I64,
+    /// Unsigned 64-bit integers.
     U64,
+    /// 64-bit floats.
     F64,
+    /// 32-bit floats.
     F32,
 }
 
 impl ElemType {
+    /// Bytes per element.
     pub fn bytes(self) -> usize {
         if self == ElemType::F32 {
             4
@@ -48,18 +54,26 @@ impl ElemType {
 /// What an update does to each element of the slice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorOp {
+    /// Adds to each element.
     Add,
+    /// Keeps the smaller of each pair.
     Min,
+    /// Keeps the larger of each pair.
     Max,
+    /// Overwrites the elements.
     Set,
 }
 
 /// One update: `data` holds little-endian elements of `elem`, applied from element `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VectorUpdate<'a> {
+    /// What it does to each element.
     pub op: VectorOp,
+    /// The element type the data holds.
     pub elem: ElemType,
+    /// The first element it touches.
     pub offset: u32,
+    /// The operands, little-endian.
     pub data: &'a [u8],
 }
 

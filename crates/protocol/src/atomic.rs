@@ -30,11 +30,17 @@ const OPS: [(&[u8], AtomicCode); 7] = [
 /// A parsed `atomic` line, before it becomes a command.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AtomicLine<'a> {
+    /// The counter's key.
     pub key: &'a [u8],
+    /// The operation.
     pub code: AtomicCode,
+    /// The counter is signed.
     pub signed: bool,
+    /// The operand (for compare-and-swap, the expected value).
     pub operand: u64,
+    /// For compare-and-swap, the new value.
     pub operand2: u64,
+    /// No reply is wanted.
     pub noreply: bool,
 }
 

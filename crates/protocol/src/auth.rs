@@ -16,12 +16,26 @@ pub enum AsciiAuth<'a> {
     /// No line within `MAX_AUTH_LINE_BYTES`: close the connection.
     Close,
     /// Answer `reply` (a whole line) and skip `consumed` bytes.
-    Refused { reply: &'static [u8], consumed: usize },
+    Refused {
+        /// What to answer.
+        reply: &'static [u8],
+        /// The bytes it took.
+        consumed: usize,
+    },
     /// Credentials to check, in `consumed` bytes.
-    Credentials { user: &'a [u8], password: &'a [u8], consumed: usize },
+    Credentials {
+        /// The user name.
+        user: &'a [u8],
+        /// The password.
+        password: &'a [u8],
+        /// The bytes it took.
+        consumed: usize,
+    },
 }
 
+/// The reply to any request before authentication.
 pub const UNAUTHENTICATED: &[u8] = b"CLIENT_ERROR unauthenticated\r\n";
+/// The reply to credentials that do not match.
 pub const FAILED: &[u8] = b"CLIENT_ERROR authentication failure\r\n";
 
 /// Reads one authentication attempt (or refusal) from the front of `input`.

@@ -21,59 +21,107 @@ pub const HEADER_BYTES: usize = 24;
 
 /// Opcodes memcached 1.6 answers.
 pub mod opcode {
+    /// Get a key's value.
     pub const GET: u8 = 0x00;
+    /// Store a value.
     pub const SET: u8 = 0x01;
+    /// Store a value if the key is absent.
     pub const ADD: u8 = 0x02;
+    /// Store a value if the key is present.
     pub const REPLACE: u8 = 0x03;
+    /// Remove a key.
     pub const DELETE: u8 = 0x04;
+    /// Add to a counter.
     pub const INCREMENT: u8 = 0x05;
+    /// Take from a counter.
     pub const DECREMENT: u8 = 0x06;
+    /// Close the connection.
     pub const QUIT: u8 = 0x07;
+    /// Forget every item.
     pub const FLUSH: u8 = 0x08;
+    /// GET, quiet on a miss.
     pub const GETQ: u8 = 0x09;
+    /// Nothing; answered (ends a run of quiet requests).
     pub const NOOP: u8 = 0x0a;
+    /// The server's version.
     pub const VERSION: u8 = 0x0b;
+    /// GET, with the key in the reply.
     pub const GETK: u8 = 0x0c;
+    /// GETK, quiet on a miss.
     pub const GETKQ: u8 = 0x0d;
+    /// Add bytes after a value.
     pub const APPEND: u8 = 0x0e;
+    /// Add bytes before a value.
     pub const PREPEND: u8 = 0x0f;
+    /// Statistics.
     pub const STAT: u8 = 0x10;
+    /// SET, quiet on success.
     pub const SETQ: u8 = 0x11;
+    /// ADD, quiet on success.
     pub const ADDQ: u8 = 0x12;
+    /// REPLACE, quiet on success.
     pub const REPLACEQ: u8 = 0x13;
+    /// DELETE, quiet on success.
     pub const DELETEQ: u8 = 0x14;
+    /// INCREMENT, quiet on success.
     pub const INCREMENTQ: u8 = 0x15;
+    /// DECREMENT, quiet on success.
     pub const DECREMENTQ: u8 = 0x16;
+    /// QUIT without a reply.
     pub const QUITQ: u8 = 0x17;
+    /// FLUSH, quiet on success.
     pub const FLUSHQ: u8 = 0x18;
+    /// APPEND, quiet on success.
     pub const APPENDQ: u8 = 0x19;
+    /// PREPEND, quiet on success.
     pub const PREPENDQ: u8 = 0x1a;
+    /// Set a key's expiry.
     pub const TOUCH: u8 = 0x1c;
+    /// Get a value and set its expiry.
     pub const GAT: u8 = 0x1d;
+    /// GAT, quiet on a miss.
     pub const GATQ: u8 = 0x1e;
+    /// The SASL mechanisms offered.
     pub const SASL_LIST_MECHS: u8 = 0x20;
+    /// Start SASL authentication.
     pub const SASL_AUTH: u8 = 0x21;
+    /// Continue SASL authentication.
     pub const SASL_STEP: u8 = 0x22;
+    /// GAT, with the key in the reply.
     pub const GATK: u8 = 0x23;
+    /// GATK, quiet on a miss.
     pub const GATKQ: u8 = 0x24;
     /// tierkv's atomics (docs/protocol-extensions.md); memcached leaves 0x60.. unused.
     pub const ATOMIC: u8 = 0x60;
+    /// ATOMIC, quiet on success.
     pub const ATOMICQ: u8 = 0x61;
 }
 
 /// Response statuses and memcached's message for each.
 pub mod status {
+    /// Done.
     pub const SUCCESS: u16 = 0x00;
+    /// No such key.
     pub const KEY_ENOENT: u16 = 0x01;
+    /// The key exists (or its CAS differs).
     pub const KEY_EEXISTS: u16 = 0x02;
+    /// The value is too large.
     pub const E2BIG: u16 = 0x03;
+    /// Invalid arguments.
     pub const EINVAL: u16 = 0x04;
+    /// Not stored.
     pub const NOT_STORED: u16 = 0x05;
+    /// The value is not a number.
     pub const DELTA_BADVAL: u16 = 0x06;
+    /// Authentication failed (or is required).
     pub const AUTH_ERROR: u16 = 0x20;
+    /// Authentication continues.
     pub const AUTH_CONTINUE: u16 = 0x21;
+    /// Unknown command.
     pub const UNKNOWN_COMMAND: u16 = 0x81;
+    /// Out of memory.
     pub const ENOMEM: u16 = 0x82;
+    /// Internal error.
     pub const EINTERNAL: u16 = 0x84;
 
     /// The body memcached sends with an error status.
@@ -97,15 +145,23 @@ pub mod status {
 /// A decoded header (request or response).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// REQUEST_MAGIC or RESPONSE_MAGIC.
     pub magic: u8,
+    /// The command.
     pub opcode: u8,
+    /// Bytes of key.
     pub key_len: u16,
+    /// Bytes of extras.
     pub extras_len: u8,
+    /// Always 0 (raw bytes).
     pub data_type: u8,
     /// vbucket in requests, status in responses.
     pub status_or_vbucket: u16,
+    /// Bytes after the header: extras, key and value.
     pub body_len: u32,
+    /// The client's tag, echoed.
     pub opaque: u32,
+    /// The item's CAS (0: none).
     pub cas: u64,
 }
 

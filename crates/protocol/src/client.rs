@@ -42,30 +42,7 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
                 out.extend_from_slice(key);
             }
         }
-        Command::Store { mode, key, flags, exptime, value, cas } => {
-            out.extend_from_slice(match mode {
-                StoreMode::Set => &b"set "[..],
-                StoreMode::Add => b"add ",
-                StoreMode::Replace => b"replace ",
-                StoreMode::Append => b"append ",
-                StoreMode::Prepend => b"prepend ",
-                StoreMode::Cas => b"cas ",
-            });
-            out.extend_from_slice(key.raw);
-            out.push(b' ');
-            write_u64(out, u64::from(*flags));
-            out.push(b' ');
-            write_i64(out, *exptime);
-            out.push(b' ');
-            write_u64(out, value.len() as u64);
-            if *mode == StoreMode::Cas {
-                out.push(b' ');
-                write_u64(out, *cas);
-            }
-            push_noreply(out, noreply);
-            out.extend_from_slice(CRLF);
-            out.extend_from_slice(value);
-        }
+        Command::Store { .. } => encode_store(out, command, noreply),
         Command::Delete { key, .. } => {
             out.extend_from_slice(b"delete ");
             out.extend_from_slice(key.raw);
@@ -124,6 +101,33 @@ fn encode_text(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
         Command::Sasl { .. } => {}
     }
     out.extend_from_slice(CRLF);
+}
+
+/// A text storage command's line and data block (its last CRLF is the caller's).
+fn encode_store(out: &mut Vec<u8>, command: &Command<'_>, noreply: bool) {
+    let Command::Store { mode, key, flags, exptime, value, cas } = command else { return };
+    out.extend_from_slice(match mode {
+        StoreMode::Set => &b"set "[..],
+        StoreMode::Add => b"add ",
+        StoreMode::Replace => b"replace ",
+        StoreMode::Append => b"append ",
+        StoreMode::Prepend => b"prepend ",
+        StoreMode::Cas => b"cas ",
+    });
+    out.extend_from_slice(key.raw);
+    out.push(b' ');
+    write_u64(out, u64::from(*flags));
+    out.push(b' ');
+    write_i64(out, *exptime);
+    out.push(b' ');
+    write_u64(out, value.len() as u64);
+    if *mode == StoreMode::Cas {
+        out.push(b' ');
+        write_u64(out, *cas);
+    }
+    push_noreply(out, noreply);
+    out.extend_from_slice(CRLF);
+    out.extend_from_slice(value);
 }
 
 fn encode_meta(out: &mut Vec<u8>, command: &Command<'_>, flag_tokens: &[u8]) {
@@ -245,7 +249,16 @@ pub use crate::binary::request_info as binary_info;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reply<'a> {
     /// `VALUE <key> <flags> <bytes> [<cas>]` and its data block.
-    Value { key: &'a [u8], flags: u32, data: &'a [u8], cas: Option<u64> },
+    Value {
+        /// The key.
+        key: &'a [u8],
+        /// Client flags.
+        flags: u32,
+        /// The value.
+        data: &'a [u8],
+        /// Its CAS (gets).
+        cas: Option<u64>,
+    },
     /// END, STORED, NOT_STORED, EXISTS, NOT_FOUND, DELETED, TOUCHED, OK, RESET.
     Status(Status),
     /// An incr/decr result.
@@ -253,7 +266,12 @@ pub enum Reply<'a> {
     /// `VERSION <version>`.
     Version(&'a [u8]),
     /// `STAT <name> <value>`.
-    Stat { name: &'a [u8], value: &'a [u8] },
+    Stat {
+        /// The statistic.
+        name: &'a [u8],
+        /// Its value.
+        value: &'a [u8],
+    },
     /// `ERROR`.
     Error,
     /// `CLIENT_ERROR <message>`.
@@ -261,20 +279,40 @@ pub enum Reply<'a> {
     /// `SERVER_ERROR <message>`.
     ServerError(&'a [u8]),
     /// A meta reply: code, returned flags as sent, value block for VA.
-    Meta { code: MetaCode, flags: &'a [u8], value: Option<&'a [u8]> },
+    Meta {
+        /// The return code (HD, VA, EN, ...).
+        code: MetaCode,
+        /// The returned flags.
+        flags: &'a [u8],
+        /// The value (VA).
+        value: Option<&'a [u8]>,
+    },
     /// A binary response.
-    Binary { header: Header, extras: &'a [u8], key: &'a [u8], value: &'a [u8] },
+    Binary {
+        /// The header.
+        header: Header,
+        /// Its extras.
+        extras: &'a [u8],
+        /// Its key.
+        key: &'a [u8],
+        /// Its value.
+        value: &'a [u8],
+    },
 }
 
 /// What a reply decoder made of the front of its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyDecoded<'a> {
+    /// A whole reply.
     Reply {
+        /// The reply.
         reply: Reply<'a>,
+        /// The bytes it took.
         consumed: usize,
     },
     /// At least `needed` bytes in all are required (0 when unknown yet).
     Incomplete {
+        /// The bytes the reply needs at least (0: unknown).
         needed: usize,
     },
     /// Not a reply memcached sends; the connection cannot continue.

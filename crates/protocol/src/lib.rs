@@ -7,6 +7,9 @@
 //! path; every input size is bounded by `Limits`, and oversized input becomes an error that says
 //! how many bytes to skip.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 pub mod atomic;
 pub mod auth;
 pub mod base64;
@@ -75,10 +78,18 @@ impl Limits {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decoded<'a> {
     /// A complete request and the bytes it used.
-    Request { request: Request<'a>, consumed: usize },
+    Request {
+        /// The request.
+        request: Request<'a>,
+        /// The bytes it took.
+        consumed: usize,
+    },
     /// The input ends inside a request; at least `needed` bytes in all are required (0 when
     /// the decoder cannot tell yet).
-    Incomplete { needed: usize },
+    Incomplete {
+        /// The request's whole size when known (0: not yet).
+        needed: usize,
+    },
     /// The request is invalid; see the error for the reply and how much to skip.
     Error(ProtocolError),
 }
@@ -105,6 +116,7 @@ pub struct ProtocolError {
 pub struct KeySpan {
     /// Offset of the key's first byte from the start of the input.
     pub start: usize,
+    /// Its length.
     pub len: usize,
     /// The key is base64 (meta `b`).
     pub base64: bool,
@@ -134,7 +146,12 @@ pub enum ErrorReply {
     /// `SERVER_ERROR <message>`.
     Server(&'static str),
     /// A binary error status for the request described.
-    Binary { status: u16, info: BinaryRequestInfo },
+    Binary {
+        /// The status to answer with.
+        status: u16,
+        /// The request's header.
+        info: BinaryRequestInfo,
+    },
     /// No reply at all (the connection is closed).
     Nothing,
 }

@@ -33,14 +33,23 @@ pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option
 /// The fixed one-line text replies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
+    /// `END`.
     End,
+    /// `STORED`.
     Stored,
+    /// `NOT_STORED`.
     NotStored,
+    /// `EXISTS`.
     Exists,
+    /// `NOT_FOUND`.
     NotFound,
+    /// `DELETED`.
     Deleted,
+    /// `TOUCHED`.
     Touched,
+    /// `OK`.
     Ok,
+    /// `RESET`.
     Reset,
 }
 
@@ -156,7 +165,9 @@ pub struct MetaReturn<'a> {
     /// Trailing state flags memcached appends after the requested ones: won (`W`), stale
     /// (`X`), token already sent (`Z`).
     pub won: bool,
+    /// The item is stale (invalidated): the `X` flag.
     pub stale: bool,
+    /// This client got the recache token: the `W` flag.
     pub token_sent: bool,
     /// tierkv's `mx`: the counter's value before the operation (`p`), and whether it is an i64.
     pub previous: Option<(u64, bool)>,

@@ -78,10 +78,15 @@ impl<'a> Keys<'a> {
 /// memcached's storage modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreMode {
+    /// `set`: store whatever is there.
     Set,
+    /// `add`: store if absent.
     Add,
+    /// `replace`: store if present.
     Replace,
+    /// `append`: add bytes after the value.
     Append,
+    /// `prepend`: add bytes before the value.
     Prepend,
     /// Store only if the CAS matches (text `cas`, meta `ms` with `C` in set/replace mode).
     Cas,
@@ -92,6 +97,7 @@ pub enum StoreMode {
 pub enum Command<'a> {
     /// get, gets, gat, gats, mg, binary GET* / GAT*.
     Get {
+        /// The keys.
         keys: Keys<'a>,
         /// gets/gats: include the CAS in the reply.
         return_cas: bool,
@@ -102,78 +108,111 @@ pub enum Command<'a> {
     },
     /// set, add, replace, append, prepend, cas, ms, binary SET/ADD/REPLACE/APPEND/PREPEND.
     Store {
+        /// How it stores.
         mode: StoreMode,
+        /// The key.
         key: Key<'a>,
+        /// Client flags.
         flags: u32,
+        /// Expiry (memcached's relative seconds or Unix time).
         exptime: i64,
+        /// The value.
         value: &'a [u8],
+        /// The CAS it must match (0: any).
         cas: u64,
     },
     /// delete, md, binary DELETE.
     Delete {
+        /// The key.
         key: Key<'a>,
+        /// The CAS it must match (0: any).
         cas: u64,
     },
     /// incr, decr, ma, binary INCREMENT/DECREMENT.
     Arith {
+        /// The key.
         key: Key<'a>,
+        /// How much to add or take away.
         delta: u64,
+        /// Take away (decr).
         decrement: bool,
+        /// The counter to create if missing (meta and binary).
         initial: Option<ArithInitial>,
+        /// The CAS it must match (0: any).
         cas: u64,
     },
     /// tierkv's atomics (docs/protocol-extensions.md): text `atomic`, meta `ma` with an
     /// extended mode, binary ATOMIC/ATOMICQ. Operands are 64-bit patterns, read as i64 when
     /// `signed`.
     Atomic {
+        /// The key.
         key: Key<'a>,
+        /// The operation.
         code: AtomicCode,
+        /// The counter is signed.
         signed: bool,
+        /// The operand.
         operand: u64,
         /// `cas`: the new value (`operand` is the expected one).
         operand2: u64,
     },
     /// tierkv's vector commands (docs/protocol-extensions.md): `vnew`, `vupd`, `vget`, `vlen`.
     Vector {
+        /// The key.
         key: Key<'a>,
+        /// The call.
         call: VectorCall<'a>,
         /// `vnew`: the item's flags and exptime (0 and 0 from the text line).
         flags: u32,
+        /// The expiry of a vector it creates.
         exptime: i64,
     },
     /// touch, binary TOUCH.
     Touch {
+        /// The key.
         key: Key<'a>,
+        /// The new expiry.
         exptime: i64,
     },
     /// flush_all [delay], binary FLUSH.
     FlushAll {
+        /// Seconds until the flush (0: now).
         delay: i64,
     },
     /// stats [group ...]: the raw arguments (empty for plain `stats`).
     Stats {
+        /// What follows `stats`.
         args: &'a [u8],
     },
+    /// `version`.
     Version,
+    /// `verbosity`.
     Verbosity {
+        /// The level.
         level: u32,
     },
+    /// `quit`.
     Quit,
     /// mn, binary NOOP.
     Noop,
     /// me <key>.
     MetaDebug {
+        /// The key.
         key: Key<'a>,
     },
     /// memcached's administrative commands (`shutdown`, `slabs`, `cache_memlimit`,
     /// `lru_crawler`, `lru`, `watch`): the whole line, for the server to interpret.
     Admin {
+        /// The whole line.
         line: &'a [u8],
     },
     /// Binary SASL opcodes (a server without authentication answers them as memcached does).
     Sasl {
+        /// The SASL opcode.
         opcode: u8,
+        /// The mechanism.
         key: &'a [u8],
+        /// The mechanism's data.
         value: &'a [u8],
     },
 }
@@ -181,18 +220,26 @@ pub enum Command<'a> {
 /// A vector's element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorElem {
+    /// Signed 64-bit integers.
     I64,
+    /// Unsigned 64-bit integers.
     U64,
+    /// 64-bit floats.
     F64,
+    /// 32-bit floats.
     F32,
 }
 
 /// What a vector update does to each element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorOpCode {
+    /// Adds to each element.
     Add,
+    /// Keeps the smaller of each pair.
     Min,
+    /// Keeps the larger of each pair.
     Max,
+    /// Overwrites the elements.
     Set,
 }
 
@@ -200,11 +247,30 @@ pub enum VectorOpCode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorCall<'a> {
     /// A vector of `len` zeroes.
-    New { elem: VectorElem, len: u32 },
+    New {
+        /// The element type.
+        elem: VectorElem,
+        /// Elements.
+        len: u32,
+    },
     /// `data` (little-endian elements) applied from element `offset`.
-    Update { op: VectorOpCode, elem: VectorElem, offset: u32, data: &'a [u8] },
+    Update {
+        /// What it does.
+        op: VectorOpCode,
+        /// The data's element type.
+        elem: VectorElem,
+        /// The first element.
+        offset: u32,
+        /// The operands.
+        data: &'a [u8],
+    },
     /// Elements `offset..offset + count`, as bytes.
-    Get { offset: u32, count: u32 },
+    Get {
+        /// The first element.
+        offset: u32,
+        /// Elements to read.
+        count: u32,
+    },
     /// The type and length.
     Len,
 }
@@ -212,19 +278,28 @@ pub enum VectorCall<'a> {
 /// Which atomic operation (see `Command::Atomic`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicCode {
+    /// Add.
     Add,
+    /// Compare and swap.
     Cas,
+    /// Keep the smaller.
     Min,
+    /// Keep the larger.
     Max,
+    /// Bitwise and.
     And,
+    /// Bitwise or.
     Or,
+    /// Bitwise exclusive or.
     Xor,
 }
 
 /// The value and exptime an incr/decr creates on a miss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArithInitial {
+    /// The value a missing counter starts at.
     pub value: u64,
+    /// Its expiry.
     pub exptime: i64,
 }
 
@@ -232,7 +307,10 @@ pub struct ArithInitial {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReplyStyle<'a> {
     /// Classic text protocol; `noreply` suppresses the reply.
-    Text { noreply: bool },
+    Text {
+        /// No reply is wanted.
+        noreply: bool,
+    },
     /// Meta protocol with its flags (returned in request order).
     Meta(MetaFlags<'a>),
     /// Binary protocol.
@@ -242,7 +320,9 @@ pub enum ReplyStyle<'a> {
 /// What a binary reply echoes from its request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BinaryRequestInfo {
+    /// The request's opcode.
     pub opcode: u8,
+    /// The client's tag, echoed.
     pub opaque: u32,
     /// Quiet variant: success replies (and, for gets, misses) are suppressed.
     pub quiet: bool,
@@ -271,7 +351,9 @@ impl<'a> Command<'a> {
 /// One decoded request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request<'a> {
+    /// What it asks.
     pub command: Command<'a>,
+    /// How the reply is shaped.
     pub style: ReplyStyle<'a>,
 }
 

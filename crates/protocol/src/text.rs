@@ -94,7 +94,14 @@ pub enum LongGet<'a> {
     /// Not a long get line: decode as usual (or wait for more input).
     No,
     /// A get of the line's leading keys; `consumed` bytes end where the next key starts.
-    Keys { request: Request<'a>, consumed: usize, verb: &'static [u8] },
+    Keys {
+        /// The first keys' get.
+        request: Request<'a>,
+        /// The bytes they took.
+        consumed: usize,
+        /// The verb to put before the rest.
+        verb: &'static [u8],
+    },
     /// A key is longer than the limit: answer `CLIENT_ERROR bad command line format` and skip
     /// the rest of the line.
     BadKey,

@@ -14,9 +14,13 @@ pub const MAX_PAYLOAD_BYTES: usize = MAX_DATAGRAM_BYTES - FRAME_BYTES;
 /// One datagram's frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// The client's tag for the request.
     pub request_id: u16,
+    /// This datagram's number in the reply.
     pub sequence: u16,
+    /// Datagrams in the reply.
     pub datagrams: u16,
+    /// Always 0.
     pub reserved: u16,
 }
 

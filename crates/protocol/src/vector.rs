@@ -20,10 +20,12 @@ const OPS: [(&[u8], VectorOpCode); 4] = [
     (b"set", VectorOpCode::Set),
 ];
 
+/// The element type's name on the wire.
 pub fn type_name(elem: VectorElem) -> &'static [u8] {
     TYPES.iter().find(|(_, e)| *e == elem).expect("every type has a name").0
 }
 
+/// The operation's name on the wire.
 pub fn op_name(op: VectorOpCode) -> &'static [u8] {
     OPS.iter().find(|(_, o)| *o == op).expect("every op has a name").0
 }

@@ -16,11 +16,11 @@ use tierkv_protocol::reply::{self, Status};
 use tierkv_protocol::{strtol32, strtoul32, ErrorReply};
 
 /// The most slab class ids memcached knows (`MAX_NUMBER_OF_SLAB_CLASSES`).
-pub const SLAB_CLASSES: u32 = 64;
+pub(crate) const SLAB_CLASSES: u32 = 64;
 
 /// memcached's refusal of a metadump behind replies it has not written yet (a metadump takes
 /// over the connection).
-pub const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
+pub(crate) const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other commands before metadump\r\n";
 
 /// memcached's `refresh_certs`: loads the TLS certificates again; the old ones stay on failure.
 fn refresh_certs(state: &State, out: &mut Vec<u8>) {
@@ -34,7 +34,7 @@ fn refresh_certs(state: &State, out: &mut Vec<u8>) {
 }
 
 /// Executes an administrative command line and appends memcached's reply.
-pub fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out: &mut Vec<u8>) -> After {
+pub(crate) fn execute(line: &[u8], partition: &mut AnyPartition, state: &mut State, out: &mut Vec<u8>) -> After {
     let mut tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|token| !token.is_empty()).collect();
     // memcached's tokenizer stops at 24 tokens; nothing here needs more.
     tokens.truncate(24);
@@ -157,7 +157,7 @@ fn cache_memlimit(tokens: &[&[u8]], partition: &mut AnyPartition, state: &State,
 
 /// Sizes this worker's partition for the limit `cache_memlimit` last set, once it changed
 /// (called every loop turn; the size was checked when it was set).
-pub fn apply_memory_limit(partition: &mut AnyPartition, state: &State, applied: &mut usize) {
+pub(crate) fn apply_memory_limit(partition: &mut AnyPartition, state: &State, applied: &mut usize) {
     let limit = state.memory_limit.load(Ordering::Relaxed);
     if limit != *applied {
         *applied = limit;
@@ -272,7 +272,7 @@ fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
 }
 
 /// `stats cachedump <class> <limit>` (text only, as in memcached).
-pub fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
+pub(crate) fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
     if !state.settings.admin.dump {
         line(out, "CLIENT_ERROR stats cachedump not allowed");
         return After::Continue;

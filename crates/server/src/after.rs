@@ -5,7 +5,7 @@
 
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum After {
+pub(crate) enum After {
     Continue,
     Close,
     /// The request is only partly answered (a multi-get filled the output); execute it again

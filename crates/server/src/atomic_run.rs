@@ -14,7 +14,7 @@ use tierkv_protocol::{
 };
 
 /// The engine's request for a protocol atomic.
-pub fn engine_request(code: AtomicCode, signed: bool, operand: u64, operand2: u64) -> engine::AtomicRequest {
+pub(crate) fn engine_request(code: AtomicCode, signed: bool, operand: u64, operand2: u64) -> engine::AtomicRequest {
     let op = match code {
         AtomicCode::Add => engine::AtomicOp::Add(operand),
         AtomicCode::Cas => engine::AtomicOp::Cas { expected: operand, new: operand2 },
@@ -48,13 +48,13 @@ fn vector_update_key<'a>(request: &Request<'a>) -> Option<Key<'a>> {
 }
 
 /// Whether `request` can start a run.
-pub fn starts_run(request: &Request<'_>) -> bool {
+pub(crate) fn starts_run(request: &Request<'_>) -> bool {
     key_and_kind(request).is_some() || vector_update_key(request).is_some()
 }
 
 /// Whether `next` may join a run that `first` starts: atomics on the same key and kind, or
 /// vector updates on the same key.
-pub fn joins(first: &Request<'_>, next: &Request<'_>) -> bool {
+pub(crate) fn joins(first: &Request<'_>, next: &Request<'_>) -> bool {
     matches!((key_and_kind(first), key_and_kind(next)), (Some(a), Some(b)) if a == b)
         || matches!((vector_update_key(first), vector_update_key(next)), (Some(a), Some(b)) if a == b)
 }
@@ -228,7 +228,7 @@ fn vector_read(
 }
 
 /// Executes `requests` (atomics on one key and kind, in order) and writes every reply.
-pub fn execute_run(
+pub(crate) fn execute_run(
     partition: &mut engine::AnyPartition,
     requests: &[&Request<'_>],
     out: &mut Vec<u8>,
@@ -239,7 +239,7 @@ pub fn execute_run(
 
 /// `execute_run`, calling `mark(out.len())` after each request's reply (forwarded requests
 /// come from several connections, each with its own reply span).
-pub fn execute_run_marked(
+pub(crate) fn execute_run_marked(
     partition: &mut engine::AnyPartition,
     requests: &[&Request<'_>],
     out: &mut Vec<u8>,

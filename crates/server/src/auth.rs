@@ -6,13 +6,13 @@
 //! It must not parse requests (`tierkv_protocol::auth` does) or hold connection state.
 
 /// Longest user or password (memcached's 255-byte entries).
-pub const MAX_CREDENTIAL_BYTES: usize = 255;
+pub(crate) const MAX_CREDENTIAL_BYTES: usize = 255;
 /// Most entries a file may hold.
-pub const MAX_ENTRIES: usize = 10_000;
+pub(crate) const MAX_ENTRIES: usize = 10_000;
 
 /// The users allowed in.
 #[derive(Debug)]
-pub struct AuthTable {
+pub(crate) struct AuthTable {
     /// Each user and password padded to `MAX_CREDENTIAL_BYTES`, with their lengths.
     entries: Vec<([u8; MAX_CREDENTIAL_BYTES], usize, [u8; MAX_CREDENTIAL_BYTES], usize)>,
 }
@@ -20,7 +20,7 @@ pub struct AuthTable {
 impl AuthTable {
     /// Reads a `user:password` file (one entry a line; the password may hold colons); the
     /// error says what is wrong, in memcached's words where it has them.
-    pub fn load(path: &std::path::Path) -> Result<AuthTable, String> {
+    pub(crate) fn load(path: &std::path::Path) -> Result<AuthTable, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let mut entries = Vec::new();
         for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.is_empty()) {
@@ -44,7 +44,7 @@ impl AuthTable {
 
     /// Whether `user` and `password` match an entry. Every entry is compared over every byte,
     /// without an early exit.
-    pub fn check(&self, user: &[u8], password: &[u8]) -> bool {
+    pub(crate) fn check(&self, user: &[u8], password: &[u8]) -> bool {
         if user.len() > MAX_CREDENTIAL_BYTES || password.len() > MAX_CREDENTIAL_BYTES {
             return false;
         }
@@ -63,7 +63,7 @@ impl AuthTable {
 
 impl AuthTable {
     /// A SASL PLAIN message, `[authzid] NUL user NUL password` (RFC 4616), checked.
-    pub fn check_plain(&self, message: &[u8]) -> bool {
+    pub(crate) fn check_plain(&self, message: &[u8]) -> bool {
         let mut parts = message.splitn(3, |&b| b == 0);
         match (parts.next(), parts.next(), parts.next()) {
             (Some(_authzid), Some(user), Some(password)) => self.check(user, password),
@@ -77,7 +77,7 @@ const MECHANISMS: &[u8] = b"PLAIN";
 
 /// What one SASL request did (for `auth_cmds` and `auth_errors`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SaslOutcome {
+pub(crate) enum SaslOutcome {
     /// LIST_MECHS: no attempt.
     Listed,
     Authenticated,
@@ -85,7 +85,7 @@ pub enum SaslOutcome {
 }
 
 /// memcached's binary SASL (`-S`): answers a SASL opcode (LIST_MECHS, AUTH with PLAIN, STEP).
-pub fn sasl(
+pub(crate) fn sasl(
     table: &AuthTable,
     opcode: u8,
     mechanism: &[u8],

@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 /// A socket's address: an IP address and port, or a Unix socket's path (empty for a
 /// connected client, which has none).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     Inet(SocketAddr),
     Unix(String),
 }
 
 /// What `stats conns` shows of one socket.
-pub struct Summary {
+pub(crate) struct Summary {
     pub fd: i32,
     /// The peer (clients) or the bound address (listeners).
     pub addr: Endpoint,
@@ -43,7 +43,7 @@ fn address(endpoint: &Endpoint, udp: bool) -> String {
 }
 
 /// Appends memcached's lines for `summary`.
-pub fn lines(summary: &Summary, out: &mut Vec<u8>) {
+pub(crate) fn lines(summary: &Summary, out: &mut Vec<u8>) {
     let fd = summary.fd;
     let mut put = |name: &str, value: &str| out.extend_from_slice(format!("STAT {fd}:{name} {value}\r\n").as_bytes());
     put("addr", &address(&summary.addr, summary.udp));

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 /// What happened to a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     Get { hit: bool },
     Set,
     Delete,
@@ -27,28 +27,28 @@ struct Counts {
 
 /// The shared table and switch.
 #[derive(Debug)]
-pub struct Detail {
+pub(crate) struct Detail {
     enabled: AtomicBool,
     delimiter: u8,
     prefixes: Mutex<BTreeMap<Vec<u8>, Counts>>,
 }
 
 impl Detail {
-    pub fn new(delimiter: u8) -> Detail {
+    pub(crate) fn new(delimiter: u8) -> Detail {
         Detail { enabled: AtomicBool::new(false), delimiter, prefixes: Mutex::new(BTreeMap::new()) }
     }
 
     /// Whether counting is on (read once a turn by each worker).
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    pub fn set_enabled(&self, on: bool) {
+    pub(crate) fn set_enabled(&self, on: bool) {
         self.enabled.store(on, Ordering::Relaxed);
     }
 
     /// Counts `event` for `key`'s prefix.
-    pub fn record(&self, key: &[u8], event: Event) {
+    pub(crate) fn record(&self, key: &[u8], event: Event) {
         let Some(end) = key.iter().position(|&b| b == self.delimiter) else { return };
         let Ok(mut prefixes) = self.prefixes.lock() else { return };
         let full = prefixes.len() >= MAX_PREFIXES;
@@ -68,7 +68,7 @@ impl Detail {
     }
 
     /// `stats detail dump`: memcached's `PREFIX` lines (in prefix order), then END.
-    pub fn dump(&self, out: &mut Vec<u8>) {
+    pub(crate) fn dump(&self, out: &mut Vec<u8>) {
         if let Ok(prefixes) = self.prefixes.lock() {
             for (prefix, c) in prefixes.iter() {
                 out.extend_from_slice(b"PREFIX ");
@@ -81,14 +81,14 @@ impl Detail {
     }
 
     /// `stats reset` forgets every prefix, as memcached does.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if let Ok(mut prefixes) = self.prefixes.lock() {
             prefixes.clear();
         }
     }
 
     /// `stats detail on|off|dump` with memcached's replies.
-    pub fn command(&self, args: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn command(&self, args: &[u8], out: &mut Vec<u8>) {
         let mut words = args.split(|&b| b == b' ').filter(|word| !word.is_empty()).skip(1);
         match words.next() {
             Some(b"on") => {

@@ -9,11 +9,11 @@ use tierkv_engine::Engine;
 use tierkv_engine::{AnyPartition, ItemDebug};
 
 /// The one class tierkv reports: the whole log (or store arena).
-pub const CLASS: u32 = 1;
+pub(crate) const CLASS: u32 = 1;
 
 /// Which items a dump lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DumpKind {
+pub(crate) enum DumpKind {
     /// `lru_crawler metadump`: every live item, one `key=...` line each, then END.
     Metadump,
     /// `stats cachedump 1 N`: `ITEM key [bytes b; exp s]` lines, at most `limit` (0: all)
@@ -23,7 +23,7 @@ pub enum DumpKind {
 
 /// memcached's URI encoding of keys in dumps: letters, digits and `-._~` stay, everything else
 /// becomes `%XX`.
-pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &byte in key {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
@@ -36,7 +36,7 @@ pub fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
 
 /// A connection's dump in progress.
 #[derive(Clone, Copy, Debug)]
-pub struct Dump {
+pub(crate) struct Dump {
     pub kind: DumpKind,
     /// The worker whose partition is being walked (workers are walked 0, 1, ...).
     pub worker: usize,
@@ -49,12 +49,12 @@ pub struct Dump {
 }
 
 impl Dump {
-    pub fn new(kind: DumpKind) -> Dump {
+    pub(crate) fn new(kind: DumpKind) -> Dump {
         Dump { kind, worker: 0, cursor: 0, waiting: false, items: 0, bytes: 0 }
     }
 
     /// Items the next step may still list (None: no limit).
-    pub fn item_budget(&self) -> Option<u64> {
+    pub(crate) fn item_budget(&self) -> Option<u64> {
         match self.kind {
             DumpKind::Cachedump { limit: 0 } | DumpKind::Metadump => None,
             DumpKind::Cachedump { limit } => Some(limit.saturating_sub(self.items)),
@@ -63,7 +63,7 @@ impl Dump {
 
     /// Takes in what a step did: lines and items written, where the partition's walk goes
     /// on (None: that partition is done). True when the whole dump is over.
-    pub fn advance(&mut self, next: Option<usize>, items: u64, bytes: usize, workers: usize) -> bool {
+    pub(crate) fn advance(&mut self, next: Option<usize>, items: u64, bytes: usize, workers: usize) -> bool {
         self.items += items;
         self.bytes += bytes;
         self.waiting = false;
@@ -83,7 +83,7 @@ impl Dump {
 /// One step over `partition` from `cursor`: appends the lines of at most `item_budget` items
 /// (and, for a cachedump, no more than its byte cap allows after `bytes_so_far`); returns
 /// where the walk goes on and how many items were listed.
-pub fn step(
+pub(crate) fn step(
     partition: &mut AnyPartition,
     kind: DumpKind,
     cursor: usize,
@@ -136,7 +136,7 @@ fn metadump_line(key: &[u8], debug: &ItemDebug, now: i64, out: &mut Vec<u8>) {
 }
 
 /// The bytes of a step request forwarded to another worker.
-pub fn encode_request(dump: &Dump) -> [u8; 25] {
+pub(crate) fn encode_request(dump: &Dump) -> [u8; 25] {
     let mut bytes = [0u8; 25];
     let (tag, limit) = match dump.kind {
         DumpKind::Metadump => (0u8, 0),
@@ -153,7 +153,7 @@ pub fn encode_request(dump: &Dump) -> [u8; 25] {
 
 /// Runs a forwarded step request on this worker's partition; the reply is the lines and a
 /// 16-byte trailer (next cursor or u64::MAX, items listed).
-pub fn execute_request(partition: &mut AnyPartition, request: &[u8], replies: &mut Vec<u8>) {
+pub(crate) fn execute_request(partition: &mut AnyPartition, request: &[u8], replies: &mut Vec<u8>) {
     let word = |at: usize| u64::from_le_bytes(request[at..at + 8].try_into().expect("8 bytes"));
     if request.len() != 25 {
         return;
@@ -169,7 +169,7 @@ pub fn execute_request(partition: &mut AnyPartition, request: &[u8], replies: &m
 }
 
 /// Splits a forwarded step's reply into its lines and (next cursor, items listed).
-pub fn decode_reply(reply: &[u8]) -> Option<(&[u8], Option<usize>, u64)> {
+pub(crate) fn decode_reply(reply: &[u8]) -> Option<(&[u8], Option<usize>, u64)> {
     let lines = reply.len().checked_sub(16)?;
     let word = |at: usize| u64::from_le_bytes(reply[at..at + 8].try_into().expect("8 bytes"));
     let next = word(lines);

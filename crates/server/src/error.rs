@@ -6,7 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 
 #[derive(Debug)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     /// A socket the settings ask for cannot be opened (`flag` asked for it).
     Socket { flag: &'static str, address: SocketAddr, error: io::Error },
     /// The TLS certificates (`-Z`) cannot be loaded.
@@ -30,11 +30,11 @@ pub enum ServeError {
 }
 
 impl ServeError {
-    pub fn system(what: &'static str) -> impl Fn(io::Error) -> ServeError + Copy {
+    pub(crate) fn system(what: &'static str) -> impl Fn(io::Error) -> ServeError + Copy {
         move |error| ServeError::System { what, error }
     }
 
-    pub fn socket(flag: &'static str, address: SocketAddr) -> impl Fn(io::Error) -> ServeError + Copy {
+    pub(crate) fn socket(flag: &'static str, address: SocketAddr) -> impl Fn(io::Error) -> ServeError + Copy {
         move |error| ServeError::Socket { flag, address, error }
     }
 }

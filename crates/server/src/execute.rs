@@ -1,7 +1,7 @@
 //! Executes one decoded request on the partition and appends its reply, in the protocol the
 //! request came in (text, meta or binary), as memcached 1.6.18 replies.
 
-pub use crate::after::After;
+pub(crate) use crate::after::After;
 use crate::detail::Event;
 use crate::outcome::{self, Outcome};
 use crate::stats::{self, Counters, Group, State};
@@ -45,7 +45,7 @@ fn fetch<'p>(
 
 /// A text get's one key: its VALUE block if found (counted as `fetch` counts).
 #[inline]
-pub fn get_value(
+pub(crate) fn get_value(
     partition: &mut engine::AnyPartition,
     key: &[u8],
     return_cas: bool,
@@ -188,7 +188,7 @@ fn arith_request(
 /// How far a multi-key get has come, and the output at which it pauses (the connection's
 /// limit: smaller under memory pressure).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// The first key not answered yet.
     pub next_key: usize,
     /// Reply bytes past which a get with keys left pauses (`After::Pause`).
@@ -197,13 +197,13 @@ pub struct Progress {
 
 impl Progress {
     /// For a request answered in one go (other workers' requests, broadcasts): gets never pause.
-    pub fn whole() -> Progress {
+    pub(crate) fn whole() -> Progress {
         Progress { next_key: 0, output_limit: usize::MAX }
     }
 }
 
 /// Appends the reply to `request` to `out`.
-pub fn execute(
+pub(crate) fn execute(
     partition: &mut engine::AnyPartition,
     request: &Request<'_>,
     out: &mut Vec<u8>,
@@ -312,7 +312,7 @@ fn execute_text(
 
 /// The reply to `stats <group>` from the figures summed over workers: text lines, or one
 /// binary packet per stat and an empty one (`info` given). `Reset` only acknowledges.
-pub fn stats_reply(
+pub(crate) fn stats_reply(
     group: Group,
     info: Option<&BinaryRequestInfo>,
     state: &State,
@@ -406,12 +406,12 @@ fn meta_get_reply(out: &mut Vec<u8>, key: &[u8], flags: &MetaFlags<'_>, hit: Opt
 /// validated copy: only the value, key, client flags, CAS, size, quiet and opaque are asked
 /// for. Any other flag (a touch, a TTL, the hit bit or access time, vivify, recache, a base64
 /// key) needs the owner's item.
-pub fn concurrent_meta_get_allowed(flags: &MetaFlags<'_>) -> bool {
+pub(crate) fn concurrent_meta_get_allowed(flags: &MetaFlags<'_>) -> bool {
     flags.iter().all(|token| matches!(token.first(), Some(b'v' | b'k' | b'f' | b'c' | b's' | b'q' | b'O')))
 }
 
 /// mg's reply and counts from a concurrent read's copy: `hit` is (client flags, CAS, value).
-pub fn concurrent_meta_get(
+pub(crate) fn concurrent_meta_get(
     out: &mut Vec<u8>,
     key: &[u8],
     flags: &MetaFlags<'_>,

@@ -7,7 +7,7 @@
 use tierkv_engine::{AnyPartition as Partition, Engine};
 
 /// What each worker sends for `stats` (summed over workers), in `NAMES` order.
-pub const NAMES: [&str; FIGURES] = [
+pub(crate) const NAMES: [&str; FIGURES] = [
     // memcached extstore's names.
     "get_extstore",
     "get_aborted_extstore",
@@ -70,10 +70,10 @@ pub const NAMES: [&str; FIGURES] = [
     "flash_commits",
     "flash_recovered_items",
 ];
-pub const FIGURES: usize = 55;
+pub(crate) const FIGURES: usize = 55;
 
 /// This worker's figures (zeros without a flash tier).
-pub fn figures(partition: &Partition) -> [u64; FIGURES] {
+pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
     let Some(r) = partition.flash_ref().and_then(|tier| tier.flash_report()) else { return [0; FIGURES] };
     let (s, t, m) = (&r.store, &r.tier, &r.memory);
     // The full index answers every hit from tier 1, with one read each (none from a buffer).
@@ -144,12 +144,12 @@ pub fn figures(partition: &Partition) -> [u64; FIGURES] {
 }
 
 /// Items on flash and not in DRAM too (for `curr_items`, which counts each key once).
-pub fn items(figures: &[u64; FIGURES]) -> u64 {
+pub(crate) fn items(figures: &[u64; FIGURES]) -> u64 {
     figures[7].saturating_sub(figures[47])
 }
 
 /// The general `stats` lines of the flash tier, with reads per hit worked out.
-pub fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+pub(crate) fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
     put("extstore_limit_maxbytes", &size);
     for (name, value) in NAMES.iter().zip(figures) {
         put(name, value);
@@ -160,7 +160,10 @@ pub fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&str, &dy
 }
 
 /// The flash lines of `stats settings`.
-pub fn settings(flash: Option<&crate::config::FlashSettings>, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
+pub(crate) fn settings(
+    flash: Option<&crate::config::FlashSettings>,
+    put: &mut dyn FnMut(&str, &dyn std::fmt::Display),
+) {
     // Without a flash tier, nothing: the lines stay memcached's.
     let Some(flash) = flash else { return };
     put("flash_path", &flash.path.display());

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// Requests for one worker, and then its replies.
 #[derive(Default)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub requests: Vec<u8>,
     pub entries: Vec<Pending>,
     pub replies: Vec<u8>,
@@ -27,7 +27,9 @@ pub struct Batch {
 
 impl Batch {
     /// The request bytes and reply bytes of each entry, in order.
-    pub fn ranges(&self) -> impl Iterator<Item = (Pending, std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+    pub(crate) fn ranges(
+        &self,
+    ) -> impl Iterator<Item = (Pending, std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
         let mut request_start = 0;
         let mut reply_start = 0;
         self.entries.iter().map(move |entry| {
@@ -40,7 +42,7 @@ impl Batch {
     }
 }
 
-pub enum Message {
+pub(crate) enum Message {
     /// Requests to execute; send the batch back as `Replies`.
     Requests(Box<Batch>),
     /// The replies to a batch this worker sent.
@@ -50,14 +52,14 @@ pub enum Message {
 }
 
 /// What other workers may touch of a worker: its wake-up and whether it needs one.
-pub struct Peer {
+pub(crate) struct Peer {
     /// Set while the worker may block in its poll; senders wake it then.
     pub sleeping: AtomicBool,
     pub waker: Waker,
 }
 
 /// One worker's ends of the channels to and from every other worker.
-pub struct Links {
+pub(crate) struct Links {
     id: usize,
     to: Vec<Option<SyncSender<Message>>>,
     from: Vec<Option<Receiver<Message>>>,
@@ -75,7 +77,7 @@ pub struct Links {
 }
 
 /// Channels for `workers` workers: the `Links` of each, in worker order.
-pub fn connect(peers: &Arc<Vec<Peer>>) -> Vec<Links> {
+pub(crate) fn connect(peers: &Arc<Vec<Peer>>) -> Vec<Links> {
     let workers = peers.len();
     let mut to: Vec<Vec<Option<SyncSender<Message>>>> = (0..workers).map(|_| Vec::new()).collect();
     let mut from: Vec<Vec<Option<Receiver<Message>>>> = (0..workers).map(|_| Vec::new()).collect();
@@ -111,23 +113,23 @@ pub fn connect(peers: &Arc<Vec<Peer>>) -> Vec<Links> {
 }
 
 impl Links {
-    pub fn workers(&self) -> usize {
+    pub(crate) fn workers(&self) -> usize {
         self.to.len()
     }
 
     /// Whether a request for `owner` can be taken now (a batch is open or may be opened).
-    pub fn can_forward(&self, owner: usize) -> bool {
+    pub(crate) fn can_forward(&self, owner: usize) -> bool {
         self.open[owner].is_some() || self.in_flight[owner] < MAX_BATCHES_IN_FLIGHT
     }
 
     /// Whether a request for every other worker can be taken now.
-    pub fn can_forward_to_all(&self) -> bool {
+    pub(crate) fn can_forward_to_all(&self) -> bool {
         (0..self.workers()).all(|owner| owner == self.id || self.can_forward(owner))
     }
 
     /// Adds a request (the concatenation of `parts`) for `owner`; false, changing nothing,
     /// when `owner` already has the most batches in flight.
-    pub fn forward(&mut self, owner: usize, mut entry: Pending, parts: &[&[u8]]) -> bool {
+    pub(crate) fn forward(&mut self, owner: usize, mut entry: Pending, parts: &[&[u8]]) -> bool {
         if !self.can_forward(owner) {
             return false;
         }
@@ -156,12 +158,12 @@ impl Links {
     }
 
     /// Sends a batch of executed requests back to the worker that sent it.
-    pub fn reply(&mut self, to: usize, batch: Box<Batch>) {
+    pub(crate) fn reply(&mut self, to: usize, batch: Box<Batch>) {
         self.send(to, Message::Replies(batch));
     }
 
     /// Sends replies of deferred requests back to the worker that forwarded them.
-    pub fn send_late(&mut self, to: usize, batch: Box<Batch>) {
+    pub(crate) fn send_late(&mut self, to: usize, batch: Box<Batch>) {
         self.send(to, Message::Late(batch));
     }
 
@@ -187,11 +189,11 @@ impl Links {
 
     /// Sends every open batch and wakes the workers that got messages and may be asleep.
     /// Wakes worker `to` (something other than a batch waits for it).
-    pub fn wake(&self, to: usize) {
+    pub(crate) fn wake(&self, to: usize) {
         let _ = self.peers[to].waker.wake();
     }
 
-    pub fn send_all(&mut self) {
+    pub(crate) fn send_all(&mut self) {
         for owner in 0..self.workers() {
             self.send_open(owner);
             self.pump(owner);
@@ -207,7 +209,7 @@ impl Links {
     }
 
     /// Moves every message waiting for this worker into `inbox` as (sender, message).
-    pub fn receive(&mut self, inbox: &mut Vec<(usize, Message)>) {
+    pub(crate) fn receive(&mut self, inbox: &mut Vec<(usize, Message)>) {
         for (sender, receiver) in self.from.iter().enumerate() {
             let Some(receiver) = receiver else { continue };
             // Empty or disconnected (the server is stopping) both end the collection.
@@ -219,7 +221,7 @@ impl Links {
 
     /// Announces that this worker is about to block, then collects what arrived meanwhile;
     /// true if it may block (nothing arrived). `awake` must be called after the block.
-    pub fn may_sleep(&mut self, inbox: &mut Vec<(usize, Message)>) -> bool {
+    pub(crate) fn may_sleep(&mut self, inbox: &mut Vec<(usize, Message)>) -> bool {
         self.peers[self.id].sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         self.receive(inbox);
@@ -231,12 +233,12 @@ impl Links {
         }
     }
 
-    pub fn awake(&self) {
+    pub(crate) fn awake(&self) {
         self.peers[self.id].sleeping.store(false, Ordering::Relaxed);
     }
 
     /// Takes back a batch whose replies were delivered.
-    pub fn returned(&mut self, from: usize, mut batch: Box<Batch>) {
+    pub(crate) fn returned(&mut self, from: usize, mut batch: Box<Batch>) {
         self.in_flight[from] -= 1;
         if self.pool.len() < POOL_BATCHES
             && batch.requests.capacity() <= KEEP_BATCH_BYTES

@@ -4,36 +4,36 @@
 /// Replies a connection may have waiting before the server stops executing its requests (it
 /// may exceed this by one reply of at most one item): about what a socket's send buffer holds.
 /// Under memory pressure the worker uses a smaller mark (`worker::budget`).
-pub const MAX_PENDING_OUTPUT_BYTES: usize = 256 << 10;
+pub(crate) const MAX_PENDING_OUTPUT_BYTES: usize = 256 << 10;
 
 // ----- Connections and the worker loop -----
 
 /// The replies to a UDP datagram may total this many times its size on the wire (frame
 /// headers included) unless `--udp-amplification` says otherwise: a forged source address
 /// gets at most this much.
-pub const DEFAULT_UDP_AMPLIFICATION: usize = 10;
+pub(crate) const DEFAULT_UDP_AMPLIFICATION: usize = 10;
 /// The largest `--udp-amplification`.
-pub const MAX_UDP_AMPLIFICATION: usize = 100_000;
+pub(crate) const MAX_UDP_AMPLIFICATION: usize = 100_000;
 
 /// Failed authentication attempts before a connection is closed (`--auth-max-failures`).
-pub const DEFAULT_AUTH_MAX_FAILURES: u32 = 3;
+pub(crate) const DEFAULT_AUTH_MAX_FAILURES: u32 = 3;
 
 /// The largest UDP reply whatever the amplification allows.
-pub const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
+pub(crate) const MAX_UDP_REPLY_BYTES: usize = 4 << 20;
 
 /// Bytes read per read call.
-pub const READ_CHUNK_BYTES: usize = 64 << 10;
+pub(crate) const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// Replies a connection may have waiting behind one not yet back from another worker.
-pub const MAX_PARTS: usize = 256;
+pub(crate) const MAX_PARTS: usize = 256;
 
 /// Forwarded reads (gets, whose replies carry an item) a connection may have outstanding:
 /// bounds the replies that can arrive for it at once, beyond `MAX_PENDING_OUTPUT_BYTES`. Other
 /// forwarded requests (small replies) are bounded by `MAX_PARTS`.
-pub const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
+pub(crate) const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
 
 /// Requests decoded and prefetched together in one step of a turn.
-pub const BATCH: usize = 32;
+pub(crate) const BATCH: usize = 32;
 
 /// Yields of an idle worker before it blocks in its poll (`--idle-yields`), by default and at
 /// most. Measured at `-t 2`, pipeline 1, 50 connections, the load generator on the same two
@@ -41,104 +41,104 @@ pub const BATCH: usize = 32;
 /// request; two yields, 0.02 waits and 10.2-10.5 us (docs/benchmarks.md). With one worker
 /// the default is 0: under callgrind, a get at pipeline 1 cost 3,282 instructions with the
 /// yields and 3,106 without, and the clients have the other CPUs.
-pub const DEFAULT_IDLE_YIELDS: usize = 2;
-pub const MAX_IDLE_YIELDS: usize = 64;
+pub(crate) const DEFAULT_IDLE_YIELDS: usize = 2;
+pub(crate) const MAX_IDLE_YIELDS: usize = 64;
 
 /// Connections served again (left-over work, no event) per loop iteration, at most.
-pub const AGAIN_PER_LOOP: usize = 64;
+pub(crate) const AGAIN_PER_LOOP: usize = 64;
 
 /// Reply buffers kept for reuse per worker (each at most `POOL_BUFFER_BYTES`).
-pub const POOL_BUFFERS: usize = 256;
+pub(crate) const POOL_BUFFERS: usize = 256;
 
 /// The largest reply buffer kept in the pool.
-pub const POOL_BUFFER_BYTES: usize = 4 << 10;
+pub(crate) const POOL_BUFFER_BYTES: usize = 4 << 10;
 
 /// Buffers above this size are given back once empty, so idle connections stay small.
-pub const KEEP_BUFFER_BYTES: usize = 256 << 10;
+pub(crate) const KEEP_BUFFER_BYTES: usize = 256 << 10;
 
 // ----- Long get lines -----
 
 /// A `get`/`gets` line longer than this is answered in pieces of about this size as it
 /// arrives (`text::long_get`), so a line of any length costs a bounded buffer.
-pub const LONG_GET_CHUNK_BYTES: usize = 16 << 10;
+pub(crate) const LONG_GET_CHUNK_BYTES: usize = 16 << 10;
 
 /// An unterminated get line of this much input from which no key can be taken (it is nearly
 /// all spaces) is refused: nothing else could bound its buffer.
-pub const MAX_UNTAKEN_GET_BYTES: usize = 256 << 10;
+pub(crate) const MAX_UNTAKEN_GET_BYTES: usize = 256 << 10;
 
 // ----- Under memory pressure (`worker/budget.rs`) -----
 
 /// Input a connection may hold while the worker is under pressure.
-pub const PRESSED_INPUT_BYTES: usize = 4 << 10;
+pub(crate) const PRESSED_INPUT_BYTES: usize = 4 << 10;
 
 /// Replies a connection may have waiting while the worker is under pressure.
-pub const PRESSED_OUTPUT_BYTES: usize = 4 << 10;
+pub(crate) const PRESSED_OUTPUT_BYTES: usize = 4 << 10;
 
 /// Empty buffers larger than this are given back while under pressure (256 KiB otherwise).
-pub const PRESSED_KEEP_BYTES: usize = 16 << 10;
+pub(crate) const PRESSED_KEEP_BYTES: usize = 16 << 10;
 
 /// Freed connection buffers past which the allocator is asked to give memory back.
-pub const TRIM_AFTER_BYTES: usize = 4 << 20;
+pub(crate) const TRIM_AFTER_BYTES: usize = 4 << 20;
 
 // ----- Between workers (`forward.rs`) -----
 
 /// Request batches a worker may have out to one other worker at a time.
-pub const MAX_BATCHES_IN_FLIGHT: usize = 8;
+pub(crate) const MAX_BATCHES_IN_FLIGHT: usize = 8;
 
 /// A batch is sent as soon as its requests reach this many bytes...
-pub const BATCH_BYTES: usize = 64 << 10;
+pub(crate) const BATCH_BYTES: usize = 64 << 10;
 
 /// ... or this many entries (otherwise at the end of the loop turn).
-pub const BATCH_ENTRIES: usize = 256;
+pub(crate) const BATCH_ENTRIES: usize = 256;
 
 /// Batches kept for reuse.
-pub const POOL_BATCHES: usize = 64;
+pub(crate) const POOL_BATCHES: usize = 64;
 
 /// A batch's buffers above this capacity are not kept for reuse.
-pub const KEEP_BATCH_BYTES: usize = 1 << 20;
+pub(crate) const KEEP_BATCH_BYTES: usize = 1 << 20;
 
 // ----- UDP (`udp.rs`, `worker/udp_session.rs`) -----
 
 /// Datagrams taken per `recvmmsg`.
-pub const RECV_BATCH: usize = 32;
+pub(crate) const RECV_BATCH: usize = 32;
 
 /// Datagrams sent per `sendmmsg`.
-pub const SEND_BATCH: usize = 64;
+pub(crate) const SEND_BATCH: usize = 64;
 
 /// The largest datagram read whole (memcached reads 64 KiB too); longer ones are dropped.
-pub const MAX_REQUEST_DATAGRAM: usize = 65_536;
+pub(crate) const MAX_REQUEST_DATAGRAM: usize = 65_536;
 
 /// Reply bytes waiting to be sent at most; replies beyond it are dropped, as a full socket
 /// buffer drops them.
-pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+pub(crate) const MAX_QUEUED_BYTES: usize = 8 << 20;
 
 // ----- Dumps (`dump.rs`) -----
 
 /// Index buckets one step walks (a cache-mode bucket holds at most 8 items).
-pub const DUMP_STEP_BUCKETS: usize = 256;
+pub(crate) const DUMP_STEP_BUCKETS: usize = 256;
 
 /// A dump takes its next step only while less than this waits to be written.
-pub const DUMP_OUTPUT_BYTES: usize = 256 << 10;
+pub(crate) const DUMP_OUTPUT_BYTES: usize = 256 << 10;
 
 /// memcached's cap on one `stats cachedump` reply.
-pub const CACHEDUMP_MAX_BYTES: usize = 2 << 20;
+pub(crate) const CACHEDUMP_MAX_BYTES: usize = 2 << 20;
 
 // ----- Administration -----
 
 /// Most prefixes counted; keys with a new prefix beyond this are not counted (memcached has
 /// no bound; this keeps a client that sends random prefixes from growing the table forever).
-pub const MAX_PREFIXES: usize = 10_000;
+pub(crate) const MAX_PREFIXES: usize = 10_000;
 
 /// memcached's limit on watchers.
-pub const MAX_WATCHERS: usize = 20;
+pub(crate) const MAX_WATCHERS: usize = 20;
 
 /// memcached's per-watcher buffer.
-pub const WATCHER_BUFFER_BYTES: usize = 256 << 10;
+pub(crate) const WATCHER_BUFFER_BYTES: usize = 256 << 10;
 
 // ----- Start-up -----
 
 /// The most workers (and partitions) a server runs.
-pub const MAX_THREADS: usize = 256;
+pub(crate) const MAX_THREADS: usize = 256;
 
 // How the limits relate: a batch's keys are prefetched in one engine chunk (the engine ignores
 // hashes past its chunk); the pressed marks are below the normal ones; a pooled reply buffer

@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 /// Upper bounds of the latency buckets, in seconds (+Inf is implied).
-pub const BUCKETS: [f64; 12] = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 1e-1];
+pub(crate) const BUCKETS: [f64; 12] = [1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2, 1e-1];
 /// The command classes latency is kept for.
-pub const CLASSES: [&str; 2] = ["get", "set"];
+pub(crate) const CLASSES: [&str; 2] = ["get", "set"];
 
 /// One command class's latency histogram (cumulative counts are made when rendering).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Requests per bucket (the last one is +Inf).
     pub counts: [u64; BUCKETS.len() + 1],
     pub sum_seconds: f64,
@@ -26,7 +26,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// `requests` requests that took `seconds` in all, each counted at the mean.
-    pub fn record(&mut self, requests: u64, seconds: f64) {
+    pub(crate) fn record(&mut self, requests: u64, seconds: f64) {
         if requests == 0 {
             return;
         }
@@ -40,14 +40,14 @@ impl Histogram {
 
 /// What one worker last published.
 #[derive(Clone, Debug, Default)]
-pub struct WorkerFigures {
+pub(crate) struct WorkerFigures {
     pub snapshot: Snapshot,
     pub latency: [Histogram; CLASSES.len()],
 }
 
 /// The slots the workers publish into, and what the whole server reports besides.
 #[derive(Debug)]
-pub struct Published {
+pub(crate) struct Published {
     pub workers: Mutex<Vec<WorkerFigures>>,
     pub started: std::time::Instant,
     pub limit_maxbytes: Arc<std::sync::atomic::AtomicUsize>,
@@ -55,7 +55,7 @@ pub struct Published {
 }
 
 impl Published {
-    pub fn new(
+    pub(crate) fn new(
         workers: usize,
         limit_maxbytes: Arc<std::sync::atomic::AtomicUsize>,
         tls: Option<Arc<crate::net::tls::TlsContext>>,
@@ -69,7 +69,7 @@ impl Published {
     }
 
     /// Worker `id`'s figures now.
-    pub fn publish(&self, id: usize, figures: WorkerFigures) {
+    pub(crate) fn publish(&self, id: usize, figures: WorkerFigures) {
         if let Ok(mut workers) = self.workers.lock() {
             if let Some(slot) = workers.get_mut(id) {
                 *slot = figures;
@@ -115,7 +115,7 @@ fn gauges(s: &Snapshot) -> [(&'static str, &'static str, u64); 11] {
 }
 
 /// The whole `/metrics` page.
-pub fn render(published: &Published) -> String {
+pub(crate) fn render(published: &Published) -> String {
     let workers = published.workers.lock().map(|w| w.clone()).unwrap_or_default();
     let mut text = String::new();
     let mut head = |text: &mut String, name: &str, kind: &str, help: &str| {
@@ -193,7 +193,7 @@ fn tls_lines(text: &mut String, tls: &crate::net::tls::TlsContext, head: &mut He
 
 /// Serves `/metrics` on `address` from a thread of its own (the listener is bound before this
 /// returns, so a bad address stops start-up).
-pub fn serve(address: SocketAddr, published: Arc<Published>) -> std::io::Result<()> {
+pub(crate) fn serve(address: SocketAddr, published: Arc<Published>) -> std::io::Result<()> {
     crate::metrics_http::serve(address, move || render(&published))
 }
 

@@ -15,9 +15,9 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 /// Connections served at once; a new one beyond this closes the oldest.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// Time a connection has to send its request.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time a connection has to take its reply.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest request read (a scrape's request is a few hundred bytes).
@@ -36,7 +36,7 @@ struct Exchange {
 
 /// Binds `address` (so a bad address stops start-up) and serves it from a thread of its own:
 /// `GET /metrics` gets `page()`, any other request a 404.
-pub fn serve<F>(address: SocketAddr, page: F) -> io::Result<()>
+pub(crate) fn serve<F>(address: SocketAddr, page: F) -> io::Result<()>
 where
     F: Fn() -> String + Send + 'static,
 {

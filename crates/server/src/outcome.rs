@@ -19,7 +19,7 @@ const BAD_FORMAT: &str = "bad command line format";
 
 /// What the engine answered to a storage command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Store(StoreMode, Result<StoreOutcome, EngineError>),
     Delete(Result<DeleteOutcome, EngineError>),
     Arith(Result<ArithOutcome, EngineError>),
@@ -28,7 +28,7 @@ pub enum Outcome {
 /// The text (and meta) error line for an engine error. An arithmetic command that cannot
 /// write its new value answers as memcached's `EOM`; keys are refused by the decoder first,
 /// but an engine refusal of one answers as memcached does a bad key.
-pub fn text_error(error: EngineError, arith: bool) -> ErrorReply {
+pub(crate) fn text_error(error: EngineError, arith: bool) -> ErrorReply {
     match error {
         EngineError::EmptyKey | EngineError::KeyTooLong { .. } => ErrorReply::Client(BAD_FORMAT),
         EngineError::NonNumeric => ErrorReply::Client(NON_NUMERIC),
@@ -40,7 +40,7 @@ pub fn text_error(error: EngineError, arith: bool) -> ErrorReply {
 }
 
 /// The CLIENT_ERROR message of a refused vector request (docs/protocol-extensions.md).
-pub fn vector_error(error: tierkv_engine::VectorError) -> &'static str {
+pub(crate) fn vector_error(error: tierkv_engine::VectorError) -> &'static str {
     match error {
         tierkv_engine::VectorError::NotAVector => "not a vector",
         tierkv_engine::VectorError::TypeMismatch => "vector type mismatch",
@@ -50,7 +50,7 @@ pub fn vector_error(error: tierkv_engine::VectorError) -> &'static str {
 }
 
 /// The binary status for an engine error.
-pub fn binary_error(error: EngineError, arith: bool) -> u16 {
+pub(crate) fn binary_error(error: EngineError, arith: bool) -> u16 {
     match error {
         EngineError::EmptyKey | EngineError::KeyTooLong { .. } => status::EINVAL,
         EngineError::NonNumeric => status::DELTA_BADVAL,
@@ -62,7 +62,7 @@ pub fn binary_error(error: EngineError, arith: bool) -> u16 {
 }
 
 /// The text protocol's reply.
-pub fn text(out: &mut Vec<u8>, outcome: &Outcome) {
+pub(crate) fn text(out: &mut Vec<u8>, outcome: &Outcome) {
     let line = match *outcome {
         Outcome::Store(_, Ok(stored)) => match stored {
             StoreOutcome::Stored { .. } => Status::Stored,
@@ -88,7 +88,7 @@ pub fn text(out: &mut Vec<u8>, outcome: &Outcome) {
 
 /// The meta protocol's reply to ms, md and ma (`key` decoded; `ttl` what `t` returns for an
 /// arithmetic result). `q` drops the nominal reply (HD), except for a counter `ma` created.
-pub fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome: &Outcome, ttl: Option<i64>) {
+pub(crate) fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome: &Outcome, ttl: Option<i64>) {
     let mut info = MetaReturn { key: Some(key), ..MetaReturn::default() };
     let mut value = None;
     let digits;
@@ -135,7 +135,7 @@ pub fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome: &Outc
 }
 
 /// The text reply to a tierkv atomic (docs/protocol-extensions.md).
-pub fn text_atomic(out: &mut Vec<u8>, signed: bool, result: &Result<AtomicOutcome, EngineError>) {
+pub(crate) fn text_atomic(out: &mut Vec<u8>, signed: bool, result: &Result<AtomicOutcome, EngineError>) {
     match *result {
         Ok(AtomicOutcome::Done { old, new }) => tierkv_protocol::atomic::write_done(out, old, new, signed),
         Ok(AtomicOutcome::Mismatch { current }) => tierkv_protocol::atomic::write_mismatch(out, current, signed),
@@ -151,7 +151,7 @@ pub fn text_atomic(out: &mut Vec<u8>, signed: bool, result: &Result<AtomicOutcom
 /// The meta reply to a tierkv atomic (`mx`): HD, or VA with the new value (`v`), EX when a
 /// `cas` finds another value, NF; `p` returns the value before (for EX, the current one).
 /// `q` drops HD and VA.
-pub fn meta_atomic(
+pub(crate) fn meta_atomic(
     out: &mut Vec<u8>,
     flags: &MetaFlags<'_>,
     key: &[u8],
@@ -183,7 +183,7 @@ pub fn meta_atomic(
 
 /// The binary reply to a tierkv atomic: old and new value (big-endian) on success, the
 /// current value with KEY_EEXISTS when a `cas` finds another; quiet requests drop a success.
-pub fn binary_atomic(out: &mut Vec<u8>, info: &BinaryRequestInfo, result: &Result<AtomicOutcome, EngineError>) {
+pub(crate) fn binary_atomic(out: &mut Vec<u8>, info: &BinaryRequestInfo, result: &Result<AtomicOutcome, EngineError>) {
     match *result {
         Ok(AtomicOutcome::Done { old, new }) if !info.quiet => {
             let mut value = [0u8; 16];
@@ -201,7 +201,7 @@ pub fn binary_atomic(out: &mut Vec<u8>, info: &BinaryRequestInfo, result: &Resul
 }
 
 /// The binary protocol's reply; quiet requests drop a success.
-pub fn binary(out: &mut Vec<u8>, info: &BinaryRequestInfo, outcome: &Outcome) {
+pub(crate) fn binary(out: &mut Vec<u8>, info: &BinaryRequestInfo, outcome: &Outcome) {
     let success = |out: &mut Vec<u8>, cas: u64, value: &[u8]| {
         if !info.quiet {
             binary::write_response(out, info, status::SUCCESS, cas, &[], &[], value);

@@ -14,7 +14,7 @@ use tierkv_protocol::{Needs, Request};
 
 /// What the worker that takes a `Pending` does with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Decode and execute the request bytes; the reply goes back whole.
     Request,
     /// A `Request` that reads an item (its reply may be large; the sender bounds how many it
@@ -49,14 +49,14 @@ pub enum Kind {
 
 impl Kind {
     /// Whether it reads items (its replies count against the connection's bound).
-    pub fn reads(self) -> bool {
+    pub(crate) fn reads(self) -> bool {
         matches!(self, Kind::Read | Kind::GetKey { .. })
     }
 }
 
 /// What decoding learned of a request, kept with it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Learned {
+pub(crate) struct Learned {
     /// The key's hash (0: no key), so the owner can prefetch a run of entries together.
     pub hash: u64,
     /// Where the key lies in the request bytes (offset, length); length 0 when it is not there
@@ -68,19 +68,19 @@ pub struct Learned {
 
 impl Learned {
     /// What `request`, decoded from `raw`, says of itself (`hash`: its key's, when known).
-    pub fn of(request: &Request<'_>, raw: &[u8], hash: Option<KeyHash>) -> Learned {
+    pub(crate) fn of(request: &Request<'_>, raw: &[u8], hash: Option<KeyHash>) -> Learned {
         let key =
             request.command.key().filter(|key| !key.base64).and_then(|key| span_in(raw, key.raw)).unwrap_or_default();
         Learned { hash: hash.map_or(0, |hash| hash.0), key, needs: request.needs() }
     }
 
     /// A split get's key: the whole request is the key.
-    pub fn of_key(key: &[u8], hash: KeyHash, touch: bool) -> Learned {
+    pub(crate) fn of_key(key: &[u8], hash: KeyHash, touch: bool) -> Learned {
         Learned { hash: hash.0, key: (0, key.len() as u32), needs: Needs { item: true, write: touch } }
     }
 
     /// The key in `request` (the bytes this was learned from), if it lies there.
-    pub fn key_in<'r>(&self, request: &'r [u8]) -> Option<&'r [u8]> {
+    pub(crate) fn key_in<'r>(&self, request: &'r [u8]) -> Option<&'r [u8]> {
         let (at, len) = (self.key.0 as usize, self.key.1 as usize);
         (len > 0).then(|| request.get(at..at + len)).flatten()
     }
@@ -95,7 +95,7 @@ fn span_in(whole: &[u8], part: &[u8]) -> Option<(u32, u32)> {
 /// A request that waits: its reply's place, its kind, what decoding learned, and (set as it
 /// travels) where its request and reply bytes end in their batch.
 #[derive(Clone, Copy, Debug)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The connection (slot and generation, so a reply for a closed connection is dropped).
     pub slot: usize,
     pub generation: u64,
@@ -111,7 +111,7 @@ pub struct Pending {
 
 impl Pending {
     /// Work for the connection in `slot` (of `generation`) whose reply is part `seq`.
-    pub fn new(slot: usize, generation: u64, seq: u64, kind: Kind, learned: Learned) -> Pending {
+    pub(crate) fn new(slot: usize, generation: u64, seq: u64, kind: Kind, learned: Learned) -> Pending {
         Pending { slot, generation, seq, kind, learned, request_end: 0, reply_end: 0 }
     }
 }

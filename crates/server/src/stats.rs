@@ -14,16 +14,16 @@ macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// Counters of one worker, named as memcached's `stats` names them.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct Counters {
-            $(pub $name: u64,)*
+        pub(crate) struct Counters {
+            $(pub(crate) $name: u64,)*
         }
 
         impl Counters {
-            pub const FIELDS: usize = [$(stringify!($name)),*].len();
+            pub(crate) const FIELDS: usize = [$(stringify!($name)),*].len();
             /// The counters' names, in `words` order.
-            pub const NAMES: [&'static str; Self::FIELDS] = [$(stringify!($name)),*];
+            pub(crate) const NAMES: [&'static str; Self::FIELDS] = [$(stringify!($name)),*];
 
-            pub fn words(&self) -> [u64; Self::FIELDS] {
+            pub(crate) fn words(&self) -> [u64; Self::FIELDS] {
                 [$(self.$name),*]
             }
 
@@ -78,14 +78,14 @@ counters!(
 
 impl Counters {
     /// One SASL request's outcome.
-    pub fn sasl(&mut self, outcome: crate::auth::SaslOutcome) {
+    pub(crate) fn sasl(&mut self, outcome: crate::auth::SaslOutcome) {
         use crate::auth::SaslOutcome;
         self.auth_cmds += u64::from(outcome != SaslOutcome::Listed);
         self.auth_errors += u64::from(outcome == SaslOutcome::Refused);
     }
 
     /// One key read, as memcached counts it: a get-and-touch is a touch, not a get.
-    pub fn read(&mut self, touch: bool, hit: bool) {
+    pub(crate) fn read(&mut self, touch: bool, hit: bool) {
         let (commands, hits, misses) = if touch {
             (&mut self.cmd_touch, &mut self.touch_hits, &mut self.touch_misses)
         } else {
@@ -98,7 +98,7 @@ impl Counters {
 
 /// Everything `stats` reports that is not in the partition.
 #[derive(Debug)]
-pub struct State {
+pub(crate) struct State {
     pub counters: Counters,
     /// The engine's counters at the last `stats reset` (reported values are differences).
     engine_baseline: EngineStats,
@@ -134,13 +134,13 @@ pub struct State {
 
 /// Buffers a run of atomics reuses for its engine requests and answers (`atomic_run`).
 #[derive(Debug, Default)]
-pub struct AtomicScratch {
+pub(crate) struct AtomicScratch {
     pub requests: Vec<tierkv_engine::AtomicRequest>,
     pub results: Vec<Result<tierkv_engine::AtomicOutcome, tierkv_engine::EngineError>>,
 }
 
 impl State {
-    pub fn new(settings: &Settings, now: u32) -> State {
+    pub(crate) fn new(settings: &Settings, now: u32) -> State {
         State {
             counters: Counters::default(),
             engine_baseline: EngineStats::default(),
@@ -161,17 +161,17 @@ impl State {
     }
 
     /// The same state with a verbosity level and memory limit shared with other workers.
-    pub fn sharing_tunables(self, verbosity: Arc<AtomicU32>, memory_limit: Arc<AtomicUsize>) -> State {
+    pub(crate) fn sharing_tunables(self, verbosity: Arc<AtomicU32>, memory_limit: Arc<AtomicUsize>) -> State {
         State { verbosity, memory_limit, ..self }
     }
 
     /// The same state with a `stats detail` table and watchers shared with other workers.
-    pub fn sharing(self, detail: Arc<crate::detail::Detail>, watchers: Arc<crate::watch::Watchers>) -> State {
+    pub(crate) fn sharing(self, detail: Arc<crate::detail::Detail>, watchers: Arc<crate::watch::Watchers>) -> State {
         State { detail, watchers, ..self }
     }
 
     /// The same state with the server's TLS context and authentication table.
-    pub fn sharing_security(
+    pub(crate) fn sharing_security(
         self,
         tls: Option<Arc<crate::net::tls::TlsContext>>,
         auth: Option<Arc<crate::auth::AuthTable>>,
@@ -180,14 +180,14 @@ impl State {
     }
 
     /// Reads again what is observed (once a turn, and when it changes here).
-    pub fn refresh_observe(&mut self) {
+    pub(crate) fn refresh_observe(&mut self) {
         let detail = if self.detail.enabled() { crate::watch::DETAIL } else { 0 };
         self.observe = detail | self.watchers.active();
     }
 
     /// Counts `event` for `key` in `stats detail` when it is on.
     #[inline]
-    pub fn detail(&self, key: &[u8], event: crate::detail::Event) {
+    pub(crate) fn detail(&self, key: &[u8], event: crate::detail::Event) {
         if self.observe & crate::watch::DETAIL != 0 {
             self.detail.record(key, event);
         }
@@ -196,7 +196,7 @@ impl State {
     /// A key read (`size`: the value's length, None for a miss): counted in `stats detail`
     /// (text and binary reads, `detailed`) and logged to `watch fetchers`.
     #[inline]
-    pub fn observe_get(&self, key: &[u8], size: Option<usize>, detailed: bool) {
+    pub(crate) fn observe_get(&self, key: &[u8], size: Option<usize>, detailed: bool) {
         if self.observe != 0 {
             self.observed_get(key, size, detailed);
         }
@@ -216,7 +216,7 @@ impl State {
     }
 
     /// A store logged to `watch mutations`.
-    pub fn observe_store(&self, key: &[u8], status: &str, command: &str, exptime: i64, size: usize) {
+    pub(crate) fn observe_store(&self, key: &[u8], status: &str, command: &str, exptime: i64, size: usize) {
         if self.observe & crate::watch::MUTATIONS != 0 {
             let fd = self.fd;
             self.watchers.log(crate::watch::MUTATIONS, |gid| {
@@ -226,14 +226,14 @@ impl State {
     }
 
     /// `stats reset`: counters start again from zero; gauges (items, bytes, connections) stay.
-    pub fn reset(&mut self, partition: &Partition) {
+    pub(crate) fn reset(&mut self, partition: &Partition) {
         self.counters = Counters::default();
         self.engine_baseline = partition.stats();
         self.detail.clear();
     }
 
     /// This worker's share of the figures `stats` sums over workers.
-    pub fn snapshot(&self, partition: &Partition) -> Snapshot {
+    pub(crate) fn snapshot(&self, partition: &Partition) -> Snapshot {
         let engine = partition.stats();
         let flash = crate::flash_stats::figures(partition);
         Snapshot {
@@ -257,7 +257,7 @@ impl State {
 
 /// The figures of one worker (or the sum over workers) that `stats` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub counters: Counters,
     pub curr_connections: u64,
     pub curr_items: u64,
@@ -299,7 +299,7 @@ impl Default for Snapshot {
 impl Snapshot {
     const GAUGES: usize = 11;
     /// Bytes of the flat form `write_to` appends.
-    pub const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
+    pub(crate) const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
 
     fn gauges(&self) -> [u64; Self::GAUGES] {
         [
@@ -318,14 +318,14 @@ impl Snapshot {
     }
 
     /// Appends the snapshot as little-endian words (it crosses threads, never the network).
-    pub fn write_to(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
         for word in self.counters.words().iter().chain(self.gauges().iter()).chain(self.flash.iter()) {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
 
     /// The snapshot `write_to` wrote; None if `bytes` is not one.
-    pub fn read_from(bytes: &[u8]) -> Option<Snapshot> {
+    pub(crate) fn read_from(bytes: &[u8]) -> Option<Snapshot> {
         if bytes.len() != Self::ENCODED_BYTES {
             return None;
         }
@@ -351,7 +351,7 @@ impl Snapshot {
     }
 
     /// Adds another worker's figures.
-    pub fn add(&mut self, other: &Snapshot) {
+    pub(crate) fn add(&mut self, other: &Snapshot) {
         let mine = self.counters.words();
         let theirs = other.counters.words();
         let sum: Vec<u64> = mine.iter().zip(theirs.iter()).map(|(a, b)| a + b).collect();
@@ -375,7 +375,7 @@ impl Snapshot {
 
 /// The groups `stats <group>` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Group {
+pub(crate) enum Group {
     General,
     Settings,
     /// Groups of memcached's slab allocator, which tierkv does not have: answered empty.
@@ -390,7 +390,7 @@ pub enum Group {
 impl Group {
     /// The group named by the first word of `args`; None for one memcached does not know
     /// or tierkv cannot answer with the same meaning.
-    pub fn parse(args: &[u8]) -> Option<Group> {
+    pub(crate) fn parse(args: &[u8]) -> Option<Group> {
         let first = subcommand(args);
         Some(match first {
             b"" => Group::General,
@@ -406,7 +406,7 @@ impl Group {
 }
 
 /// The first word of `stats`' arguments (memcached's subcommand), empty for plain `stats`.
-pub fn subcommand(args: &[u8]) -> &[u8] {
+pub(crate) fn subcommand(args: &[u8]) -> &[u8] {
     args.split(|&b| b == b' ').find(|word| !word.is_empty()).unwrap_or_default()
 }
 
@@ -418,11 +418,17 @@ fn rusage() -> (String, String) {
 }
 
 /// The hash clients use to compute a key's partition (see `tierkv_engine::KeyHash`).
-pub const PARTITION_HASH: &str = "xxh3-64-seed0-mica";
+pub(crate) const PARTITION_HASH: &str = "xxh3-64-seed0-mica";
 
 /// Calls `emit(name, value)` for every stat of `group` (nothing for `Reset`), from the sum of
 /// every worker's snapshot and this worker's partition (for the settings all share).
-pub fn report(group: Group, state: &State, total: &Snapshot, partition: &Partition, emit: &mut dyn FnMut(&str, &str)) {
+pub(crate) fn report(
+    group: Group,
+    state: &State,
+    total: &Snapshot,
+    partition: &Partition,
+    emit: &mut dyn FnMut(&str, &str),
+) {
     let mut put = |name: &str, value: &dyn std::fmt::Display| emit(name, &value.to_string());
     match group {
         Group::General => general(state, total, partition, &mut put),

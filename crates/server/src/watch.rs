@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 /// The `stats detail` bit of a worker's observation flags (`State::observe`).
-pub const DETAIL: u8 = 1;
+pub(crate) const DETAIL: u8 = 1;
 /// `watch fetchers`: a line per key read.
-pub const FETCHERS: u8 = 2;
+pub(crate) const FETCHERS: u8 = 2;
 /// `watch mutations`: a line per store.
-pub const MUTATIONS: u8 = 4;
+pub(crate) const MUTATIONS: u8 = 4;
 
 struct Watcher {
     id: u64,
@@ -35,7 +35,7 @@ struct Inner {
 
 /// Every watcher of the server.
 #[derive(Default)]
-pub struct Watchers {
+pub(crate) struct Watchers {
     /// The union of the watched streams.
     active: AtomicU8,
     /// memcached's global id of log lines.
@@ -51,7 +51,7 @@ impl std::fmt::Debug for Watchers {
 
 impl Watchers {
     /// The streams someone watches now.
-    pub fn active(&self) -> u8 {
+    pub(crate) fn active(&self) -> u8 {
         self.active.load(Ordering::Relaxed)
     }
 
@@ -60,7 +60,7 @@ impl Watchers {
     }
 
     /// A new watcher of `streams`; None when there are `MAX_WATCHERS` already.
-    pub fn add(&self, streams: u8) -> Option<u64> {
+    pub(crate) fn add(&self, streams: u8) -> Option<u64> {
         let mut inner = self.inner.lock().ok()?;
         if inner.watchers.len() >= MAX_WATCHERS {
             return None;
@@ -73,7 +73,7 @@ impl Watchers {
     }
 
     /// The watcher `id` is gone (its connection closed).
-    pub fn remove(&self, id: u64) {
+    pub(crate) fn remove(&self, id: u64) {
         if let Ok(mut inner) = self.inner.lock() {
             inner.watchers.retain(|w| w.id != id);
             self.update_active(&inner);
@@ -81,7 +81,7 @@ impl Watchers {
     }
 
     /// Queues the line `format(gid)` for every watcher of `stream`.
-    pub fn log(&self, stream: u8, format: impl FnOnce(u64) -> String) {
+    pub(crate) fn log(&self, stream: u8, format: impl FnOnce(u64) -> String) {
         let Ok(mut inner) = self.inner.lock() else { return };
         if !inner.watchers.iter().any(|w| w.streams & stream != 0) {
             return;
@@ -98,7 +98,7 @@ impl Watchers {
 
     /// Moves the lines queued for watcher `id` to `out` (after `skipped=N` if some were
     /// dropped); false if there is no such watcher.
-    pub fn take(&self, id: u64, out: &mut Vec<u8>) -> bool {
+    pub(crate) fn take(&self, id: u64, out: &mut Vec<u8>) -> bool {
         let Ok(mut inner) = self.inner.lock() else { return false };
         let Some(watcher) = inner.watchers.iter_mut().find(|w| w.id == id) else { return false };
         if watcher.skipped > 0 {
@@ -123,7 +123,7 @@ fn encoded(key: &[u8]) -> String {
 }
 
 /// memcached's `item_get` line (`size` is the value's length; misses have class 0).
-pub fn item_get_line(gid: u64, key: &[u8], found: bool, size: usize, fd: i32) -> String {
+pub(crate) fn item_get_line(gid: u64, key: &[u8], found: bool, size: usize, fd: i32) -> String {
     let (status, class) = if found { ("found", 1) } else { ("not_found", 0) };
     format!(
         "ts={} gid={gid} type=item_get key={} status={status} clsid={class} cfd={fd} size={size}\n",
@@ -133,7 +133,15 @@ pub fn item_get_line(gid: u64, key: &[u8], found: bool, size: usize, fd: i32) ->
 }
 
 /// memcached's `item_store` line.
-pub fn item_store_line(gid: u64, key: &[u8], status: &str, command: &str, ttl: i64, size: usize, fd: i32) -> String {
+pub(crate) fn item_store_line(
+    gid: u64,
+    key: &[u8],
+    status: &str,
+    command: &str,
+    ttl: i64,
+    size: usize,
+    fd: i32,
+) -> String {
     format!(
         "ts={} gid={gid} type=item_store key={} status={status} cmd={command} ttl={} clsid=1 cfd={fd} size={size}\n",
         timestamp(),

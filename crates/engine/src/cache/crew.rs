@@ -174,9 +174,12 @@ impl Published {
 pub enum CrewGet {
     /// The value was copied to the caller's buffer.
     Hit {
+        /// memcached's client flags.
         flags: u32,
+        /// The item's CAS.
         cas: u64,
     },
+    /// No such key (or it expired).
     Miss,
     /// Only the owner can answer (see the module comment).
     Owner,
@@ -190,7 +193,7 @@ const HEADER_COPY: usize = 24;
 /// (or, with `--concurrency crcw`, read under the owner's lock): its word-by-word atomic copy,
 /// made before the reply's own copy, would cost more than the owner's one plain copy saves, and
 /// a worker busy copying large values for one client would hold up its others.
-pub const MAX_CREW_COPY: usize = 16 << 10;
+pub(crate) const MAX_CREW_COPY: usize = 16 << 10;
 
 /// A partition's read-only view for other threads (clone one per thread).
 #[derive(Clone)]

@@ -23,10 +23,10 @@
 use crate::region::{prefetch, Region, ZeroIsValid};
 
 /// Entries in one bucket (one cache line).
-pub const ENTRIES_PER_BUCKET: usize = 8;
+pub(crate) const ENTRIES_PER_BUCKET: usize = 8;
 /// Slots a key may use: its home bucket and the other bucket of its pair.
 #[cfg(test)]
-pub const SLOTS_PER_PAIR: usize = 2 * ENTRIES_PER_BUCKET;
+pub(crate) const SLOTS_PER_PAIR: usize = 2 * ENTRIES_PER_BUCKET;
 
 /// Bits of an entry that hold the log offset.
 pub(crate) const OFFSET_BITS: u32 = 48;

@@ -2,7 +2,7 @@
 //! sized once at creation and never grown.
 
 pub(crate) mod census;
-pub mod crew;
+pub(crate) mod crew;
 #[cfg(test)]
 mod crew_tests;
 pub(crate) mod index;

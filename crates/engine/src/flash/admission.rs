@@ -7,6 +7,7 @@ use super::io::sim::SimRng;
 /// An admission policy, as configured.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum AdmissionPolicy {
+    /// Every evicted item is written.
     All,
     /// Admit each insert with this probability (0..=1).
     Probability(f64),

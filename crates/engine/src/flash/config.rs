@@ -5,7 +5,9 @@ use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
 use super::layout::{FORMAT_VERSION, PAGE, SEGMENT_HEADER, SLOT_RECORD, SUPERBLOCK_PAGES, VALUE_LEN_MASK};
 use super::mapblock::{Bloom, ENTRY_BYTES, PER_BLOCK};
 
+/// The segment size unless told otherwise.
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
+/// The smallest segment.
 pub const MIN_SEGMENT_BYTES: u32 = 64 << 10;
 /// Index offsets are 18 bits of 16-byte units.
 pub const MAX_SEGMENT_BYTES: u32 = 4 << 20;
@@ -16,12 +18,15 @@ pub const DEFAULT_EXPECTED_ITEM_BYTES: u32 = 128;
 /// One partition's flash store settings.
 #[derive(Clone, Debug)]
 pub struct FlashConfig {
+    /// This partition's number.
     pub partition: u32,
+    /// Partitions sharing the file.
     pub partitions: u32,
     /// The flash file's size; each partition gets an equal, page-aligned share.
     pub file_bytes: u64,
     /// A power of two in MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES.
     pub segment_bytes: u32,
+    /// The item size the index is sized for.
     pub expected_item_bytes: u32,
     /// DRAM write buffers of one segment each (at least 2: one fills while one is written).
     pub write_buffers: u32,
@@ -29,6 +34,7 @@ pub struct FlashConfig {
     pub flush_delay_ns: u64,
     /// Reads (and waits on a buffer being written) in flight at most; more lookups get `Busy`.
     pub max_reads: u32,
+    /// Which evicted items are written to flash.
     pub admission: AdmissionPolicy,
     /// None: the full DRAM index of #11 (8 bytes per item). Some: the cascade index.
     pub cascade: Option<CascadeConfig>,
@@ -50,6 +56,7 @@ pub struct CascadeConfig {
     pub max_streams: u32,
     /// Bloom bits per mapping: tier-3 pages (sized by the expected item count) and tier-2 blocks.
     pub t3_bloom_bits: u32,
+    /// Bloom bits per mapping of a tier-2 block.
     pub t2_bloom_bits: u32,
     /// Tier-3 pages a stream owns (fewer streams when the table is small).
     pub pages_per_stream: u32,
@@ -59,6 +66,7 @@ pub struct CascadeConfig {
 }
 
 impl CascadeConfig {
+    /// The defaults, with this tier-1 budget.
     pub fn with_t1_bytes(t1_bytes: u64) -> CascadeConfig {
         CascadeConfig {
             t1_bytes,
@@ -152,6 +160,7 @@ impl CascadeLayout {
 }
 
 impl FlashConfig {
+    /// Defaults for partition `partition` of `partitions` sharing a file of `file_bytes`.
     pub fn new(file_bytes: u64, partition: u32, partitions: u32) -> FlashConfig {
         FlashConfig {
             partition,
@@ -222,14 +231,23 @@ impl FlashConfig {
 /// Where one partition's structures lie, in bytes from the start of the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionLayout {
+    /// Where the region starts in the file.
     pub region_offset: u64,
+    /// The region's bytes.
     pub region_bytes: u64,
+    /// Where the index snapshot goes.
     pub snapshot_offset: u64,
+    /// The bytes the snapshot may take.
     pub snapshot_bytes: u64,
+    /// Where the segment ring starts.
     pub segments_offset: u64,
+    /// Bytes per segment.
     pub segment_bytes: u32,
+    /// Segments in the ring.
     pub slots: u32,
+    /// Buckets of the full index.
     pub buckets: u32,
+    /// The cascade index's places (None: the full index).
     pub cascade: Option<CascadeLayout>,
 }
 
@@ -244,6 +262,7 @@ impl std::fmt::Display for LayoutError {
 }
 
 impl RegionLayout {
+    /// Lays out the region `cfg` describes, or says why it cannot be.
     pub fn new(cfg: &FlashConfig) -> Result<RegionLayout, LayoutError> {
         let seg = cfg.segment_bytes;
         if !seg.is_power_of_two() || !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&seg) {

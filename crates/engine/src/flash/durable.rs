@@ -56,7 +56,7 @@ pub(super) struct Durable {
 
 impl Durable {
     /// One mark of `group` reached the device.
-    pub fn settle(&mut self, group: u64) {
+    pub(super) fn settle(&mut self, group: u64) {
         if let Some(n) = self.pending.get_mut(&group) {
             *n -= 1;
             if *n == 0 {

@@ -16,7 +16,7 @@ use crate::hash::KeyHash;
 use crate::time::is_expired;
 
 /// GC's state: one segment-sized buffer, the slot (and generation) being read, the sweep cursor.
-pub struct Gc {
+pub(super) struct Gc {
     pub buf: Option<AlignedBuf>,
     pub reading: Option<(u32, u8)>,
     /// Rewriting the slot in `reading`: it must not be dropped under us.
@@ -27,7 +27,7 @@ pub struct Gc {
 }
 
 impl Gc {
-    pub fn new(segment_bytes: usize) -> Gc {
+    pub(super) fn new(segment_bytes: usize) -> Gc {
         Gc { buf: Some(AlignedBuf::new(segment_bytes)), reading: None, walking: false, sweep_cursor: 0, paused: false }
     }
 }
@@ -165,7 +165,7 @@ impl FlashStore {
 }
 
 /// What `dump_slot` calls for each item: key, value, metadata, bytes on flash.
-pub type DumpVisit<'a> = dyn FnMut(&[u8], &[u8], ItemMeta, usize) + 'a;
+pub(super) type DumpVisit<'a> = dyn FnMut(&[u8], &[u8], ItemMeta, usize) + 'a;
 
 /// Whether index entry `e` names the item at byte `at` of `slot` in generation `gen`.
 fn names(e: super::index::Entry, slot: u32, gen: u8, at: usize) -> bool {

@@ -22,20 +22,20 @@
 
 use crate::hash::KeyHash;
 
-pub const WAYS: usize = 8;
-pub const MAX_SLOTS: u32 = 1 << 18;
-pub const GENERATIONS: u8 = 8;
-pub const MAX_OFFSET_UNITS: u32 = 1 << 18;
-pub const MAX_PAGES: u32 = 255;
+pub(super) const WAYS: usize = 8;
+pub(super) const MAX_SLOTS: u32 = 1 << 18;
+pub(super) const GENERATIONS: u8 = 8;
+pub(super) const MAX_OFFSET_UNITS: u32 = 1 << 18;
+pub(super) const MAX_PAGES: u32 = 255;
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
 
 /// One packed index entry (see the module drawing).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry(pub u64);
+pub(super) struct Entry(pub u64);
 
 impl Entry {
-    pub fn new(tag: u16, slot: u32, gen: u8, offset_units: u32, pages: u32) -> Entry {
+    pub(super) fn new(tag: u16, slot: u32, gen: u8, offset_units: u32, pages: u32) -> Entry {
         debug_assert!(slot < MAX_SLOTS && gen < GENERATIONS && offset_units < MAX_OFFSET_UNITS);
         debug_assert!((1..=MAX_PAGES).contains(&pages));
         Entry(
@@ -46,32 +46,32 @@ impl Entry {
                 | u64::from(pages),
         )
     }
-    pub fn tag(self) -> u16 {
+    pub(super) fn tag(self) -> u16 {
         (self.0 >> 48) as u16
     }
-    pub fn slot(self) -> u32 {
+    pub(super) fn slot(self) -> u32 {
         ((self.0 >> 30) & (MAX_SLOTS as u64 - 1)) as u32
     }
-    pub fn gen(self) -> u8 {
+    pub(super) fn gen(self) -> u8 {
         ((self.0 >> 27) & 7) as u8
     }
-    pub fn hit(self) -> bool {
+    pub(super) fn hit(self) -> bool {
         self.0 & (1 << 26) != 0
     }
-    pub fn with_hit(self) -> Entry {
+    pub(super) fn with_hit(self) -> Entry {
         Entry(self.0 | 1 << 26)
     }
-    pub fn without_hit(self) -> Entry {
+    pub(super) fn without_hit(self) -> Entry {
         Entry(self.0 & !(1 << 26))
     }
-    pub fn offset_units(self) -> u32 {
+    pub(super) fn offset_units(self) -> u32 {
         ((self.0 >> 8) & (MAX_OFFSET_UNITS as u64 - 1)) as u32
     }
-    pub fn pages(self) -> u32 {
+    pub(super) fn pages(self) -> u32 {
         (self.0 & 0xFF) as u32
     }
     /// Whether two entries name the same place (the hit bit aside).
-    pub fn same_place(self, other: Entry) -> bool {
+    pub(super) fn same_place(self, other: Entry) -> bool {
         (self.0 ^ other.0) & !(1 << 26) == 0
     }
 }
@@ -82,7 +82,7 @@ struct Bucket([u64; WAYS]);
 
 /// What an insert displaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Displaced {
+pub(super) struct Displaced {
     /// The key's previous entry (or a tag twin's), now gone.
     pub replaced: Option<Entry>,
     /// The bucket the replaced entry sat in.
@@ -93,7 +93,7 @@ pub struct Displaced {
     pub evicted_bucket: usize,
 }
 
-pub struct FlashIndex {
+pub(super) struct FlashIndex {
     buckets: Vec<Bucket>,
     /// The cascade index's tier 1: one bucket per key (a power of two of them, so the bucket is
     /// the hash's top bits) and CLOCK eviction (`clock_insert`).
@@ -102,31 +102,31 @@ pub struct FlashIndex {
 
 impl FlashIndex {
     /// A table of `buckets` buckets (at least one).
-    pub fn new(buckets: u32) -> FlashIndex {
+    pub(super) fn new(buckets: u32) -> FlashIndex {
         FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false }
     }
 
     /// The cascade index's tier 1: `buckets` (a power of two) one-choice CLOCK buckets.
-    pub fn new_clock(buckets: u32) -> FlashIndex {
+    pub(super) fn new_clock(buckets: u32) -> FlashIndex {
         debug_assert!(buckets.is_power_of_two());
         FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: true }
     }
 
     /// The entry with `tag` in bucket `bucket`, if any (a fingerprint's tier-1 entry).
-    pub fn find_fingerprint(&self, bucket: u32, tag: u16) -> Option<Entry> {
+    pub(super) fn find_fingerprint(&self, bucket: u32, tag: u16) -> Option<Entry> {
         let b = self.buckets.get(bucket as usize)?;
         b.0.iter().find(|&&e| e != 0 && Entry(e).tag() == tag).map(|&e| Entry(e))
     }
 
-    pub fn buckets(&self) -> u32 {
+    pub(super) fn buckets(&self) -> u32 {
         self.buckets.len() as u32
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    pub(super) fn heap_bytes(&self) -> usize {
         self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
-    pub fn bucket_of(&self, hash: KeyHash) -> usize {
+    pub(super) fn bucket_of(&self, hash: KeyHash) -> usize {
         ((((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64) >> 32) as usize
     }
 
@@ -150,24 +150,24 @@ impl FlashIndex {
     }
 
     /// The entry with this key's tag, if any.
-    pub fn find(&self, hash: KeyHash) -> Option<Entry> {
+    pub(super) fn find(&self, hash: KeyHash) -> Option<Entry> {
         self.position(hash).map(|(b, w)| Entry(self.buckets[b].0[w]))
     }
 
     /// Removes and returns the entry with this key's tag.
-    pub fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
+    pub(super) fn remove(&mut self, hash: KeyHash) -> Option<Entry> {
         self.remove_at(hash).map(|(_, e)| e)
     }
 
     /// `remove`, with the bucket the entry sat in.
-    pub fn remove_at(&mut self, hash: KeyHash) -> Option<(usize, Entry)> {
+    pub(super) fn remove_at(&mut self, hash: KeyHash) -> Option<(usize, Entry)> {
         let (b, w) = self.position(hash)?;
         Some((b, Entry(std::mem::take(&mut self.buckets[b].0[w]))))
     }
 
     /// The groups (first bucket and tag, as `FlashStore::group`) an entry with `tag` found in
     /// bucket `b` may belong to: `b` is its key's first bucket or its second.
-    pub fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
+    pub(super) fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
         let n = self.buckets.len();
         let first_if_second = if n == 1 || self.clock {
             b
@@ -181,7 +181,7 @@ impl FlashIndex {
     /// Puts `entry` in the emptier of the key's buckets, dropping its tag's previous entry. With
     /// both full it reuses a way whose entry `valid` rejects, else evicts the one `age` ranks
     /// oldest.
-    pub fn insert(
+    pub(super) fn insert(
         &mut self,
         hash: KeyHash,
         entry: Entry,
@@ -245,7 +245,7 @@ impl FlashIndex {
     }
 
     /// Replaces `old` with `new` if the key's entry is still `old` (same place); false otherwise.
-    pub fn replace_if(&mut self, hash: KeyHash, old: Entry, new: Entry) -> bool {
+    pub(super) fn replace_if(&mut self, hash: KeyHash, old: Entry, new: Entry) -> bool {
         match self.position(hash) {
             Some((b, w)) if Entry(self.buckets[b].0[w]).same_place(old) => {
                 self.buckets[b].0[w] = new.0;
@@ -256,7 +256,7 @@ impl FlashIndex {
     }
 
     /// Clears every entry `valid` rejects in buckets `from..to` (clamped); returns how many.
-    pub fn sweep(&mut self, from: usize, to: usize, valid: impl Fn(Entry) -> bool) -> usize {
+    pub(super) fn sweep(&mut self, from: usize, to: usize, valid: impl Fn(Entry) -> bool) -> usize {
         let to = to.min(self.buckets.len());
         let mut cleared = 0;
         for bucket in &mut self.buckets[from.min(to)..to] {
@@ -271,7 +271,7 @@ impl FlashIndex {
     }
 
     /// `sweep`, collecting what it cleared as (bucket, entry).
-    pub fn sweep_collect(
+    pub(super) fn sweep_collect(
         &mut self,
         from: usize,
         to: usize,
@@ -291,31 +291,31 @@ impl FlashIndex {
     }
 
     /// Empties the table.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.buckets.fill(Bucket::default());
     }
 
     /// The table as little-endian bytes, `bucket` after `bucket` (for the snapshot).
-    pub fn bucket_bytes(&self, bucket: usize, out: &mut [u8]) {
+    pub(super) fn bucket_bytes(&self, bucket: usize, out: &mut [u8]) {
         for (i, e) in self.buckets[bucket].0.iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
         }
     }
 
     /// Loads one bucket from `bytes` (the snapshot's form).
-    pub fn load_bucket(&mut self, bucket: usize, bytes: &[u8]) {
+    pub(super) fn load_bucket(&mut self, bucket: usize, bytes: &[u8]) {
         for (i, e) in self.buckets[bucket].0.iter_mut().enumerate() {
             *e = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         }
     }
 
     /// Every non-empty entry (tests and the snapshot's accounting).
-    pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+    pub(super) fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
         self.buckets.iter().flat_map(|b| b.0.iter()).filter(|&&e| e != 0).map(|&e| Entry(e))
     }
 }
 
-pub const BUCKET_BYTES: usize = 64;
+pub(super) const BUCKET_BYTES: usize = 64;
 
 #[cfg(test)]
 mod tests {

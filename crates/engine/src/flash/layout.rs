@@ -64,33 +64,33 @@
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 /// The I/O unit: every read and write is a whole number of pages at a page-aligned offset.
-pub const PAGE: usize = 4096;
+pub(super) const PAGE: usize = 4096;
 /// Item alignment inside a segment; index entries count offsets in these units.
-pub const ITEM_ALIGN: usize = 16;
+pub(super) const ITEM_ALIGN: usize = 16;
 /// On-flash format version, in every header.
-pub const FORMAT_VERSION: u32 = 3;
+pub(super) const FORMAT_VERSION: u32 = 3;
 
-pub const FILE_MAGIC: u64 = u64::from_le_bytes(*b"TKVFLASH");
-pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
-pub const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
-pub const ITEM_MAGIC: u16 = 0x5EA1;
-pub const MARK_MAGIC: u16 = 0x5EA2;
+pub(super) const FILE_MAGIC: u64 = u64::from_le_bytes(*b"TKVFLASH");
+pub(super) const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
+pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
+pub(super) const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
+pub(super) const ITEM_MAGIC: u16 = 0x5EA1;
+pub(super) const MARK_MAGIC: u16 = 0x5EA2;
 
-pub const FILE_HEADER_BYTES: usize = 56;
-pub const SUPERBLOCK_BYTES: usize = 128;
+pub(super) const FILE_HEADER_BYTES: usize = 56;
+pub(super) const SUPERBLOCK_BYTES: usize = 128;
 /// Superblock pages at the start of a region.
-pub const SUPERBLOCK_PAGES: usize = 2;
-pub const SEGMENT_HEADER: usize = 64;
-pub const ITEM_HEADER: usize = 40;
+pub(super) const SUPERBLOCK_PAGES: usize = 2;
+pub(super) const SEGMENT_HEADER: usize = 64;
+pub(super) const ITEM_HEADER: usize = 40;
 /// A mark's bytes on flash.
-pub const MARK_BYTES: usize = 48;
+pub(super) const MARK_BYTES: usize = 48;
 /// The snapshot header, at the start of its own page:
 ///   0 magic u64 "TKVSNAPS" | 8 version u32 | 12 partition u32 | 16 epoch u64 | 24 slots u32
 ///  28 buckets u32 | 32 head u32 | 36 used_slots u32 | 40 checksum u64 (of 0..40)
 /// then, from the next page: a SLOT_RECORD per slot, zero-padded to a page, then the index
 /// buckets (64 bytes each), zero-padded to a page.
-pub const SNAPSHOT_HEADER: usize = 48;
+pub(super) const SNAPSHOT_HEADER: usize = 48;
 
 const _: () =
     assert!(FILE_HEADER_BYTES <= PAGE && SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
@@ -100,12 +100,12 @@ const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
 
 /// A slot's record in the snapshot: 0 seq u64 | 8 used u32 | 12 gen u8 | 13 sealed u8 | 14 zero
 /// padding. 128 records fill a page, so no record crosses one.
-pub const SLOT_RECORD: usize = 32;
+pub(super) const SLOT_RECORD: usize = 32;
 const _: () = assert!(PAGE.is_multiple_of(SLOT_RECORD));
 
 /// Superblock states.
-pub const STATE_CLEAN: u32 = 1;
-pub const STATE_OPEN: u32 = 2;
+pub(super) const STATE_CLEAN: u32 = 1;
+pub(super) const STATE_OPEN: u32 = 2;
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -125,7 +125,7 @@ fn put64(b: &mut [u8], at: usize, v: u64) {
 
 /// A region's first page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Superblock {
+pub(super) struct Superblock {
     pub state: u32,
     pub partition: u32,
     pub partitions: u32,
@@ -149,7 +149,7 @@ pub struct Superblock {
 }
 
 impl Superblock {
-    pub fn encode(&self, out: &mut [u8]) {
+    pub(super) fn encode(&self, out: &mut [u8]) {
         out[..SUPERBLOCK_BYTES].fill(0);
         put64(out, 0, SUPERBLOCK_MAGIC);
         put32(out, 8, FORMAT_VERSION);
@@ -174,7 +174,7 @@ impl Superblock {
     }
 
     /// The superblock in `page`, or None if its magic, version or checksum is wrong.
-    pub fn decode(page: &[u8]) -> Option<Superblock> {
+    pub(super) fn decode(page: &[u8]) -> Option<Superblock> {
         if page.len() < SUPERBLOCK_BYTES
             || u64_at(page, 0) != SUPERBLOCK_MAGIC
             || u32_at(page, 8) != FORMAT_VERSION
@@ -205,7 +205,7 @@ impl Superblock {
 
 /// The flash file's first page: who wrote the file, in which layout, under which identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileHeader {
+pub(super) struct FileHeader {
     pub partitions: u32,
     pub file_bytes: u64,
     pub segment_bytes: u32,
@@ -218,7 +218,7 @@ pub struct FileHeader {
 
 /// What a file's first page holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FirstPage {
+pub(super) enum FirstPage {
     /// All zeroes: a new (or zeroed) file.
     Blank,
     /// A valid file header of this format.
@@ -231,7 +231,7 @@ pub enum FirstPage {
 }
 
 impl FileHeader {
-    pub fn encode(&self, out: &mut [u8]) {
+    pub(super) fn encode(&self, out: &mut [u8]) {
         out[..FILE_HEADER_BYTES].fill(0);
         put64(out, 0, FILE_MAGIC);
         put32(out, 8, FORMAT_VERSION);
@@ -246,7 +246,7 @@ impl FileHeader {
     }
 
     /// Classifies a file's first page.
-    pub fn classify(page: &[u8]) -> FirstPage {
+    pub(super) fn classify(page: &[u8]) -> FirstPage {
         if page.iter().all(|&b| b == 0) {
             return FirstPage::Blank;
         }
@@ -276,7 +276,7 @@ impl FileHeader {
 
 /// A segment's first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SegmentHeader {
+pub(super) struct SegmentHeader {
     pub partition: u32,
     pub epoch: u64,
     pub seq: u64,
@@ -286,7 +286,7 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
-    pub fn encode(&self, out: &mut [u8]) {
+    pub(super) fn encode(&self, out: &mut [u8]) {
         put64(out, 0, SEGMENT_MAGIC);
         put32(out, 8, FORMAT_VERSION);
         put32(out, 12, self.partition);
@@ -300,7 +300,7 @@ impl SegmentHeader {
         put64(out, 56, 0);
     }
 
-    pub fn decode(b: &[u8]) -> Option<SegmentHeader> {
+    pub(super) fn decode(b: &[u8]) -> Option<SegmentHeader> {
         if b.len() < SEGMENT_HEADER
             || u64_at(b, 0) != SEGMENT_MAGIC
             || u32_at(b, 8) != FORMAT_VERSION
@@ -322,9 +322,11 @@ impl SegmentHeader {
 /// An item's metadata, as stored in its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ItemMeta {
+    /// memcached's client flags.
     pub flags: u32,
     /// Absolute Unix seconds, 0 = never.
     pub expiry: u32,
+    /// The item's CAS.
     pub cas: u64,
     /// The meta state bits (`crate::item::STATE_MASK`) the item had in DRAM.
     pub state: u8,
@@ -332,17 +334,17 @@ pub struct ItemMeta {
 
 /// Value lengths fit 24 bits (segments are at most 4 MiB, asserted in `config`); the byte
 /// above holds the state.
-pub const VALUE_LEN_MASK: u32 = 0x00FF_FFFF;
+pub(super) const VALUE_LEN_MASK: u32 = 0x00FF_FFFF;
 
 /// Bytes an item takes in a segment, padding included.
-pub fn item_bytes(key_len: usize, value_len: usize) -> usize {
+pub(super) fn item_bytes(key_len: usize, value_len: usize) -> usize {
     (ITEM_HEADER + key_len + value_len).next_multiple_of(ITEM_ALIGN)
 }
 
 /// Writes an item (header, key, value, zero padding) at the start of `out`, which must hold
 /// `item_bytes(key.len(), value.len())` bytes; `seq` is the record's sequence number and `seed`
 /// the segment's. Returns the bytes written.
-pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta, seq: u64, seed: u64) -> usize {
+pub(super) fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta, seq: u64, seed: u64) -> usize {
     let total = item_bytes(key.len(), value.len());
     let key_len = u8::try_from(key.len()).expect("keys are at most 250 bytes");
     let value_len = u32::try_from(value.len()).ok().filter(|&len| len <= VALUE_LEN_MASK).expect("values fit a segment");
@@ -367,7 +369,7 @@ pub fn encode_item(out: &mut [u8], key: &[u8], value: &[u8], meta: ItemMeta, seq
 
 /// What a mark kills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MarkKind {
+pub(super) enum MarkKind {
     /// Every older record of the keys in its group.
     Invalidate,
     /// Every older record (flush_all).
@@ -378,7 +380,7 @@ pub enum MarkKind {
 }
 
 /// Writes a mark at the start of `out` (MARK_BYTES); seeded as `encode_item`.
-pub fn encode_mark(out: &mut [u8], kind: MarkKind, group: u64, seq: u64, seed: u64) -> usize {
+pub(super) fn encode_mark(out: &mut [u8], kind: MarkKind, group: u64, seq: u64, seed: u64) -> usize {
     out[..MARK_BYTES].fill(0);
     out[0..2].copy_from_slice(&MARK_MAGIC.to_le_bytes());
     out[2] = match kind {
@@ -395,14 +397,14 @@ pub fn encode_mark(out: &mut [u8], kind: MarkKind, group: u64, seq: u64, seed: u
 
 /// A record found in a segment.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Record<'a> {
+pub(super) enum Record<'a> {
     Item(ItemRef<'a>),
     Mark { kind: MarkKind, group: u64, seq: u64 },
 }
 
 impl Record<'_> {
     /// Bytes the record takes, padding included.
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         match self {
             Record::Item(item) => item.bytes,
             Record::Mark { .. } => MARK_BYTES,
@@ -411,7 +413,7 @@ impl Record<'_> {
 }
 
 /// Decodes and verifies the record at the start of `b` (written under `seed`).
-pub fn decode_record(b: &[u8], seed: u64) -> Result<Record<'_>, Corrupt> {
+pub(super) fn decode_record(b: &[u8], seed: u64) -> Result<Record<'_>, Corrupt> {
     if b.len() >= MARK_BYTES && u16::from_le_bytes([b[0], b[1]]) == MARK_MAGIC {
         let kind = match b[2] {
             1 => MarkKind::Invalidate,
@@ -429,7 +431,7 @@ pub fn decode_record(b: &[u8], seed: u64) -> Result<Record<'_>, Corrupt> {
 
 /// An item found in a page: its key and value borrowed from the buffer.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ItemRef<'a> {
+pub(super) struct ItemRef<'a> {
     pub key: &'a [u8],
     pub value: &'a [u8],
     pub meta: ItemMeta,
@@ -441,14 +443,14 @@ pub struct ItemRef<'a> {
 
 /// Why bytes read from flash were not served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Corrupt {
+pub(super) enum Corrupt {
     Magic,
     Length,
     Checksum,
 }
 
 /// Decodes and verifies the item at the start of `b` (written under `seed`).
-pub fn decode_item(b: &[u8], seed: u64) -> Result<ItemRef<'_>, Corrupt> {
+pub(super) fn decode_item(b: &[u8], seed: u64) -> Result<ItemRef<'_>, Corrupt> {
     if b.len() < ITEM_HEADER || u16::from_le_bytes([b[0], b[1]]) != ITEM_MAGIC || u32::from(b[3]) != FORMAT_VERSION {
         return Err(Corrupt::Magic);
     }
@@ -478,7 +480,7 @@ pub fn decode_item(b: &[u8], seed: u64) -> Result<ItemRef<'_>, Corrupt> {
 /// The snapshot header at the start of a region's snapshot area; the payload that follows (the
 /// segment table, then the index buckets) is covered by the superblock's `snapshot_checksum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SnapshotHeader {
+pub(super) struct SnapshotHeader {
     pub partition: u32,
     pub epoch: u64,
     pub slots: u32,
@@ -489,7 +491,7 @@ pub struct SnapshotHeader {
 }
 
 impl SnapshotHeader {
-    pub fn encode(&self, out: &mut [u8]) {
+    pub(super) fn encode(&self, out: &mut [u8]) {
         out[..SNAPSHOT_HEADER].fill(0);
         put64(out, 0, SNAPSHOT_MAGIC);
         put32(out, 8, FORMAT_VERSION);
@@ -503,7 +505,7 @@ impl SnapshotHeader {
         put64(out, 40, sum);
     }
 
-    pub fn decode(b: &[u8]) -> Option<SnapshotHeader> {
+    pub(super) fn decode(b: &[u8]) -> Option<SnapshotHeader> {
         if u64_at(b, 0) != SNAPSHOT_MAGIC || u32_at(b, 8) != FORMAT_VERSION || u64_at(b, 40) != xxh3_64(&b[..40]) {
             return None;
         }

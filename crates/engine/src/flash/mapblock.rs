@@ -22,31 +22,31 @@ use xxhash_rust::xxh3::Xxh3;
 use super::index::Entry;
 use super::layout::PAGE;
 
-pub const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVMAPBK");
-pub const KIND_T2: u8 = 2;
-pub const KIND_T3: u8 = 3;
-pub const BLOCK_HEADER: usize = 32;
-pub const ENTRY_BYTES: usize = 12;
+pub(super) const BLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVMAPBK");
+pub(super) const KIND_T2: u8 = 2;
+pub(super) const KIND_T3: u8 = 3;
+pub(super) const BLOCK_HEADER: usize = 32;
+pub(super) const ENTRY_BYTES: usize = 12;
 /// Mappings one block holds.
-pub const PER_BLOCK: usize = (PAGE - BLOCK_HEADER) / ENTRY_BYTES;
+pub(super) const PER_BLOCK: usize = (PAGE - BLOCK_HEADER) / ENTRY_BYTES;
 const _: () = assert!(PER_BLOCK == 338);
 
 /// A mapping: the key's fingerprint and where its item is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mapping {
+pub(super) struct Mapping {
     pub bucket: u32,
     pub entry: Entry,
 }
 
 impl Mapping {
-    pub fn fingerprint(self) -> (u32, u16) {
+    pub(super) fn fingerprint(self) -> (u32, u16) {
         (self.bucket, self.entry.tag())
     }
 }
 
 /// What a block's header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockHeader {
+pub(super) struct BlockHeader {
     pub kind: u8,
     pub count: u16,
     pub owner: u32,
@@ -61,7 +61,7 @@ fn checksum(page: &[u8], count: usize) -> u64 {
 }
 
 /// Writes `mappings` (at most PER_BLOCK) as a block into `page` (PAGE bytes).
-pub fn encode_block(page: &mut [u8], kind: u8, owner: u32, seq: u64, mappings: &[Mapping]) {
+pub(super) fn encode_block(page: &mut [u8], kind: u8, owner: u32, seq: u64, mappings: &[Mapping]) {
     assert!(mappings.len() <= PER_BLOCK && page.len() >= PAGE);
     page[..PAGE].fill(0);
     page[0..8].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
@@ -79,7 +79,7 @@ pub fn encode_block(page: &mut [u8], kind: u8, owner: u32, seq: u64, mappings: &
 }
 
 /// The header of a block that checks out (magic, count, checksum), else None.
-pub fn decode_header(page: &[u8]) -> Option<BlockHeader> {
+pub(super) fn decode_header(page: &[u8]) -> Option<BlockHeader> {
     if page.len() < PAGE || page[0..8] != BLOCK_MAGIC.to_le_bytes() {
         return None;
     }
@@ -100,7 +100,7 @@ pub fn decode_header(page: &[u8]) -> Option<BlockHeader> {
 }
 
 /// The `i`th mapping of a block whose header checked out.
-pub fn mapping_at(page: &[u8], i: usize) -> Mapping {
+pub(super) fn mapping_at(page: &[u8], i: usize) -> Mapping {
     let at = BLOCK_HEADER + i * ENTRY_BYTES;
     Mapping {
         bucket: u32::from_le_bytes(page[at..at + 4].try_into().expect("4 bytes")),
@@ -109,7 +109,7 @@ pub fn mapping_at(page: &[u8], i: usize) -> Mapping {
 }
 
 /// The newest mapping with fingerprint `fp` in a block that checked out.
-pub fn find_in_block(page: &[u8], count: usize, fp: (u32, u16)) -> Option<Mapping> {
+pub(super) fn find_in_block(page: &[u8], count: usize, fp: (u32, u16)) -> Option<Mapping> {
     (0..count).rev().map(|i| mapping_at(page, i)).find(|m| m.fingerprint() == fp)
 }
 

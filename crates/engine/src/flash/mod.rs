@@ -66,13 +66,16 @@ pub struct Now {
 /// An item read from flash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FlashItem {
+    /// The value.
     pub value: Vec<u8>,
+    /// Its metadata.
     pub meta: ItemMeta,
 }
 
 /// What an insert did. Whatever it did, the key's previous flash copy is gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InsertOutcome {
+    /// Written (or queued in a write buffer).
     Stored,
     /// The admission policy or write budget said no.
     Rejected,
@@ -85,6 +88,7 @@ pub enum InsertOutcome {
 /// What a lookup found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
+    /// Not on flash.
     Miss,
     /// Found in a DRAM write buffer.
     Hit(FlashItem),
@@ -97,7 +101,9 @@ pub enum Lookup {
 /// A finished read: the item, or None for a miss (the reason is counted in the stats).
 #[derive(Debug, PartialEq, Eq)]
 pub struct ReadDone {
+    /// The lookup's token.
     pub token: u64,
+    /// The item (None: nothing current was found).
     pub item: Option<FlashItem>,
 }
 
@@ -202,10 +208,12 @@ pub struct FlashStore {
 }
 
 impl FlashStore {
+    /// Where the region's parts lie.
     pub fn layout(&self) -> &RegionLayout {
         &self.layout
     }
 
+    /// The store's counters.
     pub fn stats(&self) -> FlashStats {
         let mut stats = self.stats;
         stats.items = self.slots.iter().map(|s| u64::from(s.live)).sum();

@@ -39,7 +39,9 @@ pub const NEW_FILE: &str = "a new file (its superblock page is blank)";
 pub struct OpenReport {
     /// The snapshot of a clean close was loaded.
     pub restored: bool,
+    /// Items served again.
     pub items: u64,
+    /// The epoch the store goes on from.
     pub epoch: u64,
     /// Why the tier starts empty (or "restored").
     pub reason: String,

@@ -16,7 +16,7 @@ use crate::hash::KeyHash;
 
 /// What a ring slot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotState {
+pub(super) enum SlotState {
     Free,
     /// Filling (or being written) from write buffer `.0`.
     Buffer(usize),
@@ -26,7 +26,7 @@ pub enum SlotState {
 
 /// A ring slot's DRAM record (the segment table).
 #[derive(Clone, Copy, Debug)]
-pub struct Slot {
+pub(super) struct Slot {
     /// Bumped whenever the slot's contents die: entries of an older generation are invalid.
     pub gen: u8,
     pub state: SlotState,
@@ -39,11 +39,11 @@ pub struct Slot {
 }
 
 impl Slot {
-    pub const EMPTY: Slot = Slot { gen: 0, state: SlotState::Free, seq: 0, used: 0, live: 0 };
+    pub(super) const EMPTY: Slot = Slot { gen: 0, state: SlotState::Free, seq: 0, used: 0, live: 0 };
 }
 
 /// A segment-sized DRAM buffer; `data` is None while the device writes it whole.
-pub struct WriteBuf {
+pub(super) struct WriteBuf {
     pub data: Option<AlignedBuf>,
     pub slot: u32,
     pub used: usize,
@@ -67,14 +67,14 @@ pub struct WriteBuf {
 
 /// One write of a buffer's pages up to `end`; `last` seals the segment.
 #[derive(Clone, Copy, Debug)]
-pub struct BufWrite {
+pub(super) struct BufWrite {
     pub end: usize,
     pub last: bool,
     pub ticket: Option<u64>,
 }
 
 impl WriteBuf {
-    pub fn new(bytes: usize) -> WriteBuf {
+    pub(super) fn new(bytes: usize) -> WriteBuf {
         WriteBuf {
             data: Some(AlignedBuf::new(bytes)),
             slot: 0,

@@ -23,10 +23,13 @@ pub const WRITE_BUFFERS: u32 = 4;
 pub struct TierSettings {
     /// The flash file's size; each partition gets an equal share.
     pub file_bytes: u64,
+    /// Bytes per segment (a power of two, 64 KiB to 4 MiB).
     pub segment_bytes: u32,
+    /// Which evicted items are written to flash.
     pub admission: AdmissionPolicy,
     /// A device flush after each commit of invalidations.
     pub sync_commits: bool,
+    /// How I/O reaches the device.
     pub io: FlashIo,
     /// The cascade index with this many bytes of tier 1 for all partitions; None: the full
     /// index.
@@ -100,7 +103,12 @@ pub enum OpenError {
     /// The I/O engine cannot start.
     Io(std::io::Error),
     /// A partition's region cannot be opened.
-    Region { partition: usize, why: String },
+    Region {
+        /// The partition.
+        partition: usize,
+        /// What was wrong.
+        why: String,
+    },
 }
 
 impl std::fmt::Display for OpenError {

@@ -7,37 +7,63 @@ use super::FlashStore;
 pub struct FlashStats {
     /// Items the index points at now.
     pub items: u64,
+    /// Requests at the device now.
     pub in_flight: u64,
+    /// Items written to flash.
     pub inserts: u64,
+    /// Their bytes.
     pub admitted_bytes: u64,
+    /// Items the admission policy turned away.
     pub rejected: u64,
+    /// Items dropped because every write buffer was busy.
     pub busy: u64,
+    /// Items too large for a segment.
     pub too_large: u64,
+    /// Flash copies dropped.
     pub deletes: u64,
+    /// Live entries a full index bucket pushed out (demoted with the cascade index).
     pub index_evictions: u64,
+    /// Lookups.
     pub lookups: u64,
+    /// Lookups answered from a write buffer.
     pub hits_buffer: u64,
+    /// Lookups answered by a read from flash.
     pub hits_flash: u64,
+    /// Lookups the index answered with a miss (no read).
     pub miss_index: u64,
     /// Another key with the same tag: one wasted read.
     pub miss_tag: u64,
     /// Bad magic, length or checksum.
     pub miss_corrupt: u64,
+    /// Reads the device failed (a miss).
     pub miss_io_error: u64,
+    /// Items found expired.
     pub miss_expired: u64,
     /// Written, deleted or reclaimed while the read was in flight.
     pub miss_superseded: u64,
+    /// Lookups turned away with too many reads in flight.
     pub read_busy: u64,
+    /// Reads issued.
     pub reads: u64,
+    /// Their bytes.
     pub read_bytes: u64,
+    /// Segments written.
     pub segments_written: u64,
+    /// Their bytes.
     pub write_bytes: u64,
+    /// Segment writes the device failed.
     pub write_errors: u64,
+    /// Segments reclaimed by GC.
     pub reclaims: u64,
+    /// Segment reads for GC.
     pub gc_reads: u64,
+    /// Items GC kept (written again).
     pub gc_rewrites: u64,
+    /// Their bytes.
     pub write_rewrite_bytes: u64,
+    /// GC reads the device failed.
     pub gc_read_errors: u64,
+    /// Segments GC found damaged.
     pub gc_bad_segments: u64,
     /// Live items that died with their segment (GC drops and pressure drops).
     pub dropped_items: u64,
@@ -49,32 +75,42 @@ pub struct FlashStats {
     pub clears: u64,
     /// Marks appended (invalidations, drops, flushes) and commits written for them.
     pub marks: u64,
+    /// Commits of invalidation marks.
     pub commits: u64,
     /// Superblock writes that raised the watermark (one per retired segment).
     pub watermark_writes: u64,
     /// Crash recovery: segments scanned and items adopted.
     pub recovered_segments: u64,
+    /// Items recovered from the segments after a crash.
     pub recovered_items: u64,
 }
 
 /// Every heap byte the store holds, by structure.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlashMemory {
+    /// The index's DRAM.
     pub index: u64,
+    /// The segment table's DRAM.
     pub segment_table: u64,
+    /// The write buffers' DRAM.
     pub write_buffers: u64,
+    /// GC's read buffer.
     pub gc_buffer: u64,
     /// Pooled and in-flight read buffers plus pending-lookup records.
     pub reads: u64,
     /// The cascade index below tier 1 (`index` is tier 1): demotion blocks and stream records,
     /// tier-2 Bloom filters, tier-3 Bloom filters, the merge's buffers.
     pub demotion: u64,
+    /// Tier-2 Bloom filters.
     pub t2_filters: u64,
+    /// Tier-3 Bloom filters.
     pub t3_filters: u64,
+    /// The cascade index's merge buffers.
     pub merge_buffers: u64,
 }
 
 impl FlashMemory {
+    /// All of it.
     pub fn total(&self) -> u64 {
         self.index
             + self.segment_table
@@ -89,6 +125,7 @@ impl FlashMemory {
 }
 
 impl FlashStore {
+    /// The DRAM the store holds, by part.
     pub fn memory(&self) -> FlashMemory {
         let segment = u64::from(self.layout.segment_bytes);
         let pending: usize = self

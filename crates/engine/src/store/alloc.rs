@@ -23,7 +23,7 @@
 use crate::region::Region;
 
 /// Bytes of a used block's header.
-pub const BLOCK_HEADER_BYTES: usize = 4;
+pub(crate) const BLOCK_HEADER_BYTES: usize = 4;
 /// Allocation granularity in bytes.
 const UNIT: usize = 8;
 /// Smallest block, in units: a free block needs its header, two links and a footer.
@@ -53,7 +53,7 @@ fn class_of(units: usize) -> usize {
 
 /// Where the arena's space is, for reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AllocatorStats {
+pub(crate) struct AllocatorStats {
     /// Bytes the allocator hands out blocks from (the arena less its end marker).
     pub managed_bytes: usize,
     /// Bytes in used blocks (headers and padding included).
@@ -67,7 +67,7 @@ pub struct AllocatorStats {
 }
 
 /// A segregated-fits allocator over one arena. Addresses are payload offsets into the arena.
-pub struct Allocator {
+pub(crate) struct Allocator {
     arena: Region,
     /// Head of each class's free list, as block offset / 8 + 1 (0 = empty).
     heads: [u32; CLASSES],
@@ -79,7 +79,7 @@ pub struct Allocator {
 impl Allocator {
     /// An allocator over `bytes` of fresh memory (rounded down to 8 bytes; at most 32 GiB).
     /// None if the operating system refuses the memory or `bytes` is out of range.
-    pub fn new(bytes: usize) -> Option<Allocator> {
+    pub(crate) fn new(bytes: usize) -> Option<Allocator> {
         let bytes = bytes / UNIT * UNIT;
         if bytes < 4 * UNIT || bytes / UNIT > u32::MAX as usize - 1 {
             return None;
@@ -98,7 +98,7 @@ impl Allocator {
     }
 
     /// Frees every block at once: the arena is one free space again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         let managed_bytes = self.stats.managed_bytes;
         self.heads = [0; CLASSES];
         self.nonempty = [0; CLASSES.div_ceil(64)];
@@ -125,19 +125,19 @@ impl Allocator {
     }
 
     /// Copies `len` bytes inside the arena (between payloads of live blocks).
-    pub fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+    pub(crate) fn copy_within(&mut self, from: usize, to: usize, len: usize) {
         self.arena.bytes_mut().copy_within(from..from + len, to);
     }
 
     /// Payload bytes usable in a block for a request of `payload` bytes, or None if too large.
-    pub fn units_for(payload: usize) -> Option<usize> {
+    pub(crate) fn units_for(payload: usize) -> Option<usize> {
         let units = (payload + BLOCK_HEADER_BYTES).div_ceil(UNIT).max(MIN_UNITS);
         (units <= MAX_UNITS).then_some(units)
     }
 
     /// A block with room for `payload` bytes; returns the payload's offset. None when no free
     /// block is large enough (nothing changes).
-    pub fn alloc(&mut self, payload: usize) -> Option<usize> {
+    pub(crate) fn alloc(&mut self, payload: usize) -> Option<usize> {
         let need = Allocator::units_for(payload)?;
         let block = self.take_fitting(need)?;
         let units = self.units_at(block);
@@ -158,7 +158,7 @@ impl Allocator {
 
     /// Frees the block whose payload starts at `payload` (from `alloc`, not freed since),
     /// merging it with free neighbours.
-    pub fn free(&mut self, payload: usize) {
+    pub(crate) fn free(&mut self, payload: usize) {
         let mut block = payload - BLOCK_HEADER_BYTES;
         let header = self.read_u32(block);
         assert!(header & USED != 0, "double free of block at {block}");
@@ -190,13 +190,13 @@ impl Allocator {
 
     /// The payload of the block at `payload` (its whole usable length).
     #[cfg(test)]
-    pub fn payload(&self, payload: usize) -> &[u8] {
+    pub(crate) fn payload(&self, payload: usize) -> &[u8] {
         let units = self.units_at(payload - BLOCK_HEADER_BYTES);
         &self.arena.bytes()[payload..payload - BLOCK_HEADER_BYTES + units * UNIT]
     }
 
     /// Mutable `payload`.
-    pub fn payload_mut(&mut self, payload: usize) -> &mut [u8] {
+    pub(crate) fn payload_mut(&mut self, payload: usize) -> &mut [u8] {
         let units = self.units_at(payload - BLOCK_HEADER_BYTES);
         &mut self.arena.bytes_mut()[payload..payload - BLOCK_HEADER_BYTES + units * UNIT]
     }
@@ -204,26 +204,26 @@ impl Allocator {
     /// The arena from `payload` to its end: a read of an item whose lengths the caller knows,
     /// without looking up the block's size.
     #[inline]
-    pub fn bytes_from(&self, payload: usize) -> &[u8] {
+    pub(crate) fn bytes_from(&self, payload: usize) -> &[u8] {
         &self.arena.bytes()[payload..]
     }
 
     /// Bytes of the block holding `payload` (header and padding included).
-    pub fn block_bytes(&self, payload: usize) -> usize {
+    pub(crate) fn block_bytes(&self, payload: usize) -> usize {
         self.units_at(payload - BLOCK_HEADER_BYTES) * UNIT
     }
 
     /// The raw arena, for prefetching.
-    pub fn arena_ptr(&self, offset: usize) -> *const u8 {
+    pub(crate) fn arena_ptr(&self, offset: usize) -> *const u8 {
         self.arena.bytes()[offset..].as_ptr()
     }
 
     /// Bytes of memory the allocator holds (arena).
-    pub fn arena_bytes(&self) -> usize {
+    pub(crate) fn arena_bytes(&self) -> usize {
         self.arena.len()
     }
 
-    pub fn stats(&self) -> AllocatorStats {
+    pub(crate) fn stats(&self) -> AllocatorStats {
         AllocatorStats { largest_free_payload: self.largest_free_payload(), ..self.stats }
     }
 

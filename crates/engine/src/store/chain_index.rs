@@ -21,20 +21,20 @@ use crate::hash::KeyHash;
 use crate::region::{prefetch, Region};
 
 /// Entries in one store-mode bucket.
-pub const CHAIN_ENTRIES: usize = 7;
+pub(crate) const CHAIN_ENTRIES: usize = 7;
 const LINK: usize = CHAIN_ENTRIES;
 const LOCATION_BITS: u32 = 48;
 const LOCATION_MASK: u64 = (1 << LOCATION_BITS) - 1;
 
 /// A slot of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChainSlot {
+pub(crate) struct ChainSlot {
     pub bucket: usize,
     pub entry: usize,
 }
 
 /// A lossless, chained index.
-pub struct ChainIndex {
+pub(crate) struct ChainIndex {
     region: Region,
     buckets: usize,
     spares: usize,
@@ -47,7 +47,7 @@ pub struct ChainIndex {
 impl ChainIndex {
     /// `buckets` main buckets (any count from 1 to 2^32) and `spares` spare buckets; None if
     /// the kernel refuses the memory.
-    pub fn new(buckets: usize, spares: usize) -> Option<ChainIndex> {
+    pub(crate) fn new(buckets: usize, spares: usize) -> Option<ChainIndex> {
         assert!((1..=1 << 32).contains(&buckets));
         let region = Region::new((buckets + spares) * 64)?;
         let mut index = ChainIndex { region, buckets, spares, free_spare: 0, spares_free: 0, entries: 0 };
@@ -58,35 +58,35 @@ impl ChainIndex {
     }
 
     /// Bytes the index occupies (main and spare buckets).
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.region.len()
     }
 
-    pub fn buckets(&self) -> usize {
+    pub(crate) fn buckets(&self) -> usize {
         self.buckets
     }
 
     /// Spare buckets not in any chain.
-    pub fn spares_free(&self) -> usize {
+    pub(crate) fn spares_free(&self) -> usize {
         self.spares_free
     }
 
     /// Entries stored.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries
     }
 
     /// Starts loading a key's first bucket.
     #[inline]
-    pub fn prefetch(&self, hash: KeyHash) {
+    pub(crate) fn prefetch(&self, hash: KeyHash) {
         prefetch(self.words(self.home(hash)).as_ptr());
     }
 
     /// The location of the first entry with `hash`'s tag in its home bucket, for prefetching
     /// the item before the lookup proper.
     #[inline]
-    pub fn first_with_tag(&self, hash: KeyHash) -> Option<u64> {
+    pub(crate) fn first_with_tag(&self, hash: KeyHash) -> Option<u64> {
         let tag = u64::from(hash.tag());
         let words = self.words(self.home(hash));
         words[..CHAIN_ENTRIES].iter().find(|&&word| word >> LOCATION_BITS == tag).map(|word| word & LOCATION_MASK)
@@ -95,7 +95,7 @@ impl ChainIndex {
     /// The location stored for the first entry of `hash`'s chain with its tag that `is_key`
     /// accepts, and where that entry is.
     #[inline]
-    pub fn find(&self, hash: KeyHash, mut is_key: impl FnMut(u64) -> bool) -> Option<(ChainSlot, u64)> {
+    pub(crate) fn find(&self, hash: KeyHash, mut is_key: impl FnMut(u64) -> bool) -> Option<(ChainSlot, u64)> {
         let tag = u64::from(hash.tag());
         let mut bucket = self.home(hash);
         loop {
@@ -116,14 +116,14 @@ impl ChainIndex {
     }
 
     /// Points an existing entry at a new location.
-    pub fn replace(&mut self, slot: ChainSlot, hash: KeyHash, location: u64) {
+    pub(crate) fn replace(&mut self, slot: ChainSlot, hash: KeyHash, location: u64) {
         debug_assert!(location <= LOCATION_MASK);
         self.words_mut(slot.bucket)[slot.entry] = u64::from(hash.tag()) << LOCATION_BITS | location;
     }
 
     /// Adds an entry (the caller knows the key is absent). False, changing nothing, when the
     /// chain is full and no spare bucket is left.
-    pub fn insert(&mut self, hash: KeyHash, location: u64) -> bool {
+    pub(crate) fn insert(&mut self, hash: KeyHash, location: u64) -> bool {
         debug_assert!(location <= LOCATION_MASK);
         let entry_word = u64::from(hash.tag()) << LOCATION_BITS | location;
         let (last, used) = self.chain_end(self.home(hash));
@@ -141,7 +141,7 @@ impl ChainIndex {
 
     /// Removes the entry at `slot`, moving the chain's last entry into its place and giving an
     /// emptied spare bucket back.
-    pub fn remove(&mut self, slot: ChainSlot, hash: KeyHash) {
+    pub(crate) fn remove(&mut self, slot: ChainSlot, hash: KeyHash) {
         let home = self.home(hash);
         let (last, used) = self.chain_end(home);
         debug_assert!(used > 0);
@@ -163,7 +163,7 @@ impl ChainIndex {
     }
 
     /// Clears every entry and returns every spare to the pool.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.region.bytes_mut().fill(0);
         self.free_spare = 0;
         self.spares_free = 0;
@@ -174,7 +174,7 @@ impl ChainIndex {
     }
 
     /// Calls `f` with every location stored in the chain of main bucket `home`.
-    pub fn chain_locations(&self, home: usize, f: &mut dyn FnMut(u64)) {
+    pub(crate) fn chain_locations(&self, home: usize, f: &mut dyn FnMut(u64)) {
         let mut bucket = home;
         // A chain is at most every spare bucket long.
         for _ in 0..=self.spares {
@@ -189,7 +189,7 @@ impl ChainIndex {
 
     /// Every stored location, for reports and tests (walks the whole index).
     #[cfg(test)]
-    pub fn locations(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(crate) fn locations(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.buckets).flat_map(move |home| {
             let mut chain = vec![home];
             while let link @ 1.. = self.words(*chain.last().expect("non-empty"))[LINK] {

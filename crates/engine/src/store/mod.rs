@@ -68,6 +68,7 @@ pub(crate) struct Found {
 }
 
 impl StorePartition {
+    /// A store-mode partition sized by `config`, or why it cannot be.
     pub fn new(config: &StoreConfig) -> Result<StorePartition, ConfigError> {
         if !(MIN_ITEM_BYTES..=MAX_ITEM_BYTES_CEILING).contains(&config.max_item_bytes) {
             return Err(ConfigError::MaxItemOutOfRange(config.max_item_bytes));

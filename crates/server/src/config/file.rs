@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// The settings from `args` (the program name first) and the `--config` file they name.
-pub fn load<I, T>(args: I) -> Result<Config, ConfigError>
+pub(crate) fn load<I, T>(args: I) -> Result<Config, ConfigError>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,

@@ -10,7 +10,7 @@ use tierkv_engine::flash::{
 
 /// A flash file behind the DRAM log.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FlashSettings {
+pub(crate) struct FlashSettings {
     pub path: PathBuf,
     /// The file's size in bytes; each partition gets an equal share.
     pub size: u64,
@@ -37,7 +37,7 @@ pub struct FlashSettings {
 
 impl FlashSettings {
     /// What the engine is asked to build (`tierkv_engine::flash::TierFile`).
-    pub fn tier(&self) -> TierSettings {
+    pub(crate) fn tier(&self) -> TierSettings {
         let test_io = (self.read_delay_ms > 0 || self.fail_writes_while.is_some()).then(|| TestIo {
             read_delay: std::time::Duration::from_millis(self.read_delay_ms),
             fail_writes_while: self.fail_writes_while.clone(),
@@ -56,13 +56,13 @@ impl FlashSettings {
 
     /// The DRAM all `workers` partitions' stores hold at most; None if a region cannot be
     /// laid out.
-    pub fn dram_bytes(&self, workers: usize) -> Option<u64> {
+    pub(crate) fn dram_bytes(&self, workers: usize) -> Option<u64> {
         self.tier().dram_bytes(workers)
     }
 }
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
-pub fn parse_bytes(text: &str) -> Option<u64> {
+pub(super) fn parse_bytes(text: &str) -> Option<u64> {
     let lower = text.trim().to_ascii_lowercase();
     let (digits, shift) = match lower.char_indices().last()? {
         (at, 'k') => (&lower[..at], 10),
@@ -75,7 +75,7 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
 }
 
 /// memcached's extstore options that tierkv accepts but that have no counterpart.
-pub const EXTSTORE_NOTED: [&str; 12] = [
+pub(super) const EXTSTORE_NOTED: [&str; 12] = [
     "ext_page_size",
     "ext_wbuf_size",
     "ext_threads",

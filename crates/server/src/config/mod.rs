@@ -9,8 +9,8 @@
 mod file;
 mod flash;
 mod requests;
-pub use flash::FlashSettings;
-pub use requests::RequestSettings;
+pub(crate) use flash::FlashSettings;
+pub(crate) use requests::RequestSettings;
 #[cfg(test)]
 mod tests;
 
@@ -21,12 +21,12 @@ use clap::Parser;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use file::load;
+pub(crate) use file::load;
 
 /// tierkv: a memcached-compatible cache server.
 #[derive(Parser, Debug, Default)]
 #[command(name = "tierkv", version, about = "A memcached-compatible cache server (MICA-style engine)")]
-pub struct Config {
+pub(crate) struct Config {
     /// TCP port to listen on [default: 11211].
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
@@ -305,7 +305,7 @@ const MEMCACHED_ONLY: [(char, &str, &str); 10] = [
 
 /// A command line clap refused: when it holds a memcached flag tierkv does not take, an error
 /// that names the flag and says why, instead of clap's "unexpected argument".
-pub fn memcached_only(error: clap::Error, args: &[std::ffi::OsString]) -> ConfigError {
+pub(crate) fn memcached_only(error: clap::Error, args: &[std::ffi::OsString]) -> ConfigError {
     if error.kind() != clap::error::ErrorKind::UnknownArgument {
         return ConfigError::Usage(error);
     }
@@ -327,7 +327,7 @@ pub fn memcached_only(error: clap::Error, args: &[std::ffi::OsString]) -> Config
 /// Why start-up stopped: a flag (or file key) with a bad value, the file itself, or the
 /// command line's syntax (clap's own message and exit code, help and version included).
 #[derive(Debug)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// `flag` (as the user would write it) has a bad value.
     Flag {
         flag: String,
@@ -361,7 +361,7 @@ impl std::error::Error for ConfigError {}
 
 /// What a worker does itself with a key another worker owns (`--concurrency`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Concurrency {
+pub(crate) enum Concurrency {
     /// Everything is forwarded to the owner (MICA's exclusive read, exclusive write).
     Erew,
     /// Reads are done here through the owner's `CrewReader`; the rest is forwarded.
@@ -373,7 +373,7 @@ pub enum Concurrency {
 
 impl Concurrency {
     /// Its name on the command line and in `stats tierkv`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Concurrency::Erew => "erew",
             Concurrency::Crew => "crew",
@@ -384,7 +384,7 @@ impl Concurrency {
 
 /// Validated settings.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub address: std::net::SocketAddr,
     /// Worker threads = partitions.
     pub threads: usize,
@@ -442,7 +442,7 @@ pub struct Settings {
 
 /// memcached's switches for its administrative commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdminSettings {
+pub(crate) struct AdminSettings {
     /// `shutdown` is allowed (-A).
     pub shutdown: bool,
     /// `stats cachedump` and `lru_crawler metadump` are allowed (not -X).
@@ -462,12 +462,12 @@ impl Default for AdminSettings {
 }
 
 /// CPUs this process may run on (its affinity mask), at least 1.
-pub fn allowed_cpus() -> usize {
+pub(crate) fn allowed_cpus() -> usize {
     crate::sys::allowed_cpus().len().max(1)
 }
 
 /// memcached's -I forms: bytes, or a number with k or m.
-pub fn parse_size(text: &str) -> Option<usize> {
+pub(crate) fn parse_size(text: &str) -> Option<usize> {
     let lower = text.trim().to_ascii_lowercase();
     let (digits, multiplier) = match lower.strip_suffix('k') {
         Some(d) => (d, 1024),
@@ -482,7 +482,7 @@ pub fn parse_size(text: &str) -> Option<usize> {
 impl Config {
     /// Checks every flag (the file's values already in, see `load`); the error names the bad
     /// one.
-    pub fn settings(self) -> Result<Settings, ConfigError> {
+    pub(crate) fn settings(self) -> Result<Settings, ConfigError> {
         let threads = self.threads.unwrap_or_else(allowed_cpus);
         if threads == 0 || threads > MAX_THREADS {
             return Err(ConfigError::flag("-t/--threads", format!("{threads} must be 1 to {MAX_THREADS}")));

@@ -9,15 +9,15 @@
 use super::ConfigError;
 
 /// `--request-min-rate` unless set: KiB per second.
-pub const DEFAULT_REQUEST_MIN_RATE_KIB: u64 = 16;
+pub(super) const DEFAULT_REQUEST_MIN_RATE_KIB: u64 = 16;
 /// `--request-grace` unless set: seconds.
-pub const DEFAULT_REQUEST_GRACE_SECONDS: u32 = 10;
+pub(super) const DEFAULT_REQUEST_GRACE_SECONDS: u32 = 10;
 /// `--conn-memory-share` unless set: percent.
-pub const DEFAULT_CONN_MEMORY_SHARE: u32 = 50;
+pub(super) const DEFAULT_CONN_MEMORY_SHARE: u32 = 50;
 
 /// The flags, flattened into the command line (`Config`), in its Connections heading.
 #[derive(clap::Args, Debug, Default)]
-pub struct RequestFlags {
+pub(crate) struct RequestFlags {
     /// A connection sending a request larger than 4 KiB (a value) must deliver it at this many
     /// KiB per second at least, counted after --request-grace; one that is slower, or stops
     /// midway, is closed and its memory freed (memcached waits forever); 0 = never
@@ -36,7 +36,7 @@ pub struct RequestFlags {
 
 /// The checked values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RequestSettings {
+pub(crate) struct RequestSettings {
     /// Bytes per second a large request must arrive at (0: no minimum).
     pub min_rate_bytes: u64,
     /// Seconds before the minimum rate applies.
@@ -57,7 +57,7 @@ impl Default for RequestSettings {
 
 impl RequestFlags {
     /// Checks the flags; the error names the bad one.
-    pub fn settings(&self) -> Result<RequestSettings, ConfigError> {
+    pub(crate) fn settings(&self) -> Result<RequestSettings, ConfigError> {
         let rate = self.request_min_rate.unwrap_or(DEFAULT_REQUEST_MIN_RATE_KIB);
         if rate > 1 << 30 {
             return Err(ConfigError::flag("--request-min-rate", format!("{rate} must be 0 to 1073741824 KiB/s")));

@@ -14,10 +14,10 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
-pub mod tls;
+pub(crate) mod tls;
 
 /// A client connection.
-pub enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
     Tls(Box<tls::TlsStream>),
@@ -25,7 +25,7 @@ pub enum Stream {
 
 impl Stream {
     /// The client's address as `stats conns` shows it.
-    pub fn peer(&self) -> Option<Endpoint> {
+    pub(crate) fn peer(&self) -> Option<Endpoint> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(Endpoint::Inet),
             Stream::Tls(s) => s.sock.peer(),
@@ -35,7 +35,7 @@ impl Stream {
     }
 
     /// The address the client connected to.
-    pub fn local(&self) -> Option<Endpoint> {
+    pub(crate) fn local(&self) -> Option<Endpoint> {
         match self {
             Stream::Tcp(s) => s.local_addr().ok().map(Endpoint::Inet),
             Stream::Tls(s) => s.sock.local(),
@@ -44,7 +44,7 @@ impl Stream {
     }
 
     /// The client's IP address (None for a Unix socket): TCP clients prove their address.
-    pub fn peer_ip(&self) -> Option<IpAddr> {
+    pub(crate) fn peer_ip(&self) -> Option<IpAddr> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
             Stream::Tls(s) => s.sock.peer_ip(),
@@ -53,12 +53,12 @@ impl Stream {
     }
 
     /// The client's address for a log line ("a local socket" for a Unix socket).
-    pub fn peer_label(stream: Option<&Stream>) -> String {
+    pub(crate) fn peer_label(stream: Option<&Stream>) -> String {
         stream.and_then(Stream::peer_ip).map_or_else(|| "a local socket".to_string(), |ip| ip.to_string())
     }
 
     /// Turns Nagle off on TCP (replies leave as soon as they are written).
-    pub fn set_nodelay(&self) {
+    pub(crate) fn set_nodelay(&self) {
         match self {
             Stream::Tcp(s) => _ = s.set_nodelay(true),
             Stream::Tls(s) => s.sock.set_nodelay(),
@@ -67,7 +67,7 @@ impl Stream {
     }
 
     /// Wraps an accepted socket in TLS.
-    pub fn into_tls(self, acceptor: &mut tls::Acceptor) -> io::Result<Stream> {
+    pub(crate) fn into_tls(self, acceptor: &mut tls::Acceptor) -> io::Result<Stream> {
         match self {
             Stream::Tls(_) => Ok(self),
             sock => Ok(Stream::Tls(Box::new(acceptor.accept(sock)?))),
@@ -75,7 +75,7 @@ impl Stream {
     }
 
     /// Whether bytes already written are still waiting to leave (TLS records rustls holds).
-    pub fn pending_output(&self) -> bool {
+    pub(crate) fn pending_output(&self) -> bool {
         matches!(self, Stream::Tls(s) if s.pending_output())
     }
 }
@@ -159,7 +159,7 @@ impl Source for Stream {
 }
 
 /// A listening socket: TCP (the main port or a direct port) or the Unix socket.
-pub enum Listener {
+pub(crate) enum Listener {
     Tcp(TcpListener),
     /// The socket and its path.
     Unix(UnixListener, PathBuf),
@@ -167,7 +167,7 @@ pub enum Listener {
 
 impl Listener {
     /// Takes one waiting client.
-    pub fn accept(&self) -> io::Result<Stream> {
+    pub(crate) fn accept(&self) -> io::Result<Stream> {
         match self {
             Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
             Listener::Unix(l, _) => l.accept().map(|(s, _)| Stream::Unix(s)),
@@ -175,7 +175,7 @@ impl Listener {
     }
 
     /// The bound address as `stats conns` shows it.
-    pub fn endpoint(&self) -> Option<Endpoint> {
+    pub(crate) fn endpoint(&self) -> Option<Endpoint> {
         match self {
             Listener::Tcp(l) => l.local_addr().ok().map(Endpoint::Inet),
             Listener::Unix(_, path) => Some(Endpoint::Unix(path.display().to_string())),
@@ -207,7 +207,7 @@ impl Source for Listener {
 /// there (never another kind of file), with permissions `mask` (`-a`, octal). Returns `count`
 /// handles on the one socket, one per worker: every worker accepts from it (and deals the
 /// connections out round-robin), as on the TCP port.
-pub fn bind_unix(path: &Path, mask: u32, count: usize, backlog: i32) -> io::Result<Vec<Listener>> {
+pub(crate) fn bind_unix(path: &Path, mask: u32, count: usize, backlog: i32) -> io::Result<Vec<Listener>> {
     if std::fs::symlink_metadata(path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
         std::fs::remove_file(path)?;
     }

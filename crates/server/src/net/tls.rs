@@ -19,7 +19,7 @@ const MAX_PLAINTEXT_PER_WRITE: usize = 256 * 1024;
 
 /// What `-Z` and `-o ssl_*` ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsSettings {
+pub(crate) struct TlsSettings {
     /// `ssl_chain_cert`: the server's certificate chain (PEM).
     pub chain_cert: PathBuf,
     /// `ssl_key`: its private key (PEM).
@@ -33,7 +33,7 @@ pub struct TlsSettings {
 
 /// The current configuration and the figures `stats` reports, shared by every worker.
 #[derive(Debug)]
-pub struct TlsContext {
+pub(crate) struct TlsContext {
     pub settings: TlsSettings,
     current: RwLock<Arc<ServerConfig>>,
     generation: AtomicU64,
@@ -48,7 +48,7 @@ pub struct TlsContext {
 
 impl TlsContext {
     /// Loads the certificates; the error says which file failed and why (memcached's words).
-    pub fn new(
+    pub(crate) fn new(
         settings: TlsSettings,
         now: u64,
         verbosity: Arc<std::sync::atomic::AtomicU32>,
@@ -67,7 +67,7 @@ impl TlsContext {
     }
 
     /// Loads the certificates again (SIGHUP, `refresh_certs`); on failure the old ones stay.
-    pub fn refresh(&self, now: u64) -> Result<(), String> {
+    pub(crate) fn refresh(&self, now: u64) -> Result<(), String> {
         let config = load(&self.settings)?;
         if let Ok(mut current) = self.current.write() {
             *current = config;
@@ -80,21 +80,21 @@ impl TlsContext {
 
 /// A worker's view of the context: the configuration it accepts with, refreshed only when a
 /// reload bumped the generation.
-pub struct Acceptor {
+pub(crate) struct Acceptor {
     context: Arc<TlsContext>,
     config: Arc<ServerConfig>,
     generation: u64,
 }
 
 impl Acceptor {
-    pub fn new(context: Arc<TlsContext>) -> Acceptor {
+    pub(crate) fn new(context: Arc<TlsContext>) -> Acceptor {
         let generation = context.generation.load(Ordering::Acquire);
         let config = context.current.read().map(|c| Arc::clone(&c)).expect("the TLS configuration lock");
         Acceptor { context, config, generation }
     }
 
     /// Starts the server side of a handshake on an accepted socket.
-    pub fn accept(&mut self, sock: super::Stream) -> io::Result<TlsStream> {
+    pub(crate) fn accept(&mut self, sock: super::Stream) -> io::Result<TlsStream> {
         let generation = self.context.generation.load(Ordering::Acquire);
         if generation != self.generation {
             if let Ok(current) = self.context.current.read() {
@@ -139,7 +139,7 @@ fn load(settings: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
 }
 
 /// One TLS connection: rustls's record layer over its socket.
-pub struct TlsStream {
+pub(crate) struct TlsStream {
     /// The socket (never itself TLS).
     pub sock: super::Stream,
     conn: ServerConnection,
@@ -151,7 +151,7 @@ pub struct TlsStream {
 impl TlsStream {
     /// Writes the records rustls holds (handshake messages, encrypted replies) while the
     /// socket takes them; WouldBlock when some are left for the next writable event.
-    pub fn send_pending(&mut self) -> io::Result<()> {
+    pub(crate) fn send_pending(&mut self) -> io::Result<()> {
         while self.conn.wants_write() {
             match self.conn.write_tls(&mut self.sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -164,7 +164,7 @@ impl TlsStream {
     }
 
     /// Whether encrypted records are waiting for the socket.
-    pub fn pending_output(&self) -> bool {
+    pub(crate) fn pending_output(&self) -> bool {
         self.conn.wants_write()
     }
 

@@ -4,14 +4,14 @@
 //! with `recvmmsg`/`sendmmsg` (`udp.rs`); the partition lock other workers may take for one
 //! request (`partition_lock.rs`). Nothing else in the server uses `unsafe`.
 
-pub mod partition_lock;
-pub mod signals;
-pub mod udp;
+pub(crate) mod partition_lock;
+pub(crate) mod signals;
+pub(crate) mod udp;
 
 use std::io;
 
 /// The CPUs this process may run on, in order (empty if the kernel will not say).
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data that sched_getaffinity fills for the calling thread;
     // CPU_ISSET indexes within the set (cpu < CPU_SETSIZE).
     unsafe {
@@ -24,7 +24,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Pins the calling thread to `cpu`; false if the kernel refuses (or `cpu` is out of range).
-pub fn pin_to_cpu(cpu: usize) -> bool {
+pub(crate) fn pin_to_cpu(cpu: usize) -> bool {
     if cpu >= libc::CPU_SETSIZE as usize {
         return false;
     }
@@ -38,7 +38,7 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
 }
 
 /// The open-files limit: (soft, hard).
-pub fn open_files_limit() -> io::Result<(u64, u64)> {
+pub(crate) fn open_files_limit() -> io::Result<(u64, u64)> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit struct, which `limit` is.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
@@ -48,7 +48,7 @@ pub fn open_files_limit() -> io::Result<(u64, u64)> {
 }
 
 /// Sets the soft open-files limit (within the hard one, `hard`).
-pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
+pub(crate) fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
     let raised = libc::rlimit { rlim_cur: soft, rlim_max: hard };
     // SAFETY: setrlimit reads one rlimit struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
@@ -58,12 +58,12 @@ pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
 }
 
 /// Whether an accept failed for want of descriptors (the process's or the system's).
-pub fn out_of_descriptors(error: &io::Error) -> bool {
+pub(crate) fn out_of_descriptors(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// Gives the allocator's free memory back to the kernel (glibc only; elsewhere nothing).
-pub fn trim_heap() {
+pub(crate) fn trim_heap() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas; it is
     // thread-safe and touches no memory in use.
@@ -73,7 +73,7 @@ pub fn trim_heap() {
 }
 
 /// CPU time of this process, user and system, as (seconds, microseconds) pairs.
-pub fn cpu_time() -> ((i64, i64), (i64, i64)) {
+pub(crate) fn cpu_time() -> ((i64, i64), (i64, i64)) {
     // SAFETY: getrusage fills the zero-initialised plain-data struct it is given.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
@@ -85,7 +85,7 @@ pub fn cpu_time() -> ((i64, i64), (i64, i64)) {
 }
 
 /// Empties an eventfd's counter (it stays open: the caller's engine owns it).
-pub fn drain_eventfd(fd: std::os::fd::RawFd) {
+pub(crate) fn drain_eventfd(fd: std::os::fd::RawFd) {
     let mut counter = [0u8; 8];
     // SAFETY: reads at most 8 bytes into a live stack array; a closed or empty descriptor only
     // makes the call fail, which changes nothing.

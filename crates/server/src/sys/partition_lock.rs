@@ -18,7 +18,7 @@ use std::sync::Arc;
 const SPINS_PER_YIELD: u32 = 64;
 
 /// A value and the flag that says a thread has it.
-pub struct Lockable<T> {
+pub(crate) struct Lockable<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -30,7 +30,7 @@ unsafe impl<T: Send> Sync for Lockable<T> {}
 
 impl<T> Lockable<T> {
     /// Takes the flag if it is free; the guard gives it back when dropped.
-    pub fn try_lock(&self) -> Option<Guard<'_, T>> {
+    pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -56,7 +56,7 @@ impl<T> Lockable<T> {
 }
 
 /// Another worker's hold on the value, for one request.
-pub struct Guard<'a, T> {
+pub(crate) struct Guard<'a, T> {
     lockable: &'a Lockable<T>,
 }
 
@@ -83,7 +83,7 @@ impl<T> Drop for Guard<'_, T> {
 
 /// The owner's handle: every use of the value takes the lock if this handle does not hold it,
 /// and `release` gives it back. Not shared (`Cell`), so one thread uses it.
-pub struct Owned<T> {
+pub(crate) struct Owned<T> {
     lockable: Arc<Lockable<T>>,
     held: Cell<bool>,
     /// Other threads may take the lock; when false, `release` keeps it (nothing else asks).
@@ -92,13 +92,13 @@ pub struct Owned<T> {
 
 impl<T> Owned<T> {
     /// The owner's handle on `value`, held from the start.
-    pub fn new(value: T) -> Owned<T> {
+    pub(crate) fn new(value: T) -> Owned<T> {
         let lockable = Arc::new(Lockable { locked: AtomicBool::new(true), value: UnsafeCell::new(value) });
         Owned { lockable, held: Cell::new(true), shared: false }
     }
 
     /// The lock for other threads to try; from now on `release` gives it up.
-    pub fn share(&mut self) -> Arc<Lockable<T>> {
+    pub(crate) fn share(&mut self) -> Arc<Lockable<T>> {
         self.shared = true;
         Arc::clone(&self.lockable)
     }
@@ -106,7 +106,7 @@ impl<T> Owned<T> {
     /// Gives the lock up until the next use of the value. `&mut self`: no reference from an
     /// earlier use can outlive it.
     #[inline]
-    pub fn release(&mut self) {
+    pub(crate) fn release(&mut self) {
         if self.shared && self.held.replace(false) {
             self.lockable.unlock();
         }

@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set by SIGINT/SIGTERM; the loop checks it every turn (at least once a second).
-pub static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Set by SIGHUP; the first worker takes it and reloads the certificates.
-pub static RELOAD: AtomicBool = AtomicBool::new(false);
+pub(crate) static RELOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn request_stop(signal: libc::c_int) {
     if signal == libc::SIGHUP {
@@ -20,7 +20,7 @@ extern "C" fn request_stop(signal: libc::c_int) {
 
 /// Makes SIGINT and SIGTERM stop the server cleanly instead of killing it mid-write, and
 /// SIGHUP ask for a reload instead of killing it.
-pub fn install_signal_handlers() -> std::io::Result<()> {
+pub(crate) fn install_signal_handlers() -> std::io::Result<()> {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the
         // sigaction struct is zero-initialised plain data with the handler and an empty mask.

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 
 /// A non-blocking UDP socket on `address`, without SO_REUSEPORT (no other process can join the
 /// port); the workers share it through duplicated handles.
-pub fn bind(address: SocketAddr) -> io::Result<std::net::UdpSocket> {
+pub(crate) fn bind(address: SocketAddr) -> io::Result<std::net::UdpSocket> {
     let socket = Socket::new(Domain::for_address(address), Type::DGRAM, None)?;
     socket.set_nonblocking(true)?;
     // Room for bursts of requests while the worker is busy.
@@ -20,7 +20,7 @@ pub fn bind(address: SocketAddr) -> io::Result<std::net::UdpSocket> {
 }
 
 /// Buffers for one `recvmmsg` batch.
-pub struct Receiver {
+pub(crate) struct Receiver {
     buffers: Vec<u8>,
     lengths: [usize; RECV_BATCH],
     truncated: [bool; RECV_BATCH],
@@ -28,7 +28,7 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    pub fn new() -> Receiver {
+    pub(crate) fn new() -> Receiver {
         Receiver {
             buffers: vec![0; RECV_BATCH * MAX_REQUEST_DATAGRAM],
             lengths: [0; RECV_BATCH],
@@ -38,7 +38,7 @@ impl Receiver {
     }
 
     /// Reads up to `RECV_BATCH` waiting datagrams; returns how many (0 when none waits).
-    pub fn receive(&mut self, socket: &mio::net::UdpSocket) -> io::Result<usize> {
+    pub(crate) fn receive(&mut self, socket: &mio::net::UdpSocket) -> io::Result<usize> {
         // SAFETY: sockaddr_storage, iovec and mmsghdr are plain data, zeroed before use. Every
         // iovec points at its own MAX_REQUEST_DATAGRAM slice of `self.buffers`, every
         // msg_name at its own element of `names`, and both outlive the call; the kernel writes
@@ -79,7 +79,7 @@ impl Receiver {
 
     /// Datagram `i` of the last batch and its sender; None if it was too long or its sender
     /// has no IP address.
-    pub fn datagram(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+    pub(crate) fn datagram(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
         let peer = self.peers[i]?;
         if self.truncated[i] {
             return None;
@@ -91,7 +91,7 @@ impl Receiver {
 
 /// Reply datagrams waiting for one socket.
 #[derive(Default)]
-pub struct Sender {
+pub(crate) struct Sender {
     bytes: Vec<u8>,
     datagrams: Vec<(SocketAddr, usize, usize)>,
     /// Datagrams dropped because the queue or the socket buffer was full.
@@ -100,24 +100,24 @@ pub struct Sender {
 
 impl Sender {
     /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.datagrams.is_empty()
     }
 
     /// Whether a reply of `bytes` more fits in the queue.
-    pub fn has_room(&self, bytes: usize) -> bool {
+    pub(crate) fn has_room(&self, bytes: usize) -> bool {
         self.bytes.len() + bytes <= MAX_QUEUED_BYTES
     }
 
     /// The buffer to frame replies into, and a function recording each datagram's range.
-    pub fn queue(&mut self, peer: SocketAddr, frame: impl FnOnce(&mut Vec<u8>, &mut dyn FnMut(usize, usize))) {
+    pub(crate) fn queue(&mut self, peer: SocketAddr, frame: impl FnOnce(&mut Vec<u8>, &mut dyn FnMut(usize, usize))) {
         let datagrams = &mut self.datagrams;
         frame(&mut self.bytes, &mut |start, end| datagrams.push((peer, start, end)));
     }
 
     /// Sends everything queued, `SEND_BATCH` datagrams per call; what the socket refuses is
     /// dropped (UDP promises nothing more, and the client asks again).
-    pub fn send(&mut self, socket: &mio::net::UdpSocket) {
+    pub(crate) fn send(&mut self, socket: &mio::net::UdpSocket) {
         let mut at = 0;
         while at < self.datagrams.len() {
             let batch = &self.datagrams[at..(at + SEND_BATCH).min(self.datagrams.len())];

@@ -33,7 +33,7 @@ use tierkv_engine::{unix_now, AnyPartition as Partition, PartitionConfig};
 use tierkv_protocol::Limits;
 
 /// Serves until SIGINT or SIGTERM: binds every socket, then runs one worker per partition.
-pub fn serve(settings: &Settings) -> Result<(), ServeError> {
+pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
     install_signal_handlers().map_err(ServeError::system("install the SIGINT/SIGTERM handlers"))?;
     admission::raise_open_files(settings)?;
     let workers = settings.threads;
@@ -266,29 +266,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
         // Other workers' requests and replies first: someone is waiting for them.
         worker.take_messages(&mut inbox, &poll);
-        for event in events.iter() {
-            match event.token() {
-                MAIN_LISTENER => worker.accept(&main, &poll, true),
-                DIRECT_LISTENER => {
-                    if let Some(direct) = &direct {
-                        worker.accept(direct, &poll, false);
-                    }
-                }
-                WAKER => {}
-                FLASH_EVENT => worker.flash_event(),
-                UDP_MAIN => worker.udp_again[0] = true,
-                UDP_DIRECT => worker.udp_again[1] = true,
-                Token(slot) => {
-                    // A short read normally means the socket is drained, but data and the
-                    // peer's close can arrive in one edge; then the read must go on to the end.
-                    let hangup = event.is_read_closed() || event.is_error();
-                    if let Some(Some(connection)) = worker.connections.get_mut(slot) {
-                        connection.hangup |= hangup;
-                    }
-                    worker.turn(slot, &poll);
-                }
-            }
-        }
+        worker.handle_events(&events, &main, direct.as_ref(), &poll);
         worker.flash_turn(&poll);
         if std::mem::take(&mut worker.accept_again) {
             worker.accept(&main, &poll, true);
@@ -328,6 +306,36 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
     }
     worker.close_flash();
     Ok(())
+}
+
+impl Worker {
+    /// What the poll reported: accepts on the listeners, readable UDP sockets and flash
+    /// completions noted, and a turn for each connection with an event.
+    fn handle_events(&mut self, events: &Events, main: &Listener, direct: Option<&Listener>, poll: &Poll) {
+        for event in events.iter() {
+            match event.token() {
+                MAIN_LISTENER => self.accept(main, poll, true),
+                DIRECT_LISTENER => {
+                    if let Some(direct) = direct {
+                        self.accept(direct, poll, false);
+                    }
+                }
+                WAKER => {}
+                FLASH_EVENT => self.flash_event(),
+                UDP_MAIN => self.udp_again[0] = true,
+                UDP_DIRECT => self.udp_again[1] = true,
+                Token(slot) => {
+                    // A short read normally means the socket is drained, but data and the
+                    // peer's close can arrive in one edge; then the read must go on to the end.
+                    let hangup = event.is_read_closed() || event.is_error();
+                    if let Some(Some(connection)) = self.connections.get_mut(slot) {
+                        connection.hangup |= hangup;
+                    }
+                    self.turn(slot, poll);
+                }
+            }
+        }
+    }
 }
 
 impl Worker {

@@ -41,7 +41,7 @@ mod udp_session;
 
 use budget::Budget;
 use connection::Connection;
-pub use event_loop::serve;
+pub(crate) use event_loop::serve;
 
 const MAIN_LISTENER: Token = Token(usize::MAX);
 const DIRECT_LISTENER: Token = Token(usize::MAX - 1);

@@ -8,7 +8,7 @@ use super::connection::Turn;
 use super::connection::{flush, read_some, release_idle_buffers, Connection, ReadEnd, Step};
 use super::dispatch::dispatch;
 use super::forwarded::Route;
-use super::requests::{after_batch, discard, finish_long_get, long_get, stop_for_output, Flow};
+use super::requests::{after_batch, discard, finish_long_get, long_get, stop_for_output, Flow, LongStep};
 use super::streams::{run_dump, start_watch, watch_turn};
 use super::Core;
 use crate::after::After;
@@ -144,34 +144,7 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
         // pipeline). Each request is decoded in place into its slot (120 bytes: no memcpy).
         let mut batch: [Option<Decoded<'_>>; BATCH] = [None; BATCH];
         let mut routes = [(Route::Local, None); BATCH];
-        let (mut batch_len, mut decoded_end, mut next, mut long_step) = (0, at, None, None);
-        while batch_len < BATCH && decoded_end < input.len() {
-            // A long get line is taken in pieces, at the head of a batch of its own, without
-            // decoding (and checking) the whole of it again for every piece.
-            let rest = &input[decoded_end..];
-            if rest.len() > LONG_GET_CHUNK_BYTES && tierkv_protocol::text::is_long_get(rest, LONG_GET_CHUNK_BYTES) {
-                if batch_len == 0 {
-                    long_step = long_get(connection, slot, core, &input[at..]);
-                }
-                if batch_len > 0 || long_step.is_some() {
-                    next = Some(Decoded::Incomplete { needed: 0 });
-                    break;
-                }
-            }
-            let slot = &mut batch[batch_len];
-            *slot = Some(decode_request(&input[decoded_end..], &core.limits));
-            match slot {
-                Some(Decoded::Request { request, consumed }) => {
-                    routes[batch_len] = core.route(request);
-                    batch_len += 1;
-                    decoded_end += *consumed;
-                }
-                other => {
-                    next = other.take();
-                    break;
-                }
-            }
-        }
+        let (batch_len, next, long_step) = decode_batch(connection, slot, core, &input, at, &mut batch, &mut routes);
         if batch_len > 1 {
             prefetch_batch(core, &routes[..batch_len]);
         }
@@ -235,6 +208,50 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
     connection.input = input;
     connection.input.drain(..at);
     stopped_early
+}
+
+/// Decodes a run of complete requests from `input[at..]` into `batch`, each with its route:
+/// how many, what stopped the run (an incomplete or invalid request), and a long get line's
+/// piece taken instead (at the head of a batch of its own).
+#[inline(always)]
+fn decode_batch<'i>(
+    connection: &mut Connection,
+    slot: usize,
+    core: &mut Core,
+    input: &'i [u8],
+    at: usize,
+    batch: &mut [Option<Decoded<'i>>; BATCH],
+    routes: &mut [(Route, Option<KeyHash>); BATCH],
+) -> (usize, Option<Decoded<'i>>, Option<LongStep>) {
+    let (mut batch_len, mut decoded_end, mut next, mut long_step) = (0, at, None, None);
+    while batch_len < BATCH && decoded_end < input.len() {
+        // A long get line is taken in pieces, at the head of a batch of its own, without
+        // decoding (and checking) the whole of it again for every piece.
+        let rest = &input[decoded_end..];
+        if rest.len() > LONG_GET_CHUNK_BYTES && tierkv_protocol::text::is_long_get(rest, LONG_GET_CHUNK_BYTES) {
+            if batch_len == 0 {
+                long_step = long_get(connection, slot, core, &input[at..]);
+            }
+            if batch_len > 0 || long_step.is_some() {
+                next = Some(Decoded::Incomplete { needed: 0 });
+                break;
+            }
+        }
+        let entry = &mut batch[batch_len];
+        *entry = Some(decode_request(&input[decoded_end..], &core.limits));
+        match entry {
+            Some(Decoded::Request { request, consumed }) => {
+                routes[batch_len] = core.route(request);
+                batch_len += 1;
+                decoded_end += *consumed;
+            }
+            other => {
+                next = other.take();
+                break;
+            }
+        }
+    }
+    (batch_len, next, long_step)
 }
 
 /// How many requests from the start of `batch` form a run of atomics on one key, all local.

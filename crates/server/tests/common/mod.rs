@@ -7,15 +7,15 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
+pub(crate) const TIERKV: &str = env!("CARGO_BIN_EXE_tierkv");
 
 /// A running server process, its port, and the file its stderr goes to; killed when dropped.
 /// A server that exited on its own before that says so, with its stderr, in the test's output.
-pub struct Server(pub Child, pub u16, std::path::PathBuf);
+pub(crate) struct Server(pub Child, pub u16, std::path::PathBuf);
 
 impl Server {
     /// What the server wrote to stderr so far.
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.2).unwrap_or_default()
     }
 }
@@ -33,15 +33,15 @@ impl Drop for Server {
 }
 
 /// `count` consecutive free ports, the first returned.
-pub fn free_ports(count: u16) -> u16 {
+pub(crate) fn free_ports(count: u16) -> u16 {
     tierkv_bench::ports::free_ports(count).unwrap()
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     tierkv_bench::ports::free_port().unwrap()
 }
 
-pub fn start(mut command: Command, port: u16) -> Server {
+pub(crate) fn start(mut command: Command, port: u16) -> Server {
     let log = std::env::temp_dir().join(format!("tierkv-test-{}-{port}.stderr", std::process::id()));
     let stderr = std::fs::File::create(&log).expect("a temporary file for the server's stderr");
     let child = command.stdout(Stdio::null()).stderr(stderr).spawn().expect("server binary is installed");
@@ -54,13 +54,13 @@ pub fn start(mut command: Command, port: u16) -> Server {
     server
 }
 
-pub fn tierkv() -> Server {
+pub(crate) fn tierkv() -> Server {
     tierkv_with(&[])
 }
 
 /// The command line of a small hybrid tierkv (`-m 4 -I 256k -t 2`) with a flash file at `flash`:
 /// `extra` flags, and `--flash-size default_size` unless `extra` names a size.
-pub fn hybrid_command(port: u16, flash: &std::path::Path, extra: &[&str], default_size: &str) -> Command {
+pub(crate) fn hybrid_command(port: u16, flash: &std::path::Path, extra: &[&str], default_size: &str) -> Command {
     let mut command = Command::new(TIERKV);
     command
         .args(["-p", &port.to_string(), "-m", "4", "-I", "256k", "-t", "2"])
@@ -73,19 +73,19 @@ pub fn hybrid_command(port: u16, flash: &std::path::Path, extra: &[&str], defaul
 }
 
 /// tierkv with 64 MiB and `extra` flags.
-pub fn tierkv_with(extra: &[&str]) -> Server {
+pub(crate) fn tierkv_with(extra: &[&str]) -> Server {
     let port = free_port();
     let mut command = Command::new(TIERKV);
     command.args(["-p", &port.to_string(), "-m", "64"]).args(extra);
     start(command, port)
 }
 
-pub fn memcached() -> Server {
+pub(crate) fn memcached() -> Server {
     memcached_with(&[])
 }
 
 /// Debian's memcached with 64 MiB, one thread, no UDP, and `extra` flags.
-pub fn memcached_with(extra: &[&str]) -> Server {
+pub(crate) fn memcached_with(extra: &[&str]) -> Server {
     let port = free_port();
     let mut command = Command::new("memcached");
     command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1", "-m", "64"]).args(extra);
@@ -97,13 +97,13 @@ pub fn memcached_with(extra: &[&str]) -> Server {
 }
 
 /// Sends `request` on a fresh connection and collects the reply until the server is quiet.
-pub fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
+pub(crate) fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
     exchange_and_close(port, request, Duration::from_millis(300)).0
 }
 
 /// Like `exchange`, with the quiet time that ends the reply; also says whether the server
 /// closed the connection.
-pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8>, bool) {
+pub(crate) fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8>, bool) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // The server may close before taking everything; what it answered still counts.
     let _ = stream.write_all(request);
@@ -121,10 +121,10 @@ pub fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> (Vec<u8
 }
 
 /// How long `exchange_to_sentinel` waits in silence before deciding the sentinel was swallowed.
-pub const QUIET: Duration = Duration::from_millis(300);
+pub(crate) const QUIET: Duration = Duration::from_millis(300);
 /// The same for scripts whose sentinel is always answered, where a busy machine (other tests'
 /// servers on both cores, replies waiting on a worker that waits for a CPU) may pause longer.
-pub const PATIENT: Duration = Duration::from_secs(5);
+pub(crate) const PATIENT: Duration = Duration::from_secs(5);
 
 /// Sends `request` and then `sentinel` on a fresh connection and collects the reply until
 /// `done(reply)` (the sentinel's answer arrived), the end of stream, or `quiet` of silence (when
@@ -155,24 +155,24 @@ fn exchange_until(
 
 /// `request`, then a meta get with a unique opaque token whose answer ends the reply. Much
 /// faster than `exchange` for scripts that end normally.
-pub fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+pub(crate) fn exchange_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
     // The sentinel's answer ends the wait, so a long silence costs nothing when all is well;
     // 300 ms was too short on a 2-core machine running the whole suite at once.
     exchange_to_sentinel_within(port, request, SENTINEL_QUIET)
 }
 
 /// How long `exchange_to_sentinel` waits through silence for the sentinel's answer.
-pub const SENTINEL_QUIET: Duration = Duration::from_secs(3);
+pub(crate) const SENTINEL_QUIET: Duration = Duration::from_secs(3);
 
 /// `exchange_to_sentinel` with the given silence before giving up.
-pub fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
+pub(crate) fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
     exchange_until(port, request, b"mg sentinel-key O7u5k\r\n", quiet, |reply| {
         reply.ends_with(b"\r\n") && reply.windows(6).any(|w| w == b" O7u5k")
     })
 }
 
 /// `stats GROUP` (`group` "" for plain `stats`) as name -> value.
-pub fn stats_map(port: u16, group: &str) -> std::collections::HashMap<String, String> {
+pub(crate) fn stats_map(port: u16, group: &str) -> std::collections::HashMap<String, String> {
     let request = if group.is_empty() { "stats\r\n".to_string() } else { format!("stats {group}\r\n") };
     let reply = exchange_to_sentinel(port, request.as_bytes());
     String::from_utf8_lossy(&reply)
@@ -183,7 +183,7 @@ pub fn stats_map(port: u16, group: &str) -> std::collections::HashMap<String, St
 }
 
 /// One number of `stats GROUP`; panics, naming it, if it is missing or not a number.
-pub fn stat_number(port: u16, group: &str, name: &str) -> u64 {
+pub(crate) fn stat_number(port: u16, group: &str, name: &str) -> u64 {
     let stats = stats_map(port, group);
     let value = stats.get(name).unwrap_or_else(|| panic!("no {name} in stats {group}: {stats:?}"));
     value.parse().unwrap_or_else(|_| panic!("{name} {value} is not a number"))
@@ -191,12 +191,12 @@ pub fn stat_number(port: u16, group: &str, name: &str) -> u64 {
 
 /// The binary twin of `exchange_to_sentinel`: the sentinel is a NOOP with a unique opaque,
 /// whose 24-byte response ends the reply.
-pub fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
+pub(crate) fn exchange_binary_to_sentinel(port: u16, request: &[u8]) -> Vec<u8> {
     exchange_binary_to_sentinel_within(port, request, SENTINEL_QUIET)
 }
 
 /// `exchange_binary_to_sentinel` with the given silence before giving up.
-pub fn exchange_binary_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
+pub(crate) fn exchange_binary_to_sentinel_within(port: u16, request: &[u8], quiet: Duration) -> Vec<u8> {
     const SENTINEL: u32 = 0x5E47_1E11;
     let mut noop = Vec::new();
     tierkv_protocol::binary::write_request(
@@ -215,14 +215,14 @@ pub fn exchange_binary_to_sentinel_within(port: u16, request: &[u8], quiet: Dura
 }
 
 /// Resident memory of process `pid` in bytes (VmRSS).
-pub fn resident_bytes(pid: u32) -> u64 {
+pub(crate) fn resident_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
 }
 
 /// Zeroes the CAS of every response packet (CAS values differ between servers by design).
-pub fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
+pub(crate) fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
     let mut at = 0;
     while at + 24 <= reply.len() {
         let body = u32::from_be_bytes(reply[at + 8..at + 12].try_into().unwrap()) as usize;
@@ -234,7 +234,7 @@ pub fn mask_cas(mut reply: Vec<u8>) -> Vec<u8> {
 
 /// Reads one text get reply: (key, data) of each VALUE block up to END, each data line checked
 /// against its announced length.
-pub fn read_values(reader: &mut std::io::BufReader<TcpStream>) -> Vec<(String, String)> {
+pub(crate) fn read_values(reader: &mut std::io::BufReader<TcpStream>) -> Vec<(String, String)> {
     use std::io::BufRead;
     let mut values = Vec::new();
     loop {
@@ -255,7 +255,7 @@ pub fn read_values(reader: &mut std::io::BufReader<TcpStream>) -> Vec<(String, S
 
 /// `count` connections that each begin `set kN 0 0 1000000` and send `sent` bytes of the value
 /// (hostile clients that hold a request open); the streams time out after 20 s.
-pub fn half_sent_sets(port: u16, count: usize, sent: usize) -> Vec<TcpStream> {
+pub(crate) fn half_sent_sets(port: u16, count: usize, sent: usize) -> Vec<TcpStream> {
     (0..count)
         .map(|i| {
             let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -12,7 +12,7 @@ use crate::hash::KeyHash;
 /// Where a lookup's mapping came from below tier 1, to check it is still current when its data
 /// read completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Below {
+pub(crate) struct Below {
     pub stream: u32,
     pub version: Seen,
     /// 2 or 3.
@@ -21,7 +21,7 @@ pub struct Below {
 
 /// One place a lookup looks below tier 1, newest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cand {
+pub(crate) enum Cand {
     /// Found in DRAM (a block not yet on flash, or tier-3 pages being written).
     Known(Mapping, u8),
     T2 {
@@ -36,7 +36,7 @@ pub enum Cand {
 
 /// What a candidate's read found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     Waiting,
     Bad,
     No,
@@ -45,7 +45,7 @@ pub enum Found {
 
 /// A lookup reading mapping blocks.
 #[derive(Debug)]
-pub struct MapRead {
+pub(crate) struct MapRead {
     pub cands: Vec<Cand>,
     pub found: Vec<Found>,
     pub left: u32,
@@ -54,7 +54,7 @@ pub struct MapRead {
 }
 
 /// What the DRAM structures say of a key below tier 1.
-pub enum Probe {
+pub(crate) enum Probe {
     Miss,
     Found(Mapping, u8),
     Read(Vec<Cand>),
@@ -62,7 +62,7 @@ pub enum Probe {
 
 impl Cascade {
     /// The places below tier 1 that may hold `fp`, newest first, up to the first found in DRAM.
-    pub fn probe(&self, fp: (u32, u16)) -> Probe {
+    pub(crate) fn probe(&self, fp: (u32, u16)) -> Probe {
         let s = self.stream_of(fp);
         let stream = &self.streams[s];
         if let Some(m) = find_in(&stream.buffer, fp) {

@@ -29,7 +29,7 @@
 //! This module holds the DRAM state and the decisions; `lookup.rs` the store's lookups below
 //! tier 1, `reorg.rs` the merge, `persist.rs` the snapshot form.
 
-pub mod lookup;
+pub(super) mod lookup;
 mod persist;
 mod reorg;
 
@@ -43,19 +43,19 @@ use super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::layout::PAGE;
 use super::{FlashStore, TOKEN_MAP_WRITE};
 
-pub use lookup::Below;
+pub(super) use lookup::Below;
 
 /// A tombstone: the key's tag with pages 0 (never a real entry, never 0).
-pub fn tombstone(tag: u16) -> Entry {
+pub(super) fn tombstone(tag: u16) -> Entry {
     Entry(u64::from(tag) << 48 | 0xFF << 8)
 }
 
-pub fn is_tombstone(e: Entry) -> bool {
+pub(super) fn is_tombstone(e: Entry) -> bool {
     e.pages() == 0
 }
 
 /// One tier-2 block of a stream.
-pub struct T2Block {
+pub(super) struct T2Block {
     /// Its place in the stream's run of the tier-2 area.
     pub pos: u32,
     pub seq: u64,
@@ -67,14 +67,14 @@ pub struct T2Block {
 
 /// See `Stream::version`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Seen {
+pub(super) struct Seen {
     pub flushes: u64,
     pub drops: u64,
 }
 
 /// A demotion stream.
 #[derive(Default)]
-pub struct Stream {
+pub(super) struct Stream {
     /// The DRAM block being filled, oldest first.
     pub buffer: Vec<Mapping>,
     /// Tier-2 blocks, oldest first.
@@ -97,17 +97,27 @@ pub struct Stream {
 /// Counters of the cascade index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CascadeStats {
+    /// Mappings moved from tier 1 to tier 2.
     pub demotions: u64,
+    /// Deletions recorded on flash.
     pub tombstones: u64,
+    /// Mappings moved back to tier 1.
     pub promotions: u64,
+    /// Tier-2 blocks written.
     pub t2_blocks_written: u64,
+    /// Tier-2 block writes the device failed.
     pub t2_write_errors: u64,
+    /// Mapping blocks read for lookups.
     pub map_reads: u64,
     /// Mapping blocks that failed their checks or their read.
     pub map_bad: u64,
+    /// Reorganizations of a stream into tier 3.
     pub reorgs: u64,
+    /// Bytes they read.
     pub reorg_read_bytes: u64,
+    /// Bytes they wrote.
     pub reorg_write_bytes: u64,
+    /// Reorganizations the device failed.
     pub reorg_errors: u64,
     /// Mappings a full tier-3 page could not keep (their items are lost).
     pub t3_overflow_drops: u64,
@@ -115,25 +125,35 @@ pub struct CascadeStats {
     pub stream_drops: u64,
     /// Lookups by where their mapping was found, and the flash reads each kind took.
     pub hits_t1: u64,
+    /// Lookups answered from tier 1.
     pub reads_t1: u64,
+    /// Lookups found in tier 2.
     pub hits_t2: u64,
+    /// Tier-2 blocks read for lookups.
     pub reads_t2: u64,
+    /// Lookups found in tier 3.
     pub hits_t3: u64,
+    /// Tier-3 pages read for lookups.
     pub reads_t3: u64,
+    /// Lookups found in no tier.
     pub misses: u64,
+    /// Mapping reads that found nothing.
     pub reads_miss: u64,
 }
 
 /// Mappings per tier, for the stats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TierCounts {
+    /// Mappings in tier 1 (DRAM).
     pub t1: u64,
+    /// Mappings in tier 2 (recent blocks on flash).
     pub t2: u64,
+    /// Mappings in tier 3 (the hashed page table on flash).
     pub t3: u64,
 }
 
 /// An in-flight merge of one stream's first `blocks` tier-2 blocks into its tier-3 pages.
-pub struct Reorg {
+pub(super) struct Reorg {
     pub stream: u32,
     pub blocks: usize,
     pub left: u32,
@@ -151,7 +171,7 @@ pub struct Reorg {
     pub overflowed: bool,
 }
 
-pub struct Cascade {
+pub(super) struct Cascade {
     pub geo: CascadeLayout,
     pub streams: Vec<Stream>,
     pub t3_blooms: Vec<u8>,
@@ -168,7 +188,7 @@ pub struct Cascade {
 }
 
 impl Cascade {
-    pub fn new(geo: CascadeLayout) -> Cascade {
+    pub(super) fn new(geo: CascadeLayout) -> Cascade {
         let pages = 1usize << geo.t3_bits;
         Cascade {
             streams: (0..1u32 << geo.stream_bits).map(|_| Stream::default()).collect(),
@@ -185,19 +205,19 @@ impl Cascade {
     }
 
     /// The fingerprint's bits: tier-1 bucket above the tag (the key's group, see `durable`).
-    pub fn g(&self, fp: (u32, u16)) -> u64 {
+    pub(super) fn g(&self, fp: (u32, u16)) -> u64 {
         u64::from(fp.0) << 16 | u64::from(fp.1)
     }
 
-    pub fn t3_page(&self, fp: (u32, u16)) -> usize {
+    pub(super) fn t3_page(&self, fp: (u32, u16)) -> usize {
         (self.g(fp) >> (self.geo.t1_bits + 16 - self.geo.t3_bits)) as usize
     }
 
-    pub fn stream_of(&self, fp: (u32, u16)) -> usize {
+    pub(super) fn stream_of(&self, fp: (u32, u16)) -> usize {
         (self.g(fp) >> (self.geo.t1_bits + 16 - self.geo.stream_bits)) as usize
     }
 
-    pub fn pages_per_stream(&self) -> usize {
+    pub(super) fn pages_per_stream(&self) -> usize {
         1 << (self.geo.t3_bits - self.geo.stream_bits)
     }
 
@@ -207,7 +227,7 @@ impl Cascade {
     }
 
     /// Whether tier 2 or 3 (or the stream's DRAM block) may hold a mapping for `fp` (no I/O).
-    pub fn below_may_contain(&self, fp: (u32, u16)) -> bool {
+    pub(super) fn below_may_contain(&self, fp: (u32, u16)) -> bool {
         let stream = &self.streams[self.stream_of(fp)];
         stream.buffer.iter().any(|m| m.fingerprint() == fp)
             || stream.blocks.iter().any(|b| match &b.dram {
@@ -219,7 +239,7 @@ impl Cascade {
     }
 
     /// A place for stream `s`'s next tier-2 block: not in its list, no write in flight there.
-    pub fn free_place(&self, s: usize) -> Option<u32> {
+    pub(super) fn free_place(&self, s: usize) -> Option<u32> {
         let (st, w) = (&self.streams[s], self.geo.t2_per_stream);
         if st.blocks.len() >= w as usize {
             return None;
@@ -231,7 +251,7 @@ impl Cascade {
 
     /// Whether a mapping of `fp` other than `entry`, newer than what a lookup saw at `seen`, may
     /// have reached the stream's blocks since (no I/O).
-    pub fn changed_since(&self, s: usize, seen: Seen, fp: (u32, u16), entry: Entry) -> bool {
+    pub(super) fn changed_since(&self, s: usize, seen: Seen, fp: (u32, u16), entry: Entry) -> bool {
         let stream = &self.streams[s];
         if stream.version.drops != seen.drops {
             return true;
@@ -244,7 +264,7 @@ impl Cascade {
             })
     }
 
-    pub fn counts(&self) -> (u64, u64) {
+    pub(super) fn counts(&self) -> (u64, u64) {
         let t2 = self
             .streams
             .iter()
@@ -256,7 +276,7 @@ impl Cascade {
 
     /// Heap bytes: (demotion buffers and stream records, tier-2 filters, tier-3 filters, merge
     /// buffers).
-    pub fn heap_bytes(&self) -> (u64, u64, u64, u64) {
+    pub(super) fn heap_bytes(&self) -> (u64, u64, u64, u64) {
         let mut buffers = (self.streams.capacity() * std::mem::size_of::<Stream>()) as u64;
         let mut t2 = 0;
         for s in &self.streams {
@@ -276,7 +296,7 @@ impl Cascade {
     }
 
     /// Forgets every mapping below tier 1 (flush_all: its flush mark kills every record).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         for s in 0..self.streams.len() {
             self.forget_stream(s);
         }
@@ -285,7 +305,7 @@ impl Cascade {
     }
 
     /// Forgets one stream's mappings below tier 1 (noted for a stream mark).
-    pub fn forget_stream(&mut self, s: usize) {
+    pub(super) fn forget_stream(&mut self, s: usize) {
         self.dropped_streams.push(s as u32);
         let stream = &mut self.streams[s];
         stream.buffer.clear();
@@ -482,7 +502,7 @@ fn t2_token(s: usize, pos: u32, seq: u64) -> u64 {
 }
 
 /// The newest mapping of `fp` in a tier-2 block held in DRAM.
-pub fn find_in(ms: &[Mapping], fp: (u32, u16)) -> Option<Mapping> {
+pub(super) fn find_in(ms: &[Mapping], fp: (u32, u16)) -> Option<Mapping> {
     ms.iter().rev().find(|m| m.fingerprint() == fp).copied()
 }
 

@@ -22,7 +22,7 @@ impl Cascade {
     /// Before a clean close: streams holding a block whose write failed, or a DRAM block that
     /// could not be written, forget their mappings (those exist only in DRAM, and the snapshot
     /// keeps at most a block's worth per stream). The close writes their stream marks.
-    pub fn forget_unsaveable(&mut self) {
+    pub(crate) fn forget_unsaveable(&mut self) {
         let cap = self.geo.block_entries as usize;
         for s in 0..self.streams.len() {
             let overfull = self.streams[s].buffer.len() >= cap;
@@ -34,7 +34,7 @@ impl Cascade {
     }
 
     /// The section's bytes (after `forget_unsaveable`).
-    pub fn save(&mut self) -> Vec<u8> {
+    pub(crate) fn save(&mut self) -> Vec<u8> {
         self.forget_unsaveable();
         let g = self.geo;
         let mut out = Vec::new();
@@ -69,7 +69,7 @@ impl Cascade {
     }
 
     /// Restores the section written by `save` for this very geometry.
-    pub fn load(&mut self, bytes: &[u8]) -> Result<(), String> {
+    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), String> {
         let bad = || "the cascade index snapshot is damaged or of another layout".to_string();
         let mut r = Reader { bytes, at: 0 };
         if r.u64().ok_or_else(bad)? != MAGIC {

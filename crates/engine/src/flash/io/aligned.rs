@@ -29,10 +29,12 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

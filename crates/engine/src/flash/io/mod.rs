@@ -33,13 +33,18 @@ pub enum IoKind {
 /// aligned device offset and a token the owner chooses.
 #[derive(Debug)]
 pub struct IoOp {
+    /// Read or write.
     pub kind: IoKind,
+    /// Where in the file.
     pub offset: u64,
+    /// The buffer read into or written from.
     pub buf: AlignedBuf,
     /// Where in `buf` the request's bytes start: a write of a segment's last pages sends them
     /// from the segment's own buffer instead of a copy.
     pub at: usize,
+    /// Bytes to transfer.
     pub len: usize,
+    /// The caller's tag, handed back in its `Completion`.
     pub token: u64,
 }
 
@@ -49,6 +54,7 @@ impl IoOp {
         &self.buf[self.at..self.at + self.len]
     }
 
+    /// The bytes this operation transfers.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let (at, len) = (self.at, self.len);
         &mut self.buf[at..at + len]
@@ -63,8 +69,11 @@ impl IoOp {
 /// A finished request: the buffer comes back, with the bytes moved or an errno.
 #[derive(Debug)]
 pub struct Completion {
+    /// The operation's tag.
     pub token: u64,
+    /// Its buffer, handed back.
     pub buf: AlignedBuf,
+    /// Bytes transferred, or the errno.
     pub result: Result<usize, i32>,
 }
 
@@ -111,7 +120,9 @@ pub(crate) fn signal_eventfd(fd: std::os::fd::RawFd) {
 /// Which engine serves a real file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashIo {
+    /// io_uring.
     Uring,
+    /// A pool of threads making blocking calls.
     Threads,
 }
 

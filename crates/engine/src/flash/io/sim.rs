@@ -12,10 +12,12 @@ use super::{Completion, IoEngine, IoKind, IoOp};
 pub struct SimRng(u64);
 
 impl SimRng {
+    /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> SimRng {
         SimRng(seed)
     }
 
+    /// The next number.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -47,11 +49,17 @@ pub struct Faults {
 /// Counters of what the device did, for tests to assert that faults happened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SimCounters {
+    /// Reads served.
     pub reads: u64,
+    /// Writes served.
     pub writes: u64,
+    /// Operations failed on purpose.
     pub failed: u64,
+    /// Bits flipped on purpose.
     pub flipped: u64,
+    /// Writes torn on purpose.
     pub torn: u64,
+    /// Writes lost at a simulated crash.
     pub dropped: u64,
 }
 
@@ -75,6 +83,7 @@ struct Disk {
 pub struct SimDisk(Arc<Mutex<Disk>>);
 
 impl SimDisk {
+    /// A blank disk of `bytes`, its faults drawn from `seed`.
     pub fn new(bytes: usize, seed: u64) -> SimDisk {
         let disk = Disk {
             data: vec![0; bytes],
@@ -103,10 +112,12 @@ impl SimDisk {
         SimDevice { disk: self.clone(), id, in_flight: 0 }
     }
 
+    /// Faults from now on.
     pub fn set_faults(&self, faults: Faults) {
         self.lock().faults = faults;
     }
 
+    /// What it has done so far.
     pub fn counters(&self) -> SimCounters {
         self.lock().counters
     }
@@ -142,6 +153,7 @@ impl SimDisk {
         self.lock().fuse = Some(requests);
     }
 
+    /// After a simulated crash: serves again, with what reached the disk.
     pub fn revive(&self) {
         let mut disk = self.lock();
         disk.fuse = None;

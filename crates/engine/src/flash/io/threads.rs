@@ -75,6 +75,7 @@ fn serve(file: Arc<File>, shared: Arc<Shared>, done: Sender<Completion>) {
 }
 
 impl ThreadsEngine {
+    /// An engine of `threads` threads over `file`.
     pub fn new(file: File, threads: usize) -> ThreadsEngine {
         ThreadsEngine::with_read_delay(file, threads, std::time::Duration::ZERO)
     }

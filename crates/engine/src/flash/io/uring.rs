@@ -26,6 +26,7 @@ pub struct UringEngine {
 }
 
 impl UringEngine {
+    /// An io_uring of `depth` entries over `file`.
     pub fn new(file: File, depth: u32) -> std::io::Result<UringEngine> {
         let depth = depth.clamp(1, 4096).next_power_of_two();
         // Cooperative task running (Linux 5.19): a completion's work waits for the owner's next
