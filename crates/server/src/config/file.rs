@@ -84,3 +84,76 @@ fn file_defaults(command: &clap::Command, path: &Path) -> Result<Vec<(String, St
     }
     Ok(defaults)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{file_defaults, names_flag, section_of, Config};
+    use clap::CommandFactory;
+
+    /// The packaged example, installed as /etc/tierkv/tierkv.toml.
+    const PACKAGED: &str = include_str!("../../../../packaging/tierkv.toml");
+
+    /// Every `key = value` line of the packaged file, commented out or not, as (section, key).
+    fn packaged_keys() -> Vec<(String, String)> {
+        let mut section = String::new();
+        let mut keys = Vec::new();
+        for line in PACKAGED.lines() {
+            let line = line.trim_start_matches('#').trim();
+            if let Some(name) = line.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+                section = name.to_string();
+            } else if let Some((key, _)) = line.split_once('=') {
+                let key = key.trim();
+                if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+                    keys.push((section.clone(), key.to_string()));
+                }
+            }
+        }
+        keys
+    }
+
+    #[test]
+    fn the_packaged_file_lists_every_flag() {
+        let keys = packaged_keys();
+        let command = Config::command();
+        let skipped = ["config", "help", "version"];
+        let mut missing = Vec::new();
+        for arg in command.get_arguments().filter(|arg| !arg.is_hide_set()) {
+            let Some(long) = arg.get_long() else { continue };
+            if skipped.contains(&long) {
+                continue;
+            }
+            let section = section_of(arg).unwrap_or_default();
+            let listed = keys.iter().any(|(in_section, key)| {
+                (in_section.is_empty() && key == long)
+                    || (*in_section == section && names_flag(&section, key, Some(long)))
+            });
+            if !listed {
+                missing.push(format!("--{long} (section [{section}])"));
+            }
+        }
+        assert!(missing.is_empty(), "packaging/tierkv.toml does not list {}", missing.join(", "));
+    }
+
+    #[test]
+    fn every_key_of_the_packaged_file_names_a_flag() {
+        // Every line uncommented: each key must name a flag, none twice, every value parse.
+        let uncommented: String = PACKAGED
+            .lines()
+            .map(|line| {
+                let bare = line.trim_start_matches('#').trim_start();
+                if bare.starts_with('[') || bare.contains(" = ") {
+                    bare
+                } else {
+                    ""
+                }
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let path = std::env::temp_dir().join(format!("tierkv-packaged-{}.toml", std::process::id()));
+        std::fs::write(&path, uncommented).unwrap();
+        let defaults = file_defaults(&Config::command(), &path);
+        let _ = std::fs::remove_file(&path);
+        let defaults = defaults.unwrap_or_else(|error| panic!("{error}"));
+        assert!(defaults.len() >= packaged_keys().len(), "{defaults:?}");
+    }
+}

@@ -86,14 +86,8 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
         let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
         starts.push(Start { id, poll, main, direct, udp, links, cpu });
     }
-    if settings.verbose > 0 {
-        eprintln!(
-            "tierkv: listening on {} with {} MiB in {workers} partitions{}",
-            settings.unix_socket.as_ref().map_or(address.to_string(), |(path, _)| path.display().to_string()),
-            settings.memory_bytes >> 20,
-            settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default()
-        );
-    }
+    // One line whatever the verbosity, so the journal of a daemon says what it serves.
+    eprintln!("{}", start_line(settings));
     let threads: Vec<_> = starts
         .into_iter()
         .map(|start| {
@@ -122,6 +116,24 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
         eprintln!("tierkv: stopped");
     }
     result
+}
+
+/// What a starting server says: its version, where it listens, its workers, memory and flash.
+fn start_line(settings: &Settings) -> String {
+    let listen =
+        settings.unix_socket.as_ref().map_or(settings.address.to_string(), |(path, _)| path.display().to_string());
+    let udp = settings.udp_port.map_or("UDP off".to_string(), |port| format!("UDP port {port}"));
+    let direct = settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default();
+    let flash = settings
+        .flash
+        .as_ref()
+        .map_or("flash off".to_string(), |flash| format!("flash {} ({} MiB)", flash.path.display(), flash.size >> 20));
+    format!(
+        "tierkv {}: listening on {listen} ({udp}{direct}), {} workers, {} MiB, {flash}",
+        crate::VERSION,
+        settings.threads,
+        settings.memory_bytes >> 20
+    )
 }
 
 /// What every worker shares: counts, tunables, and the security and metrics set up once
