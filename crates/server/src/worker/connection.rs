@@ -152,11 +152,13 @@ impl Connection {
     }
 
     /// Its phase.
+    #[inline]
     pub(super) fn phase(&self) -> &Phase {
         &self.phase
     }
 
     /// Whether it may be served (it is past `Authenticating`).
+    #[inline]
     pub(super) fn authenticated(&self) -> bool {
         !matches!(self.phase, Phase::Authenticating)
     }
@@ -173,6 +175,7 @@ impl Connection {
         self.phase = Phase::Closing;
     }
 
+    #[inline]
     pub(super) fn is_closing(&self) -> bool {
         matches!(self.phase, Phase::Closing)
     }
@@ -196,6 +199,7 @@ impl Connection {
     /// Takes up to `available` bytes of input to discard in `Swallowing` or `SkippingLine`
     /// (`newline`: where the next newline is, if any): returns the bytes to drop and, once
     /// the discard is over (back to Serving), the reply owed for the refused request.
+    #[inline]
     pub(super) fn discard(
         &mut self,
         available: usize,
@@ -232,6 +236,7 @@ impl Connection {
     }
 
     /// The dump in progress.
+    #[inline]
     pub(super) fn dump(&self) -> Option<&Dump> {
         match &self.phase {
             Phase::Dumping(dump) => Some(dump),
@@ -239,6 +244,7 @@ impl Connection {
         }
     }
 
+    #[inline]
     pub(super) fn dump_mut(&mut self) -> Option<&mut Dump> {
         match &mut self.phase {
             Phase::Dumping(dump) => Some(dump),
@@ -262,6 +268,7 @@ impl Connection {
     }
 
     /// The watcher id, if it is one.
+    #[inline]
     pub(super) fn watching(&self) -> Option<u64> {
         match self.phase {
             Phase::Watching(id) => Some(id),
@@ -270,6 +277,7 @@ impl Connection {
     }
 
     /// Bytes its buffers hold (their capacities), for the budget.
+    #[inline]
     pub(super) fn buffer_bytes(&self) -> usize {
         let parts = self.order.buffer_bytes();
         self.input.capacity() + self.output.capacity() + self.marks.capacity() * 8 + parts
@@ -282,31 +290,37 @@ impl Connection {
     }
 
     /// Moves completed replies at the front of the order to the output.
+    #[inline]
     pub(super) fn drain_parts(&mut self, pool: &mut Vec<Vec<u8>>) {
         self.order.drain(&mut self.output, &mut self.marks, pool);
     }
 
     /// Ends one UDP message here (after every reply given so far).
+    #[inline]
     pub(super) fn mark(&mut self) {
         self.order.mark(self.output.len(), &mut self.marks);
     }
 
     /// Reply bytes waiting to be written: the output and the parts behind a forwarded reply.
+    #[inline]
     pub(super) fn pending_bytes(&self) -> usize {
         self.output.len() + self.order.pending_bytes()
     }
 
     /// Whether replies waiting to be written have reached the limit.
+    #[inline]
     pub(super) fn over_output_limit(&self) -> bool {
         self.output.len() > self.output_limit || (!self.order.is_empty() && self.pending_bytes() > self.output_limit)
     }
 
     /// Whether everything it was asked has been answered into `output`.
+    #[inline]
     pub(super) fn settled(&self) -> bool {
         self.order.is_empty()
     }
 }
 
+#[inline]
 pub(super) fn release_idle_buffers(connection: &mut Connection, keep: usize) {
     if connection.output.is_empty() && connection.output.capacity() > keep {
         connection.output = Vec::new();
@@ -327,6 +341,7 @@ pub(super) enum ReadEnd {
 }
 
 /// Reads until the socket is drained or the input holds `input_limit` bytes.
+#[inline]
 pub(super) fn read_some(
     connection: &mut Connection,
     chunk: &mut [u8],
@@ -365,6 +380,7 @@ pub(super) enum Step {
 
 /// Writes what the socket takes; false if the connection failed. (A UDP reply is sent whole
 /// when it is complete, not here.)
+#[inline]
 pub(super) fn flush(connection: &mut Connection, state: &mut State) -> bool {
     let Some(stream) = connection.stream.as_mut() else { return true };
     // TLS: the records of earlier writes leave first (a no-op for sockets).

@@ -323,6 +323,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 impl Worker {
     /// What the poll reported: accepts on the listeners, readable UDP sockets and flash
     /// completions noted, and a turn for each connection with an event.
+    #[inline(always)]
     fn handle_events(&mut self, events: &Events, main: &Listener, direct: Option<&Listener>, poll: &Poll) {
         for event in events.iter() {
             match event.token() {

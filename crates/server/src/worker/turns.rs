@@ -144,7 +144,9 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
         // pipeline). Each request is decoded in place into its slot (120 bytes: no memcpy).
         let mut batch: [Option<Decoded<'_>>; BATCH] = [None; BATCH];
         let mut routes = [(Route::Local, None); BATCH];
-        let (batch_len, next, long_step) = decode_batch(connection, slot, core, &input, at, &mut batch, &mut routes);
+        let (mut next, mut long_step) = (None, None);
+        let batch_len =
+            decode_batch(connection, slot, core, (&input, at), &mut batch, &mut routes, (&mut next, &mut long_step));
         if batch_len > 1 {
             prefetch_batch(core, &routes[..batch_len]);
         }
@@ -210,30 +212,30 @@ pub(super) fn process(connection: &mut Connection, slot: usize, core: &mut Core)
     stopped_early
 }
 
-/// Decodes a run of complete requests from `input[at..]` into `batch`, each with its route:
-/// how many, what stopped the run (an incomplete or invalid request), and a long get line's
-/// piece taken instead (at the head of a batch of its own).
+/// Decodes a run of complete requests from `input[at..]` into `batch`, each with its route;
+/// returns how many. `next` gets what stopped the run (an incomplete or invalid request),
+/// `long_step` a long get line's piece taken instead (at the head of a batch of its own).
 #[inline(always)]
 fn decode_batch<'i>(
     connection: &mut Connection,
     slot: usize,
     core: &mut Core,
-    input: &'i [u8],
-    at: usize,
+    (input, at): (&'i [u8], usize),
     batch: &mut [Option<Decoded<'i>>; BATCH],
     routes: &mut [(Route, Option<KeyHash>); BATCH],
-) -> (usize, Option<Decoded<'i>>, Option<LongStep>) {
-    let (mut batch_len, mut decoded_end, mut next, mut long_step) = (0, at, None, None);
+    (next, long_step): (&mut Option<Decoded<'i>>, &mut Option<LongStep>),
+) -> usize {
+    let (mut batch_len, mut decoded_end) = (0, at);
     while batch_len < BATCH && decoded_end < input.len() {
         // A long get line is taken in pieces, at the head of a batch of its own, without
         // decoding (and checking) the whole of it again for every piece.
         let rest = &input[decoded_end..];
         if rest.len() > LONG_GET_CHUNK_BYTES && tierkv_protocol::text::is_long_get(rest, LONG_GET_CHUNK_BYTES) {
             if batch_len == 0 {
-                long_step = long_get(connection, slot, core, &input[at..]);
+                *long_step = long_get(connection, slot, core, &input[at..]);
             }
             if batch_len > 0 || long_step.is_some() {
-                next = Some(Decoded::Incomplete { needed: 0 });
+                *next = Some(Decoded::Incomplete { needed: 0 });
                 break;
             }
         }
@@ -246,12 +248,12 @@ fn decode_batch<'i>(
                 decoded_end += *consumed;
             }
             other => {
-                next = other.take();
+                *next = other.take();
                 break;
             }
         }
     }
-    (batch_len, next, long_step)
+    batch_len
 }
 
 /// How many requests from the start of `batch` form a run of atomics on one key, all local.
