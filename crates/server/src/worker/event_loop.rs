@@ -128,10 +128,10 @@ fn start_line(settings: &Settings) -> String {
         .flash
         .as_ref()
         .map_or("flash off".to_string(), |flash| format!("flash {} ({} MiB)", flash.path.display(), flash.size >> 20));
+    let workers = if settings.threads == 1 { "1 worker".to_string() } else { format!("{} workers", settings.threads) };
     format!(
-        "tierkv {}: listening on {listen} ({udp}{direct}), {} workers, {} MiB, {flash}",
+        "tierkv {}: listening on {listen} ({udp}{direct}), {workers}, {} MiB, {flash}",
         crate::VERSION,
-        settings.threads,
         settings.memory_bytes >> 20
     )
 }

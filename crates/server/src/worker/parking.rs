@@ -82,17 +82,20 @@ fn failed_reply(request: &Request<'_>, out: &mut Vec<u8>) {
 impl Core {
     /// Parks `pending` (its request bytes `raw`) if it must wait for flash: true if parked
     /// (its reply comes later), false if it may run now. `from`: the worker that forwarded it.
-    pub(super) fn park(&mut self, pending: Pending, raw: &[u8], from: Option<usize>) -> bool {
+    pub(super) fn park(&mut self, mut pending: Pending, raw: &[u8], from: Option<usize>) -> bool {
         let needs = pending.learned.needs;
         if !self.parking.enabled || !(needs.item || needs.write) {
             return false;
         }
-        let mut request = raw.to_vec();
-        let mut pending = pending;
-        if pending.learned.key_in(&request).is_none() && !self.append_decoded_key(&mut request, &mut pending) {
-            return false;
-        }
-        let key = pending.learned.key_in(&request).expect("the key is in the request");
+        // A base64 key is decoded here (the request's bytes do not hold it as it is used).
+        let decoded = match pending.learned.key_in(raw) {
+            Some(_) => None,
+            None => match self.decoded_key(raw) {
+                Some(key) => Some(key),
+                None => return false,
+            },
+        };
+        let key = decoded.as_deref().or_else(|| pending.learned.key_in(raw)).unwrap_or_default();
         let hash = KeyHash::of(key);
         pending.learned.hash = hash.0;
         let parking = &mut self.parking;
@@ -114,6 +117,12 @@ impl Core {
                 FlashProbe::Pending => {}
             }
         }
+        // It waits: its bytes are copied (a decoded key after them, where its span points).
+        let mut request = raw.to_vec();
+        if let Some(key) = &decoded {
+            pending.learned.key = (request.len() as u32, key.len() as u32);
+            request.extend_from_slice(key);
+        }
         let parking = &mut self.parking;
         parking.queues.entry(hash.0).or_default().push_back(id);
         parking.parked[id] = Some(Parked { pending, from, request, awaiting_guard, guarded: false });
@@ -121,19 +130,17 @@ impl Core {
         true
     }
 
-    /// A request whose key is not in its bytes as used (base64): decodes it and appends the
-    /// decoded key to `request`, where `pending` then finds it; false if it has no valid key.
+    /// The key of a request whose bytes do not hold it as it is used (base64), decoded; None
+    /// if it has no valid key.
     #[cold]
-    fn append_decoded_key(&self, request: &mut Vec<u8>, pending: &mut Pending) -> bool {
+    fn decoded_key(&self, raw: &[u8]) -> Option<Vec<u8>> {
         let mut buffer = [0u8; 256];
-        let key = match decode_request(request, &self.limits) {
-            Decoded::Request { request, .. } => request.command.key().and_then(|key| key.decode_into(&mut buffer)),
+        match decode_request(raw, &self.limits) {
+            Decoded::Request { request, .. } => {
+                request.command.key().and_then(|key| key.decode_into(&mut buffer)).map(<[u8]>::to_vec)
+            }
             _ => None,
-        };
-        let Some(key) = key.map(<[u8]>::to_vec) else { return false };
-        pending.learned.key = (request.len() as u32, key.len() as u32);
-        request.extend_from_slice(&key);
-        true
+        }
     }
 
     /// What the head of a key's queue waits for now: its item's read, then (`guard`) its
