@@ -24,7 +24,7 @@ pub(crate) const METADUMP_BEHIND_REPLIES: &[u8] = b"ERROR cannot pipeline other 
 
 /// memcached's `refresh_certs`: loads the TLS certificates again; the old ones stay on failure.
 fn refresh_certs(state: &State, out: &mut Vec<u8>) {
-    match &state.tls {
+    match &state.shared.tls {
         None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
         Some(tls) => match tls.refresh(tierkv_engine::unix_now().into()) {
             Ok(()) => reply::status(out, Status::Ok),
@@ -85,7 +85,7 @@ fn number<T: std::str::FromStr>(token: &[u8]) -> Option<T> {
 }
 
 fn shutdown(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
-    if !state.settings.admin.shutdown {
+    if !state.shared.settings.admin.shutdown {
         line(out, "ERROR: shutdown not enabled");
         return After::Continue;
     }
@@ -144,9 +144,9 @@ fn cache_memlimit(tokens: &[&[u8]], partition: &mut AnyPartition, state: &State,
         Some(1_000_000_001..) => line(out, "MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"),
         Some(megabytes) => {
             let bytes = (megabytes as usize) << 20;
-            let unchanged = bytes == state.memory_limit.load(Ordering::Relaxed);
-            if unchanged || partition.set_memory_bytes(bytes / state.settings.threads).is_ok() {
-                state.memory_limit.store(bytes, Ordering::Relaxed);
+            let unchanged = bytes == state.shared.memory_limit.load(Ordering::Relaxed);
+            if unchanged || partition.set_memory_bytes(bytes / state.shared.settings.threads).is_ok() {
+                state.shared.memory_limit.store(bytes, Ordering::Relaxed);
                 line(out, "OK");
             } else {
                 line(out, "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust");
@@ -158,10 +158,10 @@ fn cache_memlimit(tokens: &[&[u8]], partition: &mut AnyPartition, state: &State,
 /// Sizes this worker's partition for the limit `cache_memlimit` last set, once it changed
 /// (called every loop turn; the size was checked when it was set).
 pub(crate) fn apply_memory_limit(partition: &mut AnyPartition, state: &State, applied: &mut usize) {
-    let limit = state.memory_limit.load(Ordering::Relaxed);
+    let limit = state.shared.memory_limit.load(Ordering::Relaxed);
     if limit != *applied {
         *applied = limit;
-        if let Err(e) = partition.set_memory_bytes(limit / state.settings.threads) {
+        if let Err(e) = partition.set_memory_bytes(limit / state.shared.settings.threads) {
             eprintln!("tierkv: cache_memlimit {} MB: {e}", limit >> 20);
         }
     }
@@ -179,7 +179,7 @@ fn lru_crawler(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
         [_, b"crawl", classes] if valid_classes(classes) => line(out, "OK"),
         [_, b"crawl", _] => line(out, "BADCLASS invalid class id"),
         [_, b"metadump", classes] => {
-            if !state.settings.admin.dump {
+            if !state.shared.settings.admin.dump {
                 line(out, "ERROR metadump not allowed");
             } else if !out.is_empty() {
                 out.extend_from_slice(METADUMP_BEHIND_REPLIES);
@@ -236,7 +236,7 @@ fn lru(tokens: &[&[u8]], out: &mut Vec<u8>) {
 /// Streams tierkv has nothing to report on (raw commands, system, connection and proxy events,
 /// evictions: the log overwrites items without visiting them) are accepted and stay silent.
 fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
-    if !state.settings.admin.watch {
+    if !state.shared.settings.admin.watch {
         line(out, "CLIENT_ERROR watch commands not allowed");
         return After::Continue;
     }
@@ -273,7 +273,7 @@ fn watch(tokens: &[&[u8]], state: &State, out: &mut Vec<u8>) -> After {
 
 /// `stats cachedump <class> <limit>` (text only, as in memcached).
 pub(crate) fn stats_cachedump(args: &[u8], state: &State, out: &mut Vec<u8>) -> After {
-    if !state.settings.admin.dump {
+    if !state.shared.settings.admin.dump {
         line(out, "CLIENT_ERROR stats cachedump not allowed");
         return After::Continue;
     }

@@ -5,7 +5,7 @@
 use crate::after::After;
 use crate::config::Config;
 use crate::execute::execute;
-use crate::stats::State;
+use crate::stats::{ServerState, State};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use tierkv_engine::{AnyPartition as Partition, Mode, PartitionConfig};
@@ -75,7 +75,7 @@ fn get_and_set_paths_do_not_allocate() {
 fn serving_does_not_allocate(mode: Mode) {
     let settings = crate::config::load(["tierkv", "-m", "64"]).and_then(Config::settings).unwrap();
     let mut partition = Partition::new(mode, &PartitionConfig::new(64 << 20)).unwrap();
-    let mut state = State::new(&settings, 0);
+    let mut state = State::new(std::sync::Arc::new(ServerState::new(&settings)), 0);
     let mut input = Vec::new();
     for i in 0..500 {
         let key = format!("key:{i:08}");

@@ -112,7 +112,7 @@ fn execute_vectors(
     }
     let only: Vec<engine::VectorUpdate<'_>> = updates.iter().map(|(_, u)| *u).collect();
     let mut results = Vec::with_capacity(only.len());
-    let failed = if state.settings.atomic_combining {
+    let failed = if state.shared.settings.atomic_combining {
         partition.vector_update_many(key, &only, &mut results).err()
     } else {
         only.iter().try_for_each(|u| partition.vector_update_many(key, std::slice::from_ref(u), &mut results)).err()
@@ -120,7 +120,7 @@ fn execute_vectors(
     while results.len() < only.len() {
         results.push(Err(failed.unwrap_or(engine::EngineError::OutOfMemory)));
     }
-    if state.settings.atomic_combining && only.len() > 1 {
+    if state.shared.settings.atomic_combining && only.len() > 1 {
         state.counters.atomic_lookups_saved += only.len() as u64 - 1;
     }
     for ((request, _), result) in updates.iter().zip(&results) {
@@ -268,7 +268,7 @@ pub(crate) fn execute_run_marked(
         }
         _ => None,
     }));
-    let combine = state.settings.atomic_combining && engine_requests.len() > 1;
+    let combine = state.shared.settings.atomic_combining && engine_requests.len() > 1;
     let failed = if combine {
         partition.atomic_many(key, &engine_requests, &mut results).err()
     } else {

@@ -272,7 +272,7 @@ fn execute_text(
             true => reply::status(out, Status::Touched),
             false => reply::status(out, Status::NotFound),
         },
-        Command::FlushAll { .. } if !state.settings.admin.flush => {
+        Command::FlushAll { .. } if !state.shared.settings.admin.flush => {
             state.counters.cmd_flush += 1;
             reply::error(out, &ErrorReply::Client("flush_all not allowed"));
         }
@@ -282,12 +282,12 @@ fn execute_text(
         }
         Command::Version => reply::version(out, crate::VERSION.as_bytes()),
         Command::Verbosity { level } => {
-            state.verbosity.store(level, std::sync::atomic::Ordering::Relaxed);
+            state.shared.verbosity.store(level, std::sync::atomic::Ordering::Relaxed);
             reply::status(out, Status::Ok);
         }
         Command::Quit => return After::Close,
         Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
-            state.detail.command(args, out);
+            state.shared.detail.command(args, out);
             // Counting starts (or stops) with the next request, here at once.
             state.refresh_observe();
         }
@@ -567,7 +567,7 @@ fn execute_binary(
             None => error(out, status::KEY_ENOENT),
         },
         // memcached -F answers a binary flush with an authentication error.
-        Command::FlushAll { .. } if !state.settings.admin.flush => error(out, status::AUTH_ERROR),
+        Command::FlushAll { .. } if !state.shared.settings.admin.flush => error(out, status::AUTH_ERROR),
         Command::FlushAll { delay } => {
             counted_flush_all(partition, delay, &mut state.counters);
             success(out, 0, &[]);
@@ -591,8 +591,8 @@ fn execute_binary(
         },
         // -S: SASL again on an authenticated connection; without it memcached answers SASL
         // opcodes with UNKNOWN_COMMAND.
-        Command::Sasl { opcode, key, value } if state.settings.sasl => {
-            if let Some(table) = state.auth.clone() {
+        Command::Sasl { opcode, key, value } if state.shared.settings.sasl => {
+            if let Some(table) = state.shared.auth.clone() {
                 let outcome = crate::auth::sasl(&table, opcode, key, value, info, out);
                 state.counters.sasl(outcome);
             }

@@ -96,27 +96,53 @@ impl Counters {
     }
 }
 
-/// Everything `stats` reports that is not in the partition.
+/// What every worker's `State` shares: the settings, what a command on any worker changes for
+/// all (verbosity, the memory limit, `stats detail`, watchers), and what is set up once at
+/// start (TLS, the users of `-Y`). Built once; each worker holds it through an `Arc`.
+#[derive(Debug)]
+pub(crate) struct ServerState {
+    pub settings: Settings,
+    /// The `verbosity` level (the command reaches only one worker).
+    pub verbosity: Arc<AtomicU32>,
+    /// The item memory `cache_memlimit` last set (bytes, all partitions); each worker applies
+    /// its share at its next loop turn.
+    pub memory_limit: Arc<AtomicUsize>,
+    /// `stats detail`'s table.
+    pub detail: crate::detail::Detail,
+    /// memcached's watchers.
+    pub watchers: crate::watch::Watchers,
+    /// `-Z`: the TLS context (`refresh_certs`, the ssl stats).
+    pub tls: Option<Arc<crate::net::tls::TlsContext>>,
+    /// `-Y`: the users allowed in.
+    pub auth: Option<Arc<crate::auth::AuthTable>>,
+}
+
+impl ServerState {
+    /// The shared state of a server with `settings`, before TLS and users are loaded.
+    pub(crate) fn new(settings: &Settings) -> ServerState {
+        ServerState {
+            settings: settings.clone(),
+            verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
+            memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
+            detail: crate::detail::Detail::new(settings.admin.prefix_delimiter),
+            watchers: crate::watch::Watchers::default(),
+            tls: None,
+            auth: None,
+        }
+    }
+}
+
+/// One worker's own figures and scratch, beside the state all workers share (`shared`).
 #[derive(Debug)]
 pub(crate) struct State {
     pub counters: Counters,
     /// The engine's counters at the last `stats reset` (reported values are differences).
     engine_baseline: EngineStats,
-    pub settings: Settings,
-    /// The `verbosity` level, shared by every worker (the command reaches only one).
-    pub verbosity: Arc<AtomicU32>,
-    /// The item memory `cache_memlimit` last set (bytes, all partitions), shared by every
-    /// worker; each applies its share at its next loop turn.
-    pub memory_limit: Arc<AtomicUsize>,
     /// Connections this worker serves now.
     pub curr_connections: u64,
     /// Bytes this worker's connection buffers hold (its budget's count, kept current by the
     /// worker).
     pub conn_buffer_bytes: u64,
-    /// `stats detail`'s table, shared by every worker.
-    pub detail: Arc<crate::detail::Detail>,
-    /// memcached's watchers, shared by every worker.
-    pub watchers: Arc<crate::watch::Watchers>,
     /// What is observed (`watch::DETAIL`, `FETCHERS`, `MUTATIONS`), as this worker last read
     /// it (once a turn): the request path checks this one byte.
     pub observe: u8,
@@ -125,11 +151,9 @@ pub(crate) struct State {
     pub fd: i32,
     /// Buffers the atomics reuse from run to run (`atomic_run`).
     pub atomic_scratch: AtomicScratch,
-    /// `-Z`: the TLS context (`refresh_certs`, the ssl stats).
-    pub tls: Option<Arc<crate::net::tls::TlsContext>>,
-    /// `-Y`: the users allowed in.
-    pub auth: Option<Arc<crate::auth::AuthTable>>,
     started: u32,
+    /// What all workers share.
+    pub shared: Arc<ServerState>,
 }
 
 /// Buffers a run of atomics reuses for its engine requests and answers (`atomic_run`).
@@ -140,56 +164,31 @@ pub(crate) struct AtomicScratch {
 }
 
 impl State {
-    pub(crate) fn new(settings: &Settings, now: u32) -> State {
+    pub(crate) fn new(shared: Arc<ServerState>, now: u32) -> State {
         State {
             counters: Counters::default(),
             engine_baseline: EngineStats::default(),
-            settings: settings.clone(),
-            verbosity: Arc::new(AtomicU32::new(u32::from(settings.verbose))),
-            memory_limit: Arc::new(AtomicUsize::new(settings.memory_bytes)),
             curr_connections: 0,
             conn_buffer_bytes: 0,
-            detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
-            watchers: Arc::default(),
             observe: 0,
             fd: -1,
             atomic_scratch: Default::default(),
-            tls: None,
-            auth: None,
             started: now,
+            shared,
         }
-    }
-
-    /// The same state with a verbosity level and memory limit shared with other workers.
-    pub(crate) fn sharing_tunables(self, verbosity: Arc<AtomicU32>, memory_limit: Arc<AtomicUsize>) -> State {
-        State { verbosity, memory_limit, ..self }
-    }
-
-    /// The same state with a `stats detail` table and watchers shared with other workers.
-    pub(crate) fn sharing(self, detail: Arc<crate::detail::Detail>, watchers: Arc<crate::watch::Watchers>) -> State {
-        State { detail, watchers, ..self }
-    }
-
-    /// The same state with the server's TLS context and authentication table.
-    pub(crate) fn sharing_security(
-        self,
-        tls: Option<Arc<crate::net::tls::TlsContext>>,
-        auth: Option<Arc<crate::auth::AuthTable>>,
-    ) -> State {
-        State { tls, auth, ..self }
     }
 
     /// Reads again what is observed (once a turn, and when it changes here).
     pub(crate) fn refresh_observe(&mut self) {
-        let detail = if self.detail.enabled() { crate::watch::DETAIL } else { 0 };
-        self.observe = detail | self.watchers.active();
+        let detail = if self.shared.detail.enabled() { crate::watch::DETAIL } else { 0 };
+        self.observe = detail | self.shared.watchers.active();
     }
 
     /// Counts `event` for `key` in `stats detail` when it is on.
     #[inline]
     pub(crate) fn detail(&self, key: &[u8], event: crate::detail::Event) {
         if self.observe & crate::watch::DETAIL != 0 {
-            self.detail.record(key, event);
+            self.shared.detail.record(key, event);
         }
     }
 
@@ -209,7 +208,7 @@ impl State {
         }
         if self.observe & crate::watch::FETCHERS != 0 {
             let fd = self.fd;
-            self.watchers.log(crate::watch::FETCHERS, |gid| {
+            self.shared.watchers.log(crate::watch::FETCHERS, |gid| {
                 crate::watch::item_get_line(gid, key, size.is_some(), size.unwrap_or(0), fd)
             });
         }
@@ -219,7 +218,7 @@ impl State {
     pub(crate) fn observe_store(&self, key: &[u8], status: &str, command: &str, exptime: i64, size: usize) {
         if self.observe & crate::watch::MUTATIONS != 0 {
             let fd = self.fd;
-            self.watchers.log(crate::watch::MUTATIONS, |gid| {
+            self.shared.watchers.log(crate::watch::MUTATIONS, |gid| {
                 crate::watch::item_store_line(gid, key, status, command, exptime, size, fd)
             });
         }
@@ -229,7 +228,7 @@ impl State {
     pub(crate) fn reset(&mut self, partition: &Partition) {
         self.counters = Counters::default();
         self.engine_baseline = partition.stats();
-        self.detail.clear();
+        self.shared.detail.clear();
     }
 
     /// This worker's share of the figures `stats` sums over workers.
@@ -437,14 +436,14 @@ pub(crate) fn report(
         Group::Slabs => slabs(state, total, partition, &mut put),
         Group::Items => items(total, &mut put),
         Group::Tierkv => {
-            put("partitions", &state.settings.threads);
+            put("partitions", &state.shared.settings.threads);
             put("hash", &PARTITION_HASH);
-            put("direct_port_base", &state.settings.direct_ports.unwrap_or(0));
+            put("direct_port_base", &state.shared.settings.direct_ports.unwrap_or(0));
             put("forwarded_requests", &total.counters.forwarded_requests);
             put("crew_reads", &total.counters.crew_reads);
             put("locked_requests", &total.counters.locked_requests);
             put("slow_request_kicks", &total.counters.slow_request_kicks);
-            put("concurrency", &state.settings.concurrency.name());
+            put("concurrency", &state.shared.settings.concurrency.name());
             put("mode", &partition.mode().name());
             put("bytes_used", &total.bytes);
             put("bytes_free", &total.free_bytes);
@@ -454,7 +453,7 @@ pub(crate) fn report(
             put("cmd_atomic", &total.counters.cmd_atomic);
             put("atomic_hits", &total.counters.atomic_hits);
             put("atomic_misses", &total.counters.atomic_misses);
-            put("atomic_combining", &if state.settings.atomic_combining { "yes" } else { "no" });
+            put("atomic_combining", &if state.shared.settings.atomic_combining { "yes" } else { "no" });
             put("atomic_lookups_saved", &total.counters.atomic_lookups_saved);
             put("atomic_writes_saved", &total.counters.atomic_writes_saved);
             put("cmd_vector", &total.counters.cmd_vector);
@@ -537,7 +536,7 @@ fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn F
         put(&format!("1:{name}"), &value);
     }
     put("active_slabs", &1);
-    put("total_malloced", &state.memory_limit.load(Ordering::Relaxed));
+    put("total_malloced", &state.shared.memory_limit.load(Ordering::Relaxed));
 }
 
 fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
@@ -551,7 +550,7 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("pointer_size", &(usize::BITS));
     put("rusage_user", &user);
     put("rusage_system", &system);
-    put("max_connections", &state.settings.conn_limit);
+    put("max_connections", &state.shared.settings.conn_limit);
     put("curr_connections", &total.curr_connections);
     put("total_connections", &c.total_connections);
     put("rejected_connections", &c.rejected_connections);
@@ -578,29 +577,29 @@ fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn
     put("store_no_memory", &c.store_no_memory);
     put("auth_cmds", &c.auth_cmds);
     put("auth_errors", &c.auth_errors);
-    if let Some(tls) = &state.tls {
+    if let Some(tls) = &state.shared.tls {
         put("ssl_new_sessions", &tls.new_sessions.load(Ordering::Relaxed));
         put("ssl_handshake_errors", &tls.handshake_errors.load(Ordering::Relaxed));
         put("ssl_proto_errors", &tls.proto_errors.load(Ordering::Relaxed));
         let since = u64::from(tierkv_engine::unix_now()).saturating_sub(tls.loaded_at.load(Ordering::Relaxed));
         put("time_since_server_cert_refresh", &since);
     }
-    if state.settings.idle_timeout > 0 {
+    if state.shared.settings.idle_timeout > 0 {
         put("idle_kicks", &c.idle_kicks);
     }
     put("bytes_read", &c.bytes_read);
     put("bytes_written", &c.bytes_written);
-    put("limit_maxbytes", &state.memory_limit.load(Ordering::Relaxed));
+    put("limit_maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
     put("accepting_conns", &1);
     put("listen_disabled_num", &0);
-    put("threads", &state.settings.threads);
+    put("threads", &state.shared.settings.threads);
     put("hash_power_level", &(partition.index_bytes() / 8).trailing_zeros());
     put("hash_bytes", &total.hash_bytes);
     put("bytes", &total.bytes);
     put("curr_items", &total.curr_items);
     put("total_items", &total.total_items);
     put("evictions", &total.evictions);
-    if let Some(flash) = &state.settings.flash {
+    if let Some(flash) = &state.shared.settings.flash {
         crate::flash_stats::report(&total.flash, flash.size, put);
     }
 }
@@ -614,13 +613,13 @@ fn yes_no(on: bool) -> &'static str {
 }
 
 fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    let s = &state.settings;
-    put("maxbytes", &state.memory_limit.load(Ordering::Relaxed));
+    let s = &state.shared.settings;
+    put("maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
     put("maxconns", &s.conn_limit);
     put("tcpport", &s.address.port());
     put("udpport", &s.udp_port.unwrap_or(0));
     put("inter", &s.address.ip());
-    put("verbosity", &state.verbosity.load(Ordering::Relaxed));
+    put("verbosity", &state.shared.verbosity.load(Ordering::Relaxed));
     put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
     match &s.unix_socket {
         Some((path, _)) => put("domain_socket", &path.display()),
@@ -629,7 +628,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("umask", &format!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask)));
     put("shutdown_command", &yes_no(s.admin.shutdown));
     put("num_threads", &s.threads);
-    put("detail_enabled", &yes_no(state.detail.enabled()));
+    put("detail_enabled", &yes_no(state.shared.detail.enabled()));
     put("cas_enabled", &"yes");
     put("tcp_backlog", &s.backlog);
     let binding = match (&s.auth_file, s.sasl) {
@@ -648,7 +647,7 @@ fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn
     put("flush_enabled", &yes_no(s.admin.flush));
     put("dump_enabled", &yes_no(s.admin.dump));
     put("hash_algorithm", &"xxh3");
-    put("idle_timeout", &state.settings.idle_timeout);
+    put("idle_timeout", &state.shared.settings.idle_timeout);
     ssl_settings(s.tls.as_ref(), put);
     crate::flash_stats::settings(s.flash.as_ref(), put);
 }

@@ -93,7 +93,7 @@ impl Worker {
                 }
                 Err(_) => return,
             };
-            let limit = self.core.state.settings.conn_limit;
+            let limit = self.core.state.shared.settings.conn_limit;
             if self.shared.open_connections.fetch_add(1, Ordering::Relaxed) >= limit {
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
                 let _ = stream.write(TOO_MANY);
@@ -148,7 +148,8 @@ impl Worker {
             return;
         }
         self.next_generation += 1;
-        let mut connection = Connection::new(Some(stream), None, self.next_generation, self.shared.auth.is_some());
+        let mut connection =
+            Connection::new(Some(stream), None, self.next_generation, self.shared.server.auth.is_some());
         connection.last_command = self.core.partition.now();
         self.connections[slot] = Some(connection);
         self.core.state.curr_connections += 1;
@@ -157,9 +158,9 @@ impl Worker {
 
     /// SIGHUP: loads the TLS certificates again (the old ones stay if that fails).
     pub(super) fn reload_certificates(&mut self) {
-        let Some(tls) = &self.shared.tls else { return };
+        let Some(tls) = &self.shared.server.tls else { return };
         match tls.refresh(unix_now().into()) {
-            Ok(()) if self.core.state.settings.verbose > 0 => eprintln!("tierkv: TLS certificates reloaded"),
+            Ok(()) if self.core.state.shared.settings.verbose > 0 => eprintln!("tierkv: TLS certificates reloaded"),
             Ok(()) => {}
             Err(message) => eprintln!("tierkv: SIGHUP: {message}; the previous certificates stay"),
         }
@@ -191,7 +192,7 @@ impl Worker {
     /// on the server (for connection memory, or for replies from another worker or from
     /// flash) is never kicked: its clocks start again when the wait ends.
     pub(super) fn kick_idle_and_slow(&mut self, poll: &Poll) {
-        let settings = &self.core.state.settings;
+        let settings = &self.core.state.shared.settings;
         let (timeout, requests) = (settings.idle_timeout, settings.requests);
         let now = self.core.partition.now();
         self.idle_checked = now;
@@ -213,7 +214,7 @@ impl Worker {
                 self.close(slot, poll);
             } else if slow_request(connection, now, requests) {
                 self.core.state.counters.slow_request_kicks += 1;
-                if self.core.state.settings.verbose > 0 {
+                if self.core.state.shared.settings.verbose > 0 {
                     let (wanted, read) = (connection.wanted, connection.input.len());
                     let since = now.saturating_sub(connection.request_since);
                     let peer = Stream::peer_label(connection.stream.as_ref());

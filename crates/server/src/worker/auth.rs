@@ -36,7 +36,7 @@ impl AuthLog {
 /// it has failed `--auth-max-failures` times.
 fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8]) {
     connection.auth_failures += 1;
-    let max = core.state.settings.auth_max_failures;
+    let max = core.state.shared.settings.auth_max_failures;
     let close = max > 0 && connection.auth_failures >= max;
     let (stream, failures) = (connection.stream.as_ref(), connection.auth_failures);
     if let Ok(mut log) = core.auth_log.lock() {
@@ -56,11 +56,11 @@ fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8])
 /// Takes authentication attempts from the front of the input; true once the connection has
 /// authenticated (what follows is then served), false while it has not.
 pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool {
-    let Some(table) = core.state.auth.clone() else {
+    let Some(table) = core.state.shared.auth.clone() else {
         connection.grant();
         return true;
     };
-    if core.state.settings.sasl {
+    if core.state.shared.settings.sasl {
         return sasl_authenticate(connection, core, &table);
     }
     let input = std::mem::take(&mut connection.input);

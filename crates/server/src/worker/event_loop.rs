@@ -18,7 +18,7 @@ use crate::limits::{AGAIN_PER_LOOP, READ_CHUNK_BYTES};
 use crate::net::tls::{Acceptor, TlsContext};
 use crate::net::Listener;
 use crate::pending::Kind;
-use crate::stats::State;
+use crate::stats::{ServerState, State};
 use crate::sys::partition_lock::Owned;
 use crate::sys::signals::{install_signal_handlers, RELOAD, STOP};
 use mio::net::TcpListener;
@@ -139,11 +139,10 @@ fn start_line(settings: &Settings) -> String {
 /// What every worker shares: counts, tunables, and the security and metrics set up once
 /// (certificates, users, the metrics server), each failing start-up with its flag named.
 fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
-    let memory_limit = Arc::new(AtomicUsize::new(settings.memory_bytes));
-    let verbosity = State::new(settings, 0).verbosity;
+    let mut server = ServerState::new(settings);
     let tls = match &settings.tls {
         Some(tls) => {
-            let context = TlsContext::new(tls.clone(), unix_now().into(), Arc::clone(&verbosity));
+            let context = TlsContext::new(tls.clone(), unix_now().into(), Arc::clone(&server.verbosity));
             Some(Arc::new(context.map_err(ServeError::Tls)?))
         }
         None => None,
@@ -154,7 +153,8 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     };
     let metrics = match settings.metrics {
         Some(at) => {
-            let published = crate::metrics::Published::new(settings.threads, Arc::clone(&memory_limit), tls.clone());
+            let published =
+                crate::metrics::Published::new(settings.threads, Arc::clone(&server.memory_limit), tls.clone());
             let published = Arc::new(published);
             crate::metrics::serve(at, Arc::clone(&published)).map_err(ServeError::socket("--metrics-port", at))?;
             Some(published)
@@ -165,6 +165,7 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         Some(flash) => Some(Arc::new(super::flash::open_file(flash, settings.threads)?)),
         None => None,
     };
+    (server.tls, server.auth) = (tls, auth);
     Ok(Shared {
         flash_file,
         readers: Arc::new((0..settings.threads).map(|_| std::sync::OnceLock::new()).collect()),
@@ -172,15 +173,10 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         open_connections: AtomicUsize::new(0),
         handoff: (0..settings.threads).map(|_| admission::Handoff::default()).collect(),
         next_worker: AtomicUsize::new(0),
-        verbosity,
-        memory_limit,
-        detail: Arc::new(crate::detail::Detail::new(settings.admin.prefix_delimiter)),
-        watchers: Arc::default(),
         udp_amplification: settings.udp_amplification,
-        auth,
         auth_log: Arc::default(),
-        tls,
         metrics,
+        server: Arc::new(server),
     })
 }
 
@@ -412,19 +408,16 @@ impl Worker {
             let _ = shared.lockables[id].set(partition.share());
         }
         let limits = Limits { max_value_bytes: settings.max_item_bytes, ..Limits::default() };
-        let acceptor = shared.tls.clone().map(Acceptor::new);
+        let acceptor = shared.server.tls.clone().map(Acceptor::new);
         let latency = shared.metrics.as_ref().map(|_| Default::default());
         // memcached's -Y turns the binary protocol off, its -S the text protocol.
-        let limits = Limits { binary: shared.auth.is_none() || settings.sasl, text: !settings.sasl, ..limits };
+        let limits = Limits { binary: shared.server.auth.is_none() || settings.sasl, text: !settings.sasl, ..limits };
         Ok(Worker {
             core: Core {
                 id,
                 workers,
                 partition,
-                state: State::new(settings, unix_now())
-                    .sharing_tunables(Arc::clone(&shared.verbosity), Arc::clone(&shared.memory_limit))
-                    .sharing(Arc::clone(&shared.detail), Arc::clone(&shared.watchers))
-                    .sharing_security(shared.tls.clone(), shared.auth.clone()),
+                state: State::new(Arc::clone(&shared.server), unix_now()),
                 limits,
                 links,
                 pool: Vec::new(),

@@ -147,7 +147,7 @@ impl Core {
                 }
                 return (Route::Split, None);
             }
-            Command::FlushAll { delay } if self.workers > 1 && self.state.settings.admin.flush => {
+            Command::FlushAll { delay } if self.workers > 1 && self.state.shared.settings.admin.flush => {
                 return (Route::Flush(delay), None)
             }
             Command::Stats { args } if crate::stats::subcommand(args) == b"conns" => return (Route::Conns, None),

@@ -67,7 +67,7 @@ impl Worker {
             self.free.push(slot);
             self.core.budget.forget(&connection);
             if let Some(id) = connection.watching() {
-                self.core.state.watchers.remove(id);
+                self.core.state.shared.watchers.remove(id);
                 self.watching.retain(|&watching| watching != slot);
             }
             if let Some(stream) = connection.stream.as_mut() {

@@ -78,18 +78,13 @@ struct Shared {
     handoff: Vec<admission::Handoff>,
     /// Whose turn the next connection accepted on the shared port is.
     next_worker: AtomicUsize,
-    verbosity: Arc<std::sync::atomic::AtomicU32>,
-    memory_limit: Arc<AtomicUsize>,
-    detail: Arc<crate::detail::Detail>,
-    watchers: Arc<crate::watch::Watchers>,
     /// `--udp-amplification`: UDP replies to a datagram total at most this many times its size.
     udp_amplification: usize,
-    /// `-Z`: the certificates every worker accepts with.
-    tls: Option<Arc<crate::net::tls::TlsContext>>,
-    /// `-Y`: the users allowed in.
-    auth: Option<Arc<crate::auth::AuthTable>>,
     /// Failed authentication attempts, logged at most once a second by all workers together.
     auth_log: Arc<std::sync::Mutex<auth::AuthLog>>,
+    /// The settings and what every worker's `State` shares (verbosity, memory limit, `stats
+    /// detail`, watchers, TLS, users).
+    server: Arc<crate::stats::ServerState>,
     /// `--metrics-port`: where workers publish their figures.
     metrics: Option<Arc<crate::metrics::Published>>,
     /// `--flash-path`: the flash file every partition has a region of.

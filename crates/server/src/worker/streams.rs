@@ -26,7 +26,7 @@ pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams:
         return false;
     }
     let out = connection.local_out(&mut core.pool);
-    match core.state.watchers.add(streams) {
+    match core.state.shared.watchers.add(streams) {
         None => {
             out.extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
             false
@@ -44,7 +44,7 @@ pub(super) fn start_watch(connection: &mut Connection, core: &mut Core, streams:
 /// written), anything it sends is read and dropped, and its end of stream closes it.
 pub(super) fn watch_turn(connection: &mut Connection, id: u64, core: &mut Core, chunk: &mut [u8]) -> Turn {
     if connection.output.len() < WATCHER_BUFFER_BYTES {
-        core.state.watchers.take(id, &mut connection.output);
+        core.state.shared.watchers.take(id, &mut connection.output);
     }
     if !flush(connection, &mut core.state) {
         return Turn::Close;
