@@ -10,7 +10,7 @@ use crate::flash::FlashStore;
 use crate::hash::KeyHash;
 use crate::storage::Access;
 use crate::store::{StoreConfig, StorePartition};
-use crate::tiering::FlashTier;
+use crate::tiering::{AttachError, FlashTier};
 use crate::types::{
     ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet, MetaItem,
     StoreOutcome, StoreRequest, StoreStats,
@@ -59,10 +59,10 @@ impl AnyPartition {
     }
 
     /// Puts a flash store behind this partition (cache mode only; before the first write).
-    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
+    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), AttachError> {
         match self {
             AnyPartition::Cache(p) => p.attach_flash(store),
-            AnyPartition::Store(_) => Err("a flash tier needs cache mode (store mode evicts nothing)".into()),
+            AnyPartition::Store(_) => Err(AttachError::StoreMode),
         }
     }
 }

@@ -48,7 +48,7 @@ pub use item::item_log_bytes;
 pub use numeric::{apply_delta, parse_counter, CounterValue};
 pub use storage::Access;
 pub use store::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
-pub use tiering::{FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
+pub use tiering::{AttachError, FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 pub use time::unix_now;
 pub use types::{
     ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MemoryOverhead,

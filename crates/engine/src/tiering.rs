@@ -4,7 +4,7 @@
 //!
 //! It must not hold state: it is the seam, not the tier.
 
-use crate::flash::{CascadeStats, FlashMemory, FlashStats, TierCounts};
+use crate::flash::{CascadeStats, FlashMemory, FlashStats, StoreError, TierCounts};
 use crate::hash::KeyHash;
 use crate::types::ItemDebug;
 
@@ -76,6 +76,26 @@ pub struct FlashReport {
     pub tiers: TierCounts,
 }
 
+/// Why a flash store cannot be put behind a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachError {
+    /// Store mode evicts nothing, so nothing would reach flash.
+    StoreMode,
+    /// The partition has been written to (or has a tier already).
+    NotNew,
+}
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AttachError::StoreMode => "a flash tier needs cache mode (store mode evicts nothing)",
+            AttachError::NotNew => "a flash store joins a partition before its first write",
+        })
+    }
+}
+
+impl std::error::Error for AttachError {}
+
 /// The flash tier behind a partition: requests that must see a key's item, or change a key
 /// with a flash copy, ask first (`flash_probe`, `flash_guard_write`) and run when `flash_poll`
 /// hands their token back. Calls never block but `flash_poll` with `wait` and `close_flash`.
@@ -104,7 +124,7 @@ pub trait FlashTier {
     /// The tier's figures.
     fn flash_report(&self) -> Option<FlashReport>;
     /// A clean shutdown of the tier: DRAM items written to flash, the store closed.
-    fn close_flash(&mut self) -> Result<(), String>;
+    fn close_flash(&mut self) -> Result<(), StoreError>;
     /// The items of the `n`th flash segment (oldest first) not also in DRAM, for a dump; false
     /// past the last segment.
     fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool;

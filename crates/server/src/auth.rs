@@ -17,27 +17,52 @@ pub(crate) struct AuthTable {
     entries: Vec<([u8; MAX_CREDENTIAL_BYTES], usize, [u8; MAX_CREDENTIAL_BYTES], usize)>,
 }
 
+/// What is wrong with a users file (`-Y`, `--sasl-pwdb`).
+#[derive(Debug)]
+pub(crate) enum AuthFileError {
+    /// It cannot be read.
+    Read { path: std::path::PathBuf, error: std::io::Error },
+    /// A line is not `user:password` (or a part is too long).
+    Malformed { path: std::path::PathBuf, line: usize },
+    /// More entries than tierkv keeps.
+    TooMany { path: std::path::PathBuf },
+    /// No entry at all.
+    Empty { path: std::path::PathBuf },
+}
+
+impl std::fmt::Display for AuthFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuthFileError::Read { path, error } => write!(f, "cannot read {}: {error}", path.display()),
+            AuthFileError::Malformed { path, line } => {
+                write!(f, "{} has a malformed entry on line {line}. Should be 'user:password'", path.display())
+            }
+            AuthFileError::TooMany { path } => write!(f, "{} has more than {MAX_ENTRIES} entries", path.display()),
+            AuthFileError::Empty { path } => write!(f, "{} has no 'user:password' entry", path.display()),
+        }
+    }
+}
+
 impl AuthTable {
     /// Reads a `user:password` file (one entry a line; the password may hold colons); the
     /// error says what is wrong, in memcached's words where it has them.
-    pub(crate) fn load(path: &std::path::Path) -> Result<AuthTable, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    pub(crate) fn load(path: &std::path::Path) -> Result<AuthTable, AuthFileError> {
+        let path_buf = || path.to_path_buf();
+        let text = std::fs::read_to_string(path).map_err(|error| AuthFileError::Read { path: path_buf(), error })?;
         let mut entries = Vec::new();
         for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.is_empty()) {
-            let malformed = || {
-                format!("{} has a malformed entry on line {}. Should be 'user:password'", path.display(), number + 1)
-            };
+            let malformed = || AuthFileError::Malformed { path: path_buf(), line: number + 1 };
             let (user, password) = line.split_once(':').ok_or_else(malformed)?;
             if user.is_empty() || user.len() > MAX_CREDENTIAL_BYTES || password.len() > MAX_CREDENTIAL_BYTES {
                 return Err(malformed());
             }
             if entries.len() == MAX_ENTRIES {
-                return Err(format!("{} has more than {MAX_ENTRIES} entries", path.display()));
+                return Err(AuthFileError::TooMany { path: path_buf() });
             }
             entries.push((pad(user.as_bytes()), user.len(), pad(password.as_bytes()), password.len()));
         }
         if entries.is_empty() {
-            return Err(format!("{} has no 'user:password' entry", path.display()));
+            return Err(AuthFileError::Empty { path: path_buf() });
         }
         Ok(AuthTable { entries })
     }
@@ -126,7 +151,7 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let table = AuthTable::load(&path);
         std::fs::remove_file(&path).unwrap();
-        table
+        table.map_err(|error| error.to_string())
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use tierkv_engine::flash::OpenError;
 
 #[derive(Debug)]
 pub(crate) enum ServeError {
@@ -12,7 +13,7 @@ pub(crate) enum ServeError {
     /// The TLS certificates (`-Z`) cannot be loaded.
     Tls(String),
     /// The authentication file (`-Y`) cannot be read.
-    Auth(String),
+    Auth(crate::auth::AuthFileError),
     /// The Unix socket (`-s`) cannot be made.
     Unix { path: std::path::PathBuf, error: io::Error },
     /// The open-files limit cannot be read.
@@ -26,7 +27,7 @@ pub(crate) enum ServeError {
     /// A worker thread panicked (the others stopped).
     WorkerPanicked,
     /// The flash file (`--flash-path`) cannot be used.
-    Flash { path: std::path::PathBuf, message: String },
+    Flash { path: std::path::PathBuf, size: u64, error: FlashStartError },
 }
 
 impl ServeError {
@@ -57,9 +58,30 @@ impl fmt::Display for ServeError {
             ServeError::Partition(error) => write!(f, "-m/--memory-limit: {error}"),
             ServeError::System { what, error } => write!(f, "cannot {what}: {error}"),
             ServeError::WorkerPanicked => write!(f, "a worker thread panicked"),
-            ServeError::Flash { path, message } => write!(f, "--flash-path {}: {message}", path.display()),
+            ServeError::Flash { path, size, error } => {
+                write!(f, "--flash-path {}: ", path.display())?;
+                match error {
+                    FlashStartError::Open(OpenError::Layout(why)) => {
+                        write!(f, "--flash-size {size} cannot be laid out: {}", why.0)
+                    }
+                    FlashStartError::Open(OpenError::File(why)) => {
+                        write!(f, "cannot open or size it to {size} bytes: {why}")
+                    }
+                    FlashStartError::Open(other) => write!(f, "{other}"),
+                    FlashStartError::Attach(why) => write!(f, "{why}"),
+                }
+            }
         }
     }
 }
 
 impl std::error::Error for ServeError {}
+
+/// Why the flash tier of `--flash-path` could not start.
+#[derive(Debug)]
+pub(crate) enum FlashStartError {
+    /// The file or a partition's region could not be opened.
+    Open(OpenError),
+    /// A region could not be put behind its partition.
+    Attach(tierkv_engine::AttachError),
+}

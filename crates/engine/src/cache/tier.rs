@@ -17,10 +17,11 @@
 //! newer write.
 
 use super::Partition;
+use crate::flash::StoreError;
 use crate::flash::{FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
 use crate::hash::KeyHash;
 use crate::item::{ItemHeader, STATE_MASK};
-use crate::tiering::{FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
+use crate::tiering::{AttachError, FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 use crate::time::is_expired;
 use crate::types::ItemDebug;
 use std::time::Instant;
@@ -65,9 +66,9 @@ impl Partition {
     /// starts past every CAS the store has seen and past the clock in nanoseconds, so every CAS
     /// issued from now on is larger than any issued before a restart; a delayed flush_all
     /// pending at the last clean close is scheduled again.
-    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), String> {
+    pub fn attach_flash(&mut self, store: FlashStore) -> Result<(), AttachError> {
         if self.log.tail() != 0 || self.tier.is_some() {
-            return Err("a flash store joins a partition before its first write".into());
+            return Err(AttachError::NotNew);
         }
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let start = (store.max_cas() + 1).max(u64::try_from(nanos).unwrap_or(u64::MAX / 2));
@@ -371,7 +372,7 @@ impl FlashTier for Partition {
     /// A clean shutdown: every live DRAM item goes to flash (past the admission policy), then
     /// the store closes cleanly, keeping the largest CAS issued and a pending delayed flush.
     /// Afterwards the partition has no tier.
-    fn close_flash(&mut self) -> Result<(), String> {
+    fn close_flash(&mut self) -> Result<(), StoreError> {
         if self.tier.is_none() {
             return Ok(());
         }

@@ -9,6 +9,7 @@
 //!
 //! It blocks (it runs inside `open`) and never trusts what it reads: a bad record is skipped.
 
+use super::errors::RecoveryError;
 use std::collections::HashMap;
 
 use super::durable::STREAM_GROUP;
@@ -75,7 +76,7 @@ fn damaged_mid_way(segment: &[u8], seed: u64) -> bool {
 impl FlashStore {
     /// Rebuilds the ring and the index from the segments after a crash; returns the items
     /// adopted. The caller has set the epoch; `now` decides expiry.
-    pub(super) fn recover(&mut self, sb: &Superblock, now: Now) -> Result<u64, String> {
+    pub(super) fn recover(&mut self, sb: &Superblock, now: Now) -> Result<u64, RecoveryError> {
         let mut found = Found::default();
         let segment = self.layout.segment_bytes as usize;
         let mut buf = AlignedBuf::new(segment);
@@ -98,7 +99,7 @@ impl FlashStore {
                     break header;
                 }
                 if tries == 5 {
-                    return Err(format!("segment {slot} reads back damaged; nothing is adopted"));
+                    return Err(RecoveryError::SegmentDamaged { slot });
                 }
             };
             let Some(header) = header.filter(|h| {
@@ -197,7 +198,7 @@ impl FlashStore {
 
     /// Lays the ring out as the valid segments say (oldest to newest, in slot order) and
     /// indexes every item no newer record killed.
-    fn rebuild(&mut self, found: Found, now: Now) -> Result<u64, String> {
+    fn rebuild(&mut self, found: Found, now: Now) -> Result<u64, RecoveryError> {
         let Some(&(newest, _, _)) = found.segments.iter().max_by_key(|s| s.1) else {
             return Ok(0);
         };

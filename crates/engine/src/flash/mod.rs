@@ -17,6 +17,7 @@ mod cascade;
 mod config;
 mod crash;
 mod durable;
+mod errors;
 mod gc;
 mod identity;
 mod index;
@@ -42,6 +43,7 @@ pub use config::{
     CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
     MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
+pub use errors::{DeviceError, RecoveryError, StoreError};
 pub use identity::{claim_file, Claim, ClaimError};
 use index::{Entry, FlashIndex};
 pub use io::sim::{Faults, SimDisk};

@@ -14,6 +14,7 @@
 //!   segment from an older life never matches the slot table's record of what a slot holds, and
 //!   GC never takes items from it.
 
+use super::errors::{DeviceError, RecoveryError, StoreError};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::admission::admission_for;
@@ -50,8 +51,8 @@ pub struct OpenReport {
 impl FlashStore {
     /// Opens partition `cfg.partition`'s region through `io`: restores it after a clean close,
     /// else starts empty. Fails only if the region cannot be laid out or marked open.
-    pub fn open(io: Box<dyn IoEngine>, cfg: FlashConfig, now: Now) -> Result<(FlashStore, OpenReport), String> {
-        let layout = RegionLayout::new(&cfg).map_err(|e| e.0)?;
+    pub fn open(io: Box<dyn IoEngine>, cfg: FlashConfig, now: Now) -> Result<(FlashStore, OpenReport), StoreError> {
+        let layout = RegionLayout::new(&cfg).map_err(StoreError::Layout)?;
         let mut store = FlashStore::empty(io, cfg, layout, now);
         let sb = store.read_superblock();
         let expected = store.superblock(STATE_CLEAN, 0, 0);
@@ -95,7 +96,7 @@ impl FlashStore {
                     Ok(items) => (true, format!("recovered {items} items from the segments after a crash")),
                     Err(why) => {
                         store.reset();
-                        (false, why)
+                        (false, why.to_string())
                     }
                 }
             }
@@ -103,7 +104,7 @@ impl FlashStore {
                 Ok(()) => (true, "restored".to_string()),
                 Err(why) => {
                     store.reset();
-                    (false, why)
+                    (false, why.to_string())
                 }
             },
         };
@@ -130,7 +131,7 @@ impl FlashStore {
         for _ in 0..if restored { 1 } else { SUPERBLOCK_PAGES } {
             store
                 .write_superblock(STATE_OPEN, 0, 0)
-                .map_err(|errno| format!("cannot mark the flash region open (errno {errno})"))?;
+                .map_err(|errno| StoreError::Device(DeviceError { what: "marking the flash region open", errno }))?;
         }
         let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
         Ok((store, report))
@@ -360,17 +361,17 @@ impl FlashStore {
     }
 
     /// Takes page `p` of a snapshot being loaded (the cascade section's pages go to `extra`).
-    fn absorb_page(&mut self, p: usize, page: &[u8], extra: &mut Vec<u8>) -> Result<(), String> {
+    fn absorb_page(&mut self, p: usize, page: &[u8], extra: &mut Vec<u8>) -> Result<(), RecoveryError> {
         let (slot_pages, bucket_pages, _) = self.snapshot_pages();
         if p > slot_pages + bucket_pages {
             extra.extend_from_slice(page);
         } else if p == 0 {
-            let h = SnapshotHeader::decode(page).ok_or("the index snapshot's header is damaged")?;
+            let h = SnapshotHeader::decode(page).ok_or(RecoveryError::SnapshotHeader)?;
             if (h.partition, h.slots, h.buckets) != (self.cfg.partition, self.layout.slots, self.layout.buckets)
                 || h.head >= h.slots
                 || h.used_slots > h.slots
             {
-                return Err("the index snapshot does not match the layout".into());
+                return Err(RecoveryError::SnapshotLayout);
             }
             (self.head, self.used_slots) = (h.head, h.used_slots);
         } else if p <= slot_pages {
@@ -398,10 +399,10 @@ impl FlashStore {
     }
 
     /// Loads the snapshot named by a clean superblock; on error the caller resets.
-    fn load_snapshot(&mut self, sb: &Superblock) -> Result<(), String> {
+    fn load_snapshot(&mut self, sb: &Superblock) -> Result<(), RecoveryError> {
         let (_, _, pages) = self.snapshot_pages();
         if sb.snapshot_bytes != (pages * PAGE) as u64 {
-            return Err("the index snapshot's size does not match".into());
+            return Err(RecoveryError::SnapshotSize);
         }
         let mut hasher = Xxh3::new();
         let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
@@ -411,14 +412,14 @@ impl FlashStore {
             let offset = self.layout.snapshot_offset + (first * PAGE) as u64;
             let (back, result) = self.sync_io(IoKind::Read, offset, buf, n * PAGE);
             buf = back;
-            result.map_err(|errno| format!("reading the index snapshot failed (errno {errno})"))?;
+            result.map_err(|errno| RecoveryError::SnapshotRead { errno })?;
             hasher.update(&buf[..n * PAGE]);
             for p in 0..n {
                 self.absorb_page(first + p, &buf[p * PAGE..(p + 1) * PAGE], &mut extra)?;
             }
         }
         if hasher.digest() != sb.snapshot_checksum {
-            return Err("the index snapshot fails its checksum".into());
+            return Err(RecoveryError::SnapshotChecksum);
         }
         if let Some(c) = self.cascade.as_deref_mut() {
             c.load(&extra)?;
@@ -428,12 +429,12 @@ impl FlashStore {
 
     /// The ring restored must be whole: slots from tail to head sealed, the rest free. Live
     /// counts are recounted from the index.
-    fn check_ring(&mut self) -> Result<(), String> {
+    fn check_ring(&mut self) -> Result<(), RecoveryError> {
         let tail = self.tail();
         for (i, slot) in self.slots.iter().enumerate() {
             let in_ring = (i as u32 + self.layout.slots - tail) % self.layout.slots < self.used_slots;
             if in_ring != (slot.state == SlotState::Sealed) {
-                return Err("the index snapshot's ring is inconsistent".into());
+                return Err(RecoveryError::SnapshotRing);
             }
         }
         let (slot_count, segment) = (self.layout.slots, self.layout.segment_bytes as usize);
@@ -442,7 +443,7 @@ impl FlashStore {
             e.slot() < slot_count && at < segment && at / PAGE + e.pages() as usize <= segment / PAGE
         };
         if !self.index.entries().all(sane) {
-            return Err("the index snapshot names places outside the ring".into());
+            return Err(RecoveryError::SnapshotPlaces);
         }
         let slots = &mut self.slots;
         for e in self.index.entries() {
@@ -514,11 +515,11 @@ impl FlashStore {
     /// Closes cleanly: everything buffered and the index reach the device, and the next open
     /// serves every live item. An error leaves the region marked open (the next open starts
     /// empty).
-    pub fn close(mut self, now: Now) -> Result<(), String> {
+    pub fn close(mut self, now: Now) -> Result<(), StoreError> {
         self.drain(now);
         self.write_down_drops(now);
-        fn errno(what: &'static str) -> impl Fn(i32) -> String {
-            move |e| format!("{what} failed (errno {e})")
+        fn errno(what: &'static str) -> impl Fn(i32) -> StoreError {
+            move |errno| StoreError::Device(DeviceError { what, errno })
         }
         let (bytes, checksum) = self.save_snapshot().map_err(errno("writing the index snapshot"))?;
         self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map_err(errno("syncing the flash file"))?;

@@ -9,7 +9,7 @@ use super::config::{CascadeConfig, FlashConfig, LayoutError, RegionLayout};
 use super::identity::{claim_file, ClaimError};
 use super::io::{engine_for, open_file, threads::ThreadsEngine, FlashIo, IoEngine};
 use super::recovery::OpenReport;
-use super::{AdmissionPolicy, FlashStore, Now};
+use super::{AdmissionPolicy, FlashStore, Now, StoreError};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -107,7 +107,7 @@ pub enum OpenError {
         /// The partition.
         partition: usize,
         /// What was wrong.
-        why: String,
+        why: StoreError,
     },
 }
 

@@ -4,21 +4,18 @@
 //! It must not read or write sockets.
 
 use super::Worker;
-use crate::error::ServeError;
-use tierkv_engine::flash::{Now, OpenError, TierFile, NEW_FILE};
+use crate::error::{FlashStartError, ServeError};
+use tierkv_engine::flash::{Now, TierFile, NEW_FILE};
 use tierkv_engine::Engine;
 use tierkv_engine::{unix_now, AnyPartition as Partition};
 
 /// Opens the flash file of `--flash-path` for `workers` partitions (`TierFile::open`), saying
 /// on stderr what the user should know (buffered I/O, a new identity).
 pub(super) fn open_file(flash: &crate::config::FlashSettings, workers: usize) -> Result<TierFile, ServeError> {
-    let file = TierFile::open(&flash.path, &flash.tier(), workers, flash.force).map_err(|error| {
-        let message = match error {
-            OpenError::Layout(why) => format!("--flash-size {} cannot be laid out: {}", flash.size, why.0),
-            OpenError::File(why) => format!("cannot open or size it to {} bytes: {why}", flash.size),
-            other => other.to_string(),
-        };
-        ServeError::Flash { path: flash.path.clone(), message }
+    let file = TierFile::open(&flash.path, &flash.tier(), workers, flash.force).map_err(|error| ServeError::Flash {
+        path: flash.path.clone(),
+        size: flash.size,
+        error: FlashStartError::Open(error),
     })?;
     if file.buffered {
         eprintln!(
@@ -42,11 +39,11 @@ pub(super) fn attach(
     workers: usize,
     verbose: u8,
 ) -> Result<(), ServeError> {
-    let fail = |message: String| ServeError::Flash { path: flash.path.clone(), message };
+    let fail = |error: FlashStartError| ServeError::Flash { path: flash.path.clone(), size: flash.size, error };
     let started = std::time::Instant::now();
     let now = Now { unix: unix_now(), nanos: 1 };
     let (store, report, note) =
-        file.open_partition(&flash.tier(), id, workers, now).map_err(|error| fail(error.to_string()))?;
+        file.open_partition(&flash.tier(), id, workers, now).map_err(|error| fail(FlashStartError::Open(error)))?;
     if let Some(note) = note.filter(|_| id == 0) {
         eprintln!("tierkv: --flash-io: {note}");
     }
@@ -60,7 +57,7 @@ pub(super) fn attach(
     } else if verbose > 0 || report.reason != NEW_FILE {
         eprintln!("tierkv: flash partition {id}: starts empty: {}", report.reason);
     }
-    partition.attach_flash(store).map_err(fail)
+    partition.attach_flash(store).map_err(|error| fail(FlashStartError::Attach(error)))
 }
 
 impl Worker {

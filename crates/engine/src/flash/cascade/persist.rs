@@ -15,6 +15,7 @@
 use super::super::index::Entry;
 use super::super::mapblock::Mapping;
 use super::{Cascade, T2Block};
+use crate::flash::RecoveryError;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"TKVCASC1");
 
@@ -69,8 +70,8 @@ impl Cascade {
     }
 
     /// Restores the section written by `save` for this very geometry.
-    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let bad = || "the cascade index snapshot is damaged or of another layout".to_string();
+    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), RecoveryError> {
+        let bad = || RecoveryError::CascadeSnapshot;
         let mut r = Reader { bytes, at: 0 };
         if r.u64().ok_or_else(bad)? != MAGIC {
             return Err(bad());
