@@ -73,7 +73,7 @@ pub enum AtomicOutcome {
 }
 
 /// Reads a stored counter as `kind`; None if it is not one.
-pub fn read_counter(value: &[u8], kind: CounterKind) -> Option<u64> {
+pub(crate) fn read_counter(value: &[u8], kind: CounterKind) -> Option<u64> {
     match kind {
         CounterKind::U64 => parse_counter(value),
         CounterKind::I64 => {
@@ -84,7 +84,7 @@ pub fn read_counter(value: &[u8], kind: CounterKind) -> Option<u64> {
 }
 
 /// Applies `request` to `value`: (outcome, the value afterwards).
-pub fn apply(value: u64, request: &AtomicRequest) -> (AtomicOutcome, u64) {
+pub(crate) fn apply(value: u64, request: &AtomicRequest) -> (AtomicOutcome, u64) {
     let signed = request.kind == CounterKind::I64;
     let pick = |a: u64, b: u64, min: bool| {
         let a_first = if signed { (a as i64) <= (b as i64) } else { a <= b };

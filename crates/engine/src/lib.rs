@@ -35,7 +35,7 @@ mod vectors;
 
 pub use any::AnyPartition;
 pub use api::Engine;
-pub use atomics::{apply as apply_atomic, read_counter, AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
+pub use atomics::{AtomicOp, AtomicOutcome, AtomicRequest, CounterKind};
 pub use batch::{SetRequest, BATCH_CHUNK};
 pub use cache::crew::{CrewGet, CrewReader};
 pub use cache::Partition;
@@ -51,12 +51,10 @@ pub use store::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
 pub use tiering::{AttachError, FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 pub use time::unix_now;
 pub use types::{
-    ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MemoryOverhead,
-    MetaGet, MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats,
+    ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet,
+    MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats,
 };
-pub use vectors::{
-    apply_update, vector_header, vector_slice, ElemType, VectorError, VectorOp, VectorUpdate, VECTOR_HEADER,
-};
+pub use vectors::{apply_update, vector_header, vector_slice, ElemType, VectorError, VectorOp, VectorUpdate};
 
 #[cfg(test)]
 use cache::index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};

@@ -17,7 +17,7 @@ use crate::types::EngineError;
 pub use crate::types::VectorError;
 
 /// Bytes of a vector's header (element type and length).
-pub const VECTOR_HEADER: usize = 8;
+pub(crate) const VECTOR_HEADER: usize = 8;
 const MAGIC: [u8; 2] = *b"TV";
 const VERSION: u8 = 1;
 

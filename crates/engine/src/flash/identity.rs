@@ -12,7 +12,7 @@ use super::FlashConfig;
 
 /// What claiming the file found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claim {
+pub(super) struct Claim {
     /// The identity every region must carry to be used (`FlashConfig::identity`).
     pub identity: u64,
     /// Why a new identity was drawn for a file that held tierkv's data (None: the same layout
@@ -73,7 +73,7 @@ fn draw_identity(old: u64, salt: u64) -> u64 {
 /// Reads the file's first page and settles its identity for the layout `cfg` describes (its
 /// partition is ignored), writing (and syncing) a new header when the identity changes. With
 /// `force` a foreign file is taken over.
-pub fn claim_file(io: &mut dyn IoEngine, cfg: &FlashConfig, force: bool) -> Result<Claim, ClaimError> {
+pub(super) fn claim_file(io: &mut dyn IoEngine, cfg: &FlashConfig, force: bool) -> Result<Claim, ClaimError> {
     let (page, result) = one(io, IoKind::Read, AlignedBuf::new(PAGE), PAGE);
     result.map_err(|errno| ClaimError::Io(format!("cannot read its first page (errno {errno})")))?;
     let header = FileHeader {

@@ -44,16 +44,19 @@ pub use config::{
     MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 pub use errors::{DeviceError, RecoveryError, StoreError};
-pub use identity::{claim_file, Claim, ClaimError};
+pub use identity::ClaimError;
+#[cfg(test)]
+use identity::claim_file;
 use index::{Entry, FlashIndex};
-pub use io::sim::{Faults, SimDisk};
+#[cfg(test)]
+pub(crate) use io::sim::SimDisk;
 pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
 use io::{Completion, IoKind, IoOp};
 pub use layout::ItemMeta;
 use layout::{decode_item, item_bytes, Corrupt, PAGE};
 pub use recovery::{OpenReport, NEW_FILE};
 use ring::{Slot, SlotState, WriteBuf};
-pub use setup::{OpenError, TestIo, TierFile, TierSettings, WRITE_BUFFERS};
+pub use setup::{OpenError, TestIo, TierFile, TierSettings};
 pub use stats::{FlashMemory, FlashStats};
 
 /// The two clocks the store reads, passed in so tests control time.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// DRAM write buffers of one segment each, per partition: evictions keep filling one while
 /// others are written.
-pub const WRITE_BUFFERS: u32 = 4;
+pub(super) const WRITE_BUFFERS: u32 = 4;
 
 /// What a user chooses for the flash tier, all partitions together.
 #[derive(Clone, Debug, PartialEq)]
