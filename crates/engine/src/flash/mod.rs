@@ -44,9 +44,9 @@ pub use config::{
     MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 pub use errors::{DeviceError, RecoveryError, StoreError};
-pub use identity::ClaimError;
 #[cfg(test)]
 use identity::claim_file;
+pub use identity::ClaimError;
 use index::{Entry, FlashIndex};
 #[cfg(test)]
 pub(crate) use io::sim::SimDisk;
