@@ -96,7 +96,11 @@ impl Core {
             },
         };
         let key = decoded.as_deref().or_else(|| pending.learned.key_in(raw)).unwrap_or_default();
-        let hash = KeyHash::of(key);
+        // The hash decoding learned (routing hashed the key as it is used); none learned: now.
+        let hash = match pending.learned.hash {
+            0 => KeyHash::of(key),
+            learned => KeyHash(learned),
+        };
         pending.learned.hash = hash.0;
         let parking = &mut self.parking;
         let id = parking.free.pop().unwrap_or_else(|| {
