@@ -2,7 +2,9 @@
 # Flash hits/s behind the server, old and new builds interleaved: tierkv -t 1 -m 64 with a 1 GiB
 # flash file, 2M keys of 100 bytes preloaded, uniform GET-only load (8 connections x pipeline 32)
 # for 10 s; hits/s = get_extstore delta / seconds. Usage: bash scripts/flash_hits_ab.sh OLD_BIN NEW_BIN [ROUNDS] [full|cascade]
-# (absolute paths; server CPU per hit from /proc).
+# (absolute paths; server CPU per hit from /proc). Odd rounds run old first, even rounds new first,
+# and each run starts after the previous one's writes reach the device (sync), so neither build
+# always measures while the other's data is still being written back.
 set -euo pipefail
 old=$1; new=$2; rounds=${3:-3}; index=${4:-full}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,10 +20,12 @@ for l in d.decode().split("\r\n"):
 PY
 }
 for r in $(seq "$rounds"); do
-  for which in old new; do
+  order="old new"; [ $((r % 2)) = 0 ] && order="new old"
+  for which in $order; do
     bin=$old; [ "$which" = new ] && bin=$new
     port=$((30000 + RANDOM % 20000))
     rm -f target/flash-ab/f.flash
+    sync; sleep 2
     taskset -c 0 "$bin" -t 1 -m 64 -p "$port" --flash-path target/flash-ab/f.flash --flash-size 1024m --flash-index "$index" 2>/dev/null &
     pid=$!
     sleep 1

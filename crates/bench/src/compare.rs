@@ -1,7 +1,10 @@
 //! `tierkv-bench compare`: start each server on a free loopback port pinned to core 0, preload
 //! it, run every workload and pipeline depth against it from core 1, stop it, and write
-//! results.json, table.md and plot.svg.
+//! results.json, table.md and plot.svg. Given several tierkv builds (`--tierkv-bin
+//! old=PATH --tierkv-bin new=PATH`), it runs them interleaved, each round in the other order
+//! from the last, and writes ab.md: each build against the first, round by round.
 
+use crate::ab::{is_tierkv, server_name};
 use crate::loadgen::{self, Measurement, Protocol, RunConfig};
 use crate::workload::Distribution;
 use std::fmt::Write as _;
@@ -15,8 +18,9 @@ use std::time::{Duration, Instant};
 pub struct CompareConfig {
     /// Servers to run, by name (`tierkv`, `memcached`, `redis`).
     pub servers: Vec<String>,
-    /// The tierkv binary to start (None: the one built beside this program).
-    pub tierkv_bin: Option<PathBuf>,
+    /// The tierkv builds to start, by label: one unlabelled build is the server `tierkv`;
+    /// several are the servers `tierkv@LABEL`, which `tierkv` in `servers` stands for.
+    pub tierkv_bins: Vec<(String, PathBuf)>,
     /// YCSB workloads to run, by letter.
     pub workloads: Vec<char>,
     /// Pipeline depths to run each workload at.
@@ -128,8 +132,13 @@ fn start_on(server: &str, config: &CompareConfig, port: u16) -> Result<(Running,
             Protocol::Resp,
             "",
         ),
-        "tierkv" => {
-            let bin = config.tierkv_bin.clone().ok_or("--servers tierkv needs --tierkv-bin PATH")?;
+        build if is_tierkv(build) => {
+            let bin = config
+                .tierkv_bins
+                .iter()
+                .find(|(label, _)| server_name(label) == build)
+                .map(|(_, path)| path.clone())
+                .ok_or("--servers tierkv needs --tierkv-bin PATH")?;
             (
                 bin,
                 ["-t", "1", "-m", &memory, "-l", "127.0.0.1", "-p", &port_text].map(String::from).to_vec(),
@@ -184,6 +193,19 @@ fn server_pid(running: &Running) -> u32 {
     running.0.id()
 }
 
+/// `servers` with `tierkv` standing for every build, in the order given.
+fn expand(config: &CompareConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    for server in &config.servers {
+        if server == "tierkv" && !config.tierkv_bins.is_empty() {
+            out.extend(config.tierkv_bins.iter().map(|(label, _)| server_name(label)));
+        } else {
+            out.push(server.clone());
+        }
+    }
+    out
+}
+
 /// Runs the whole comparison and writes its files.
 pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
     if !loadgen::pin_to_cpu(1) {
@@ -192,8 +214,13 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
     std::fs::create_dir_all(&config.out).map_err(|e| format!("cannot create {}: {e}", config.out.display()))?;
     let mut rows = Vec::new();
     let mut flash_rows = Vec::new();
+    let servers = expand(config);
     for round in 0..config.repeat.max(1) {
-        for server in &config.servers {
+        // Every other round runs the servers in the reverse order, so a machine that slows
+        // down or speeds up during the run does not favour whichever always goes first.
+        let order: Vec<&String> =
+            if round % 2 == 0 { servers.iter().collect() } else { servers.iter().rev().collect() };
+        for server in order {
             if let Some(flash) = &config.flash {
                 flash.reset();
             }
@@ -218,6 +245,31 @@ pub fn compare(config: &CompareConfig) -> Result<Vec<Row>, String> {
         let table = crate::flash_compare::table(&flash_rows);
         eprint!("{table}");
         let path = config.out.join("flash.md");
+        std::fs::write(&path, table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if config.tierkv_bins.len() > 1 {
+        let labels: Vec<String> = config.tierkv_bins.iter().map(|(label, _)| server_name(label)).collect();
+        let samples: Vec<crate::ab::Sample> = rows
+            .iter()
+            .map(|r| crate::ab::Sample {
+                server: r.server.clone(),
+                configuration: format!(
+                    "{} {} p{} {}",
+                    r.workload,
+                    r.dist,
+                    r.pipeline,
+                    r.rate.map_or("closed loop".to_string(), |rate| format!("{rate:.0}/s"))
+                ),
+                round: r.round,
+                server_cpu: r.measurement.server_cpu_us_per_op,
+                client_cpu: r.measurement.client_cpu_us_per_op,
+                ops_per_sec: r.measurement.ops_per_sec,
+            })
+            .collect();
+        let flash: Vec<_> = flash_rows.iter().map(|f| (f.server.clone(), f.round, f.flash_gets_per_sec)).collect();
+        let table = crate::ab::table(&samples, &flash, &labels);
+        eprint!("{table}");
+        let path = config.out.join("ab.md");
         std::fs::write(&path, table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(rows)
@@ -283,8 +335,8 @@ fn run_server(
                 }
             }
         }
-        if config.flash.is_some() && (server == "tierkv" || server == "memcached") {
-            flash_rows.push(flash_figures(server, config, &base, &mut running, port)?);
+        if config.flash.is_some() && (is_tierkv(server) || server == "memcached") {
+            flash_rows.push(flash_figures(server, round, config, &base, &mut running, port)?);
         }
         drop(running);
     }
@@ -295,13 +347,14 @@ fn run_server(
 /// restart on the same port.
 fn flash_figures(
     server: &str,
+    round: usize,
     config: &CompareConfig,
     base: &RunConfig,
     running: &mut Running,
     port: u16,
 ) -> Result<crate::flash_compare::FlashRow, String> {
     use crate::flash_compare as fc;
-    let mut row = fc::FlashRow { server: server.to_string(), ..Default::default() };
+    let mut row = fc::FlashRow { server: server.to_string(), round, ..Default::default() };
     fc::dram_figures(server, port, &mut row, config.key_bytes)?;
     let sample = RunConfig {
         get_ratio: 1.0,
@@ -312,7 +365,7 @@ fn flash_figures(
         ..base.clone()
     };
     row.hits_before = loadgen::measure(&sample, None)?.get_hit_ratio;
-    if server != "tierkv" {
+    if !is_tierkv(server) {
         return Ok(row);
     }
     fc::flash_gets(base, port, server_pid(running), &mut row)?;

@@ -56,7 +56,7 @@ impl FlashCompare {
     /// The extra arguments of `server`.
     pub fn args(&self, server: &str) -> Vec<String> {
         match server {
-            "tierkv" => {
+            build if crate::ab::is_tierkv(build) => {
                 let mut args = vec![
                     "--flash-path".into(),
                     self.tierkv_file().display().to_string(),
@@ -88,6 +88,9 @@ impl FlashCompare {
         let _ = std::fs::create_dir_all(&self.dir);
         let _ = std::fs::remove_file(self.tierkv_file());
         let _ = std::fs::remove_file(self.memcached_file());
+        // The last server's writes reach the device now, not while the next one is measured.
+        // SAFETY: sync takes no arguments and only asks the kernel to write back dirty data.
+        unsafe { libc::sync() };
     }
 
     /// Puts memcached (`pid`) in a memory cgroup of `-m` plus the slack, page cache included.
@@ -111,6 +114,8 @@ impl FlashCompare {
 pub struct FlashRow {
     /// The server measured.
     pub server: String,
+    /// Which round (0-based) of `--repeat`.
+    pub round: usize,
     /// Items written.
     pub items: u64,
     /// Items the server reports on flash.
@@ -170,7 +175,7 @@ pub fn dram_figures(server: &str, port: u16, row: &mut FlashRow, key_bytes: usiz
     row.items = stat(&general, "curr_items");
     row.on_flash = stat(&general, "extstore_objects_used");
     let on_flash = row.on_flash.max(1) as f64;
-    if server == "tierkv" {
+    if crate::ab::is_tierkv(server) {
         let heap = stat(&general, "flash_index_bytes");
         row.dram_per_flash_item = heap as f64 / on_flash;
         let per = |reads: &str, n: &str| stat(&general, reads) as f64 / stat(&general, n).max(1) as f64;

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ab;
 pub mod compare;
 pub mod flash_compare;
 pub mod floor;

@@ -102,9 +102,11 @@ struct CompareArgs {
     /// Comma-separated: memcached, redis, floor, floor-resp, tierkv.
     #[arg(long, default_value = "memcached,redis,floor")]
     servers: String,
-    /// The tierkv binary, for --servers tierkv.
-    #[arg(long)]
-    tierkv_bin: Option<std::path::PathBuf>,
+    /// The tierkv binary, for --servers tierkv. Given more than once as LABEL=PATH (old=...,
+    /// new=...), the builds run interleaved as servers tierkv@LABEL, and ab.md compares each
+    /// with the first.
+    #[arg(long, value_name = "[LABEL=]PATH")]
+    tierkv_bin: Vec<String>,
     /// Comma-separated YCSB workloads (A, B, C).
     #[arg(long, default_value = "B,A")]
     workloads: String,
@@ -194,7 +196,7 @@ fn compare(args: CompareArgs) {
     }
     let config = tierkv_bench::compare::CompareConfig {
         servers: args.servers.split(',').map(|s| s.trim().to_string()).collect(),
-        tierkv_bin: args.tierkv_bin,
+        tierkv_bins: tierkv_builds(&args.tierkv_bin),
         workloads,
         pipelines,
         connections: args.connections.clamp(1, 10_000),
@@ -220,6 +222,27 @@ fn compare(args: CompareArgs) {
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));
     print!("{}", tierkv_bench::compare::table(&tierkv_bench::compare::medians(&rows)));
+}
+
+/// `--tierkv-bin`: one PATH, or several LABEL=PATH with distinct labels.
+fn tierkv_builds(given: &[String]) -> Vec<(String, std::path::PathBuf)> {
+    if let [only] = given {
+        if !only.contains('=') {
+            return vec![(String::new(), only.into())];
+        }
+    }
+    let mut builds: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for text in given {
+        let Some((label, path)) = text.split_once('=') else {
+            fail(format!("--tierkv-bin {text:?}: with several builds, give each as LABEL=PATH"))
+        };
+        let valid = !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid || path.is_empty() || builds.iter().any(|(l, _)| l == label) {
+            fail(format!("--tierkv-bin {text:?}: LABEL=PATH with a distinct label of letters, digits, - or _"));
+        }
+        builds.push((label.to_string(), path.into()));
+    }
+    builds
 }
 
 fn parse_range(text: &str) -> Result<(usize, usize), String> {
