@@ -13,8 +13,9 @@ use crate::types::ItemDebug;
 pub enum FlashProbe {
     /// In DRAM, or on neither tier: run the operation now.
     Ready,
-    /// A flash read is in flight; `flash_poll` hands back the token once the key is in DRAM
-    /// (or known to be on neither tier). Then run the operation.
+    /// A flash read is in flight; `flash_poll` hands back the token once the key is in DRAM,
+    /// or its read's copy waits for a plain read (`FlashTier::flash_serve_copy`), or it is
+    /// known to be on neither tier. Then run the operation.
     Pending,
     /// Too many reads in flight: ask again after `flash_poll` has handed something back.
     Busy,
@@ -37,6 +38,8 @@ pub struct TierStats {
     pub reads_started: u64,
     /// Items read back from flash into DRAM.
     pub promoted: u64,
+    /// Flash hits of plain reads answered from the read's copy, not promoted (a first hit).
+    pub copies_served: u64,
     /// Reads that found nothing current (another key's tag, superseded, corrupt, I/O error).
     pub read_misses: u64,
     /// Flash copies dropped because DRAM changed the key.
@@ -102,8 +105,13 @@ impl std::error::Error for AttachError {}
 pub trait FlashTier {
     /// Before an operation that must see `key`'s item runs: `Ready` when DRAM has it or flash
     /// cannot; `Pending` while it is read (`flash_poll` then hands back `token`); `Busy`: ask
-    /// again after `flash_poll`.
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe;
+    /// again after `flash_poll`. `copy`: the operation is a plain read (`Engine::get`), which
+    /// may be answered from the read's copy instead of a promotion into DRAM.
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64, copy: bool) -> FlashProbe;
+    /// A plain read whose `flash_probe` was `Pending` is about to run after `flash_poll` handed
+    /// its token back: its `get` sees the read's copy if the item was not promoted. Copies
+    /// last until `flash_submit`, and any change of their key drops them.
+    fn flash_serve_copy(&mut self, key: &[u8], hash: KeyHash);
     /// Before a change of `key` runs (a write, delete, touch, ...): `Pending` while an
     /// invalidation of its flash copy goes to the device (the change must not run before:
     /// after a crash the copy would come back); `flash_poll` then hands back `token`, with

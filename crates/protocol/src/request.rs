@@ -367,6 +367,9 @@ pub struct Needs {
     pub item: bool,
     /// It may change the key (every keyed command but plain reads).
     pub write: bool,
+    /// It only reads the item's value and metadata (a text or binary get without touch): a
+    /// copy of the item read from flash answers it as well as the item itself would.
+    pub copy: bool,
 }
 
 impl Request<'_> {
@@ -386,6 +389,8 @@ impl Request<'_> {
             Command::MetaDebug { .. } => (true, false),
             _ => (false, false),
         };
-        Needs { item, write }
+        let copy =
+            matches!(self.command, Command::Get { touch: None, .. }) && !matches!(self.style, ReplyStyle::Meta(_));
+        Needs { item, write, copy }
     }
 }

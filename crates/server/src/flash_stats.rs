@@ -69,8 +69,10 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_marks",
     "flash_commits",
     "flash_recovered_items",
+    // Flash hits of plain gets answered from the read, not copied into DRAM (a first hit).
+    "flash_hits_not_promoted",
 ];
-pub(crate) const FIGURES: usize = 55;
+pub(crate) const FIGURES: usize = 56;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
@@ -98,7 +100,7 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.read_bytes,
         s.reclaims,
         s.in_flight,
-        t.promoted,
+        t.promoted + t.copies_served,
         s.in_flight,
         s.reads,
         t.spill_rejected,
@@ -140,6 +142,7 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.marks,
         s.commits,
         s.recovered_items,
+        t.copies_served,
     ]
 }
 

@@ -76,7 +76,7 @@ impl Learned {
 
     /// A split get's key: the whole request is the key.
     pub(crate) fn of_key(key: &[u8], hash: KeyHash, touch: bool) -> Learned {
-        Learned { hash: hash.0, key: (0, key.len() as u32), needs: Needs { item: true, write: touch } }
+        Learned { hash: hash.0, key: (0, key.len() as u32), needs: Needs { item: true, write: touch, copy: !touch } }
     }
 
     /// The key in `request` (the bytes this was learned from), if it lies there.
@@ -152,11 +152,15 @@ mod tests {
 
     #[test]
     fn needs_follow_the_command() {
-        assert_eq!(learned(b"get a\r\n").needs, Needs { item: true, write: false });
-        assert_eq!(learned(b"set a 0 0 1\r\nx\r\n").needs, Needs { item: false, write: true });
-        assert_eq!(learned(b"ms a 1\r\nx\r\n").needs, Needs { item: true, write: true });
-        assert_eq!(learned(b"delete a\r\n").needs, Needs { item: true, write: true });
-        assert_eq!(learned(b"gat 10 a\r\n").needs, Needs { item: true, write: true });
+        let (item, write) = (true, true);
+        assert_eq!(learned(b"get a\r\n").needs, Needs { item, write: false, copy: true });
+        assert_eq!(learned(b"set a 0 0 1\r\nx\r\n").needs, Needs { item: false, write, copy: false });
+        assert_eq!(learned(b"ms a 1\r\nx\r\n").needs, Needs { item, write, copy: false });
+        assert_eq!(learned(b"delete a\r\n").needs, Needs { item, write, copy: false });
+        assert_eq!(learned(b"gat 10 a\r\n").needs, Needs { item, write, copy: false });
+        // A meta get reads more than the value (and may change the item): never a copy.
+        assert_eq!(learned(b"mg a v\r\n").needs, Needs { item, write: false, copy: false });
+        assert!(learned(b"gets a\r\n").needs.copy);
         assert_eq!(learned(b"version\r\n").needs, Needs::default());
     }
 }

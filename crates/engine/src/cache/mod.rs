@@ -2,6 +2,7 @@
 //! sized once at creation and never grown.
 
 pub(crate) mod census;
+mod copies;
 pub(crate) mod crew;
 #[cfg(test)]
 mod crew_tests;
@@ -507,8 +508,11 @@ impl Storage for Partition {
 
     #[inline(always)]
     fn read_item(&mut self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
-        let found = self.read_hashed(key, hash)?;
-        Some(self.item_at(&found))
+        match self.read_hashed(key, hash) {
+            Some(found) => Some(self.item_at(&found)),
+            // A flash hit answered from its read's copy (`copies`), if one is being served.
+            None => self.tier.as_ref()?.copy_item(key, hash),
+        }
     }
 
     /// Reads: each key's bucket, then the item it points at; writes: both lines of the

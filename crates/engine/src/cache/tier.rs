@@ -16,6 +16,7 @@
 //! It must not block (but in `close` and flush_all), and must never let a flash copy outlive a
 //! newer write.
 
+use super::copies::{Copies, FlashCopy};
 use super::Partition;
 use crate::flash::StoreError;
 use crate::flash::{FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
@@ -23,7 +24,7 @@ use crate::hash::KeyHash;
 use crate::item::{ItemHeader, STATE_MASK};
 use crate::tiering::{AttachError, FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 use crate::time::is_expired;
-use crate::types::ItemDebug;
+use crate::types::{Item, ItemDebug};
 use std::time::Instant;
 
 /// A change waiting for its invalidation mark's write.
@@ -39,6 +40,8 @@ struct Waiting {
     key: Vec<u8>,
     hash: KeyHash,
     token: u64,
+    /// A plain read: its item may be answered from the read's copy.
+    copy: bool,
 }
 
 pub(crate) struct Tier {
@@ -53,9 +56,27 @@ pub(crate) struct Tier {
     committing: Vec<Committing>,
     commits: Vec<(u64, bool)>,
     stats: TierStats,
+    /// Flash hits this turn answered without promotion.
+    copies: Copies,
 }
 
 impl Tier {
+    /// The copy the running request reads, as an item.
+    #[inline]
+    pub(super) fn copy_item(&self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {
+        let copy = self.copies.serving(key, hash)?;
+        let state = copy.meta.state;
+        Some(Item {
+            value: &copy.value,
+            flags: copy.meta.flags,
+            cas: copy.meta.cas,
+            expiry: copy.meta.expiry,
+            fetched: state & crate::item::FETCHED != 0,
+            stale: state & crate::item::STALE != 0,
+            token_sent: state & crate::item::TOKEN_SENT != 0,
+        })
+    }
+
     fn meta(header: &ItemHeader, cas: u64) -> ItemMeta {
         ItemMeta { flags: header.flags, expiry: header.expiry, cas, state: header.state & STATE_MASK }
     }
@@ -92,6 +113,7 @@ impl Partition {
             committing: Vec::new(),
             commits: Vec::new(),
             stats: TierStats::default(),
+            copies: Copies::default(),
         };
         self.tier = Some(Box::new(tier));
         Ok(())
@@ -108,6 +130,7 @@ impl Partition {
     #[inline]
     pub(super) fn invalidate_flash(&mut self, hash: KeyHash) {
         if let Some(tier) = self.tier.as_mut() {
+            tier.copies.drop_hash(hash);
             if tier.store.delete(hash) {
                 tier.stats.invalidations += 1;
             }
@@ -120,6 +143,7 @@ impl Partition {
         if let Some(tier) = self.tier.as_mut() {
             let start = found.payload_start();
             let hash = KeyHash::of(&self.log.bytes_from(start)[..found.header.key_len]);
+            tier.copies.drop_hash(hash);
             if tier.store.delete(hash) {
                 tier.stats.invalidations += 1;
                 tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
@@ -131,6 +155,7 @@ impl Partition {
     /// says so before this returns).
     pub(super) fn flush_tier(&mut self) {
         if let Some(tier) = self.tier.as_mut() {
+            tier.copies.clear();
             tier.store.clear();
             tier.cursor = self.log.tail();
         }
@@ -226,13 +251,24 @@ impl Partition {
 
 impl FlashTier for Partition {
     /// Where a key must be before an operation runs on it: `Ready` when DRAM has it or flash
-    /// cannot (no I/O); an item still in a flash write buffer is promoted at once.
-    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64) -> FlashProbe {
-        let Some(tier) = self.tier.as_ref() else { return FlashProbe::Ready };
+    /// cannot (no I/O); an item still in a flash write buffer is promoted at once. A copy of
+    /// this turn's reads is served to a plain read (`copy`) and promoted for anything else.
+    fn flash_probe(&mut self, key: &[u8], hash: KeyHash, token: u64, copy: bool) -> FlashProbe {
+        let Some(tier) = self.tier.as_mut() else { return FlashProbe::Ready };
+        tier.copies.stop_serving();
         if !tier.store.may_hold(hash) || self.find_live(key, hash).is_some() {
             return FlashProbe::Ready;
         }
         let mut tier = self.tier.take().expect("checked above");
+        if copy && tier.copies.serve(key, hash) {
+            self.tier = Some(tier);
+            return FlashProbe::Ready;
+        }
+        if let Some(read) = tier.copies.take(key, hash) {
+            self.tier = Some(tier);
+            self.promote(key, hash, &read.value, read.meta);
+            return FlashProbe::Ready;
+        }
         let i = tier.free.pop().unwrap_or_else(|| {
             tier.waiting.push(None);
             tier.waiting.len() - 1
@@ -247,7 +283,7 @@ impl FlashTier for Partition {
             }
             Lookup::Pending => {
                 tier.stats.reads_started += 1;
-                tier.waiting[i] = Some(Waiting { key: key.to_vec(), hash, token });
+                tier.waiting[i] = Some(Waiting { key: key.to_vec(), hash, token, copy });
                 FlashProbe::Pending
             }
             Lookup::Busy => FlashProbe::Busy,
@@ -257,6 +293,13 @@ impl FlashTier for Partition {
         }
         self.tier = Some(tier);
         probe
+    }
+
+    /// A request whose read finished is about to run: a plain read sees its copy.
+    fn flash_serve_copy(&mut self, key: &[u8], hash: KeyHash) {
+        if let Some(tier) = self.tier.as_mut() {
+            tier.copies.serve(key, hash);
+        }
     }
 
     /// Before a change of `key` runs: see `Engine::flash_guard_write`.
@@ -280,6 +323,7 @@ impl FlashTier for Partition {
     fn flash_poll(&mut self, wait: bool, tokens: &mut Vec<u64>) {
         let Some(mut tier) = self.tier.take() else { return };
         let mut done = std::mem::take(&mut tier.done);
+        tier.copies.clear();
         if wait {
             tier.store.wait(tier.now, &mut done);
         } else {
@@ -291,6 +335,12 @@ impl FlashTier for Partition {
             let Some(waiting) = tier.waiting.get_mut(read.token as usize).and_then(Option::take) else { continue };
             tier.free.push(read.token as usize);
             match read.item {
+                // A first hit of a plain read: answered from this copy, not promoted.
+                Some(item) if waiting.copy && !tier.copies.hit_again(waiting.hash) => {
+                    tier.stats.copies_served += 1;
+                    let copy = FlashCopy { hash: waiting.hash, key: waiting.key, value: item.value, meta: item.meta };
+                    tier.copies.push(copy);
+                }
                 Some(item) => self.promote(&waiting.key, waiting.hash, &item.value, item.meta),
                 None => tier.stats.read_misses += 1,
             }
@@ -314,6 +364,8 @@ impl FlashTier for Partition {
     /// requests; without it each read is submitted as it is queued).
     fn flash_submit(&mut self) {
         if let Some(tier) = self.tier.as_mut() {
+            // This turn's requests have run: its copies are not answers for later ones.
+            tier.copies.clear();
             tier.store.set_submit_at_once(false);
             tier.store.commit();
             tier.store.submit();
@@ -362,7 +414,12 @@ impl FlashTier for Partition {
         Some(FlashReport {
             store: tier.store.stats(),
             tier: tier.stats,
-            memory: tier.store.memory(),
+            // The second-hit filter of reads answered from their copy counts with the reads.
+            memory: {
+                let mut memory = tier.store.memory();
+                memory.reads += tier.copies.filter_bytes() as u64;
+                memory
+            },
             io: tier.store.io_name(),
             cascade: tier.store.cascade_stats(),
             tiers: tier.store.tier_counts(),

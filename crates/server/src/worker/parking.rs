@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use tierkv_engine::KeyHash;
 use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
 use tierkv_protocol::{binary, decode_request, reply, Decoded, ErrorReply};
-use tierkv_protocol::{ReplyStyle, Request};
+use tierkv_protocol::{Needs, ReplyStyle, Request};
 
 /// A request waiting for flash: the pending work and its own copy of the request bytes
 /// (for a base64 key, its decoded key follows them, where `pending.learned.key` points).
@@ -111,7 +111,7 @@ impl Core {
         let mut awaiting_guard = false;
         if !behind {
             let probe;
-            (probe, awaiting_guard) = self.probe(key, hash, needs.item, needs.write, id);
+            (probe, awaiting_guard) = self.probe(key, hash, needs, needs.write, id);
             match probe {
                 FlashProbe::Ready => {
                     self.parking.free.push(id);
@@ -149,10 +149,10 @@ impl Core {
 
     /// What the head of a key's queue waits for now: its item's read, then (`guard`) its
     /// change's invalidation; `Ready` when it may run. The bool: it waits for the invalidation.
-    fn probe(&mut self, key: &[u8], hash: KeyHash, item: bool, guard: bool, id: usize) -> (FlashProbe, bool) {
-        if item {
+    fn probe(&mut self, key: &[u8], hash: KeyHash, needs: Needs, guard: bool, id: usize) -> (FlashProbe, bool) {
+        if needs.item {
             let Some(tier) = self.partition.flash() else { return (FlashProbe::Ready, false) };
-            let probe = tier.flash_probe(key, hash, id as u64);
+            let probe = tier.flash_probe(key, hash, id as u64, needs.copy);
             if probe != FlashProbe::Ready {
                 return (probe, false);
             }
@@ -168,9 +168,9 @@ impl Core {
     fn probe_parked(&mut self, id: usize) -> FlashProbe {
         let Some(parked) = self.parking.parked[id].take() else { return FlashProbe::Ready };
         let learned = parked.pending.learned;
-        let (item, guard) = (learned.needs.item, learned.needs.write && !parked.guarded);
+        let guard = learned.needs.write && !parked.guarded;
         let key = learned.key_in(&parked.request).unwrap_or_default();
-        let (probe, awaiting_guard) = self.probe(key, KeyHash(learned.hash), item, guard, id);
+        let (probe, awaiting_guard) = self.probe(key, KeyHash(learned.hash), learned.needs, guard, id);
         self.parking.parked[id] = Some(Parked { awaiting_guard, ..parked });
         probe
     }
@@ -200,6 +200,13 @@ impl Core {
     fn run_parked(&mut self, parked: &Parked, failed: bool, replies: &mut Vec<u8>) {
         self.state.fd = -1;
         let request = &parked.request[..];
+        let learned = parked.pending.learned;
+        if learned.needs.copy && !failed {
+            // Its read's copy, if the item was not promoted.
+            if let (Some(key), Some(tier)) = (learned.key_in(request), self.partition.flash()) {
+                tier.flash_serve_copy(key, KeyHash(learned.hash));
+            }
+        }
         if failed {
             if let Decoded::Request { request, .. } = decode_request(request, &self.limits) {
                 failed_reply(&request, replies);
