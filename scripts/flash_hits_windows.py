@@ -31,7 +31,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def stat(port, name):
+def stats(port):
+    """The server's `stats` lines as a dict."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         s.sendall(b"stats\r\n")
         data = b""
@@ -40,11 +41,19 @@ def stat(port, name):
             if not chunk:
                 break
             data += chunk
+    out = {}
     for line in data.decode().split("\r\n"):
         parts = line.split(" ")
-        if len(parts) == 3 and parts[1] == name:
-            return int(parts[2])
-    raise SystemExit(f"no stat {name} on port {port}")
+        if len(parts) == 3:
+            out[parts[1]] = parts[2]
+    return out
+
+
+def stat(port, name):
+    value = stats(port).get(name)
+    if value is None:
+        raise SystemExit(f"no stat {name} on port {port}")
+    return int(value)
 
 
 def cpu_seconds(pid):

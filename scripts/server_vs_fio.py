@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from flash_hits_windows import cpu_seconds, start  # the same server start and CPU reading
+from flash_hits_windows import cpu_seconds, start, stats  # the same server start and readings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "tierkv-bench")
@@ -30,23 +30,6 @@ KEYS = "2000000"
 # per connection, so fewer reads than this are at the device; fio runs at the depth the device
 # saw (the mean of `flash_reads_in_flight` while busy).
 SHAPES = {32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (8, 32), 512: (16, 32)}
-
-
-def stats(port):
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"stats\r\n")
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    out = {}
-    for line in data.decode().split("\r\n"):
-        parts = line.split(" ")
-        if len(parts) == 3:
-            out[parts[1]] = parts[2]
-    return out
 
 
 def bench(port, connections, pipeline, seconds, *extra):
