@@ -528,6 +528,12 @@ impl Storage for Partition {
                 for hash in hashes {
                     self.prefetch_item(*hash);
                 }
+                // Behind a flash tier a read may miss DRAM: its flash index entry is asked next.
+                if let Some(tier) = self.tier.as_ref() {
+                    for hash in hashes {
+                        tier.prefetch(*hash);
+                    }
+                }
             }
             Access::Write => {
                 for hash in hashes {

@@ -61,6 +61,12 @@ pub(crate) struct Tier {
 }
 
 impl Tier {
+    /// Starts loading the flash index entries of `hash` (see `FlashStore::prefetch`).
+    #[inline]
+    pub(super) fn prefetch(&self, hash: KeyHash) {
+        self.store.prefetch(hash);
+    }
+
     /// The copy the running request reads, as an item.
     #[inline]
     pub(super) fn copy_item(&self, key: &[u8], hash: KeyHash) -> Option<Item<'_>> {

@@ -388,6 +388,13 @@ impl FlashStore {
                 .is_some_and(|c| self.index.find(hash).is_none() && c.below_may_contain(self.fingerprint(hash)))
     }
 
+    /// Starts loading the index entries a lookup of `hash` reads (a batch of requests
+    /// prefetches them all before the first runs).
+    #[inline]
+    pub fn prefetch(&self, hash: KeyHash) {
+        self.index.prefetch(hash);
+    }
+
     /// Looks `key` up; a `Pending` answer arrives from `poll` under `token`.
     pub fn lookup(&mut self, hash: KeyHash, key: &[u8], token: u64, now: Now) -> Lookup {
         self.stats.lookups += 1;
@@ -587,6 +594,15 @@ impl FlashStore {
         self.tick(now);
         let mut completions = std::mem::take(&mut self.completions);
         self.io.poll(&mut completions);
+        // Each finished read checks its key's index entry again (`still_current`): load them
+        // all before the first is looked at.
+        for c in &completions {
+            if c.token & TOKEN_KIND == TOKEN_READ {
+                if let Some(Some(read)) = self.reads.get((c.token & !TOKEN_KIND) as usize) {
+                    self.index.prefetch(read.hash);
+                }
+            }
+        }
         for c in completions.drain(..) {
             self.complete(c, now, out);
         }
