@@ -90,17 +90,24 @@ fn value(k: u16, version: u32, len: usize) -> Vec<u8> {
     stamp.bytes().cycle().take(len.max(stamp.len())).collect()
 }
 
-#[test]
-fn evicted_items_come_back_from_flash_with_their_cas() {
-    let disk = SimDisk::new(flash_config().file_bytes as usize, 1);
-    let (mut p, _) = open(&disk);
-    let mut cas = Vec::new();
+/// Sets keys 0..2000 (100-byte values, flags = the key's number), 4x the DRAM log: most of
+/// them go to flash. Returns their CAS values.
+fn fill(p: &mut Partition) -> Vec<u64> {
     let mut tokens = Vec::new();
+    let mut cas = Vec::new();
     for k in 0..2000u16 {
         cas.push(p.set(&key(k), &value(k, 0, 100), u32::from(k), 0).unwrap());
         // As the server does once per loop: finished writes free their buffers.
         p.flash_poll(false, &mut tokens);
     }
+    cas
+}
+
+#[test]
+fn evicted_items_come_back_from_flash_with_their_cas() {
+    let disk = SimDisk::new(flash_config().file_bytes as usize, 1);
+    let (mut p, _) = open(&disk);
+    let cas = fill(&mut p);
     // 2000 items of ~110 bytes are 4x the DRAM log: most of them are on flash now.
     let report = p.flash_report().unwrap();
     assert!(report.tier.spilled > 1000, "{report:?}");
@@ -115,12 +122,7 @@ fn evicted_items_come_back_from_flash_with_their_cas() {
 fn a_first_flash_hit_of_a_plain_read_is_answered_from_its_copy_and_a_second_promotes() {
     let disk = SimDisk::new(flash_config().file_bytes as usize, 3);
     let (mut p, _) = open(&disk);
-    let mut tokens = Vec::new();
-    let mut cas = Vec::new();
-    for k in 0..2000u16 {
-        cas.push(p.set(&key(k), &value(k, 0, 100), 0, 0).unwrap());
-        p.flash_poll(false, &mut tokens);
-    }
+    let cas = fill(&mut p);
     // Key 0 went to flash long ago; the first get reads it and leaves DRAM alone.
     let spilled = p.flash_report().unwrap().tier.spilled;
     assert_eq!(get(&mut p, &key(0)), Some((value(0, 0, 100), cas[0])));
