@@ -190,6 +190,7 @@ pub(crate) fn settings(
     put("flash_index", &if flash.cascade_t1_bytes.is_some() { "cascade" } else { "full" });
     put("flash_index_mib", &(flash.cascade_t1_bytes.unwrap_or(0) >> 20));
     put("flash_sync", &if flash.sync { "yes" } else { "no" });
+    put("flash_poll_us", &flash.poll.as_micros());
     put("flash_memory_mib", &flash.memory_bytes.div_ceil(1 << 20));
 }
 

@@ -583,11 +583,12 @@ fn every_extstore_stat_name_is_one_memcached_reports() {
 }
 
 /// A key read back from flash is in DRAM and on flash at once: `curr_items` counts it once,
-/// and the figures that explain misses are there.
+/// and the figures that explain misses are there. (The worker sleeps at once while its reads are
+/// in flight, `--flash-poll-us 0`: the other tests look for completions first.)
 #[test]
 fn curr_items_counts_a_key_in_both_tiers_once() {
     let flash = FlashFile::new("curr-items");
-    let server = hybrid(&flash, "1", &["--flash-sync"]);
+    let server = hybrid(&flash, "1", &["--flash-sync", "--flash-poll-us", "0"]);
     let port = server.1;
     fill(port, 0, N);
     let before = stat_number(port, "", "curr_items");
@@ -609,7 +610,8 @@ fn curr_items_counts_a_key_in_both_tiers_once() {
     for name in ["flash_index_evictions", "flash_spill_held", "flash_durable_waits", "flash_recovered_items"] {
         assert!(stats.contains_key(name), "{name}");
     }
-    assert_eq!(stats_map(port, "settings")["flash_sync"], "yes");
+    let settings = stats_map(port, "settings");
+    assert_eq!((settings["flash_sync"].as_str(), settings["flash_poll_us"].as_str()), ("yes", "0"));
 }
 
 /// One budget for all the flash tier's DRAM: the index that fits it is chosen, and what the

@@ -30,6 +30,8 @@ pub(crate) struct FlashSettings {
     pub force: bool,
     /// `--flash-sync`: a device flush after each commit of invalidations.
     pub sync: bool,
+    /// `--flash-poll-us`: how long an idle worker looks for flash completions before sleeping.
+    pub poll: std::time::Duration,
     /// The flash tier's DRAM budget, all workers together (`--flash-memory-mib`, or what the
     /// index chosen needs).
     pub memory_bytes: u64,
@@ -60,6 +62,12 @@ impl FlashSettings {
         self.tier().dram_bytes(workers)
     }
 }
+
+/// `--flash-poll-us` by default and at most. At pipeline 1 a flash read takes 60-150 us on
+/// the machines measured (docs/benchmarks.md, "Pipeline 1"); looking that long costs about what
+/// sleeping and being woken costs there, and answers sooner.
+pub(crate) const DEFAULT_FLASH_POLL_US: u64 = 100;
+pub(crate) const MAX_FLASH_POLL_US: u64 = 1000;
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
 pub(super) fn parse_bytes(text: &str) -> Option<u64> {
@@ -106,6 +114,7 @@ impl Config {
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
                     ("--flash-force", self.flash_force),
                     ("--flash-sync", self.flash_sync),
+                    ("--flash-poll-us", self.flash_poll_us.is_some()),
                     ("--flash-memory-mib", self.flash_memory_mib.is_some()),
                 ];
                 return match stray.iter().find(|(_, given)| *given) {
@@ -148,6 +157,10 @@ impl Config {
         let io = if read_delay_ms > 0 || fail_writes_while.is_some() { FlashIo::Threads } else { io };
         let cascade_t1_bytes = self.flash_index_kind(size)?;
         let cascade_small = self.flash_test_index_kib.is_some();
+        let poll_us = self.flash_poll_us.unwrap_or(DEFAULT_FLASH_POLL_US);
+        if poll_us > MAX_FLASH_POLL_US {
+            return Err(ConfigError::flag("--flash-poll-us", format!("must be at most {MAX_FLASH_POLL_US}")));
+        }
         let settings = FlashSettings {
             path,
             size,
@@ -160,6 +173,7 @@ impl Config {
             cascade_small,
             force: self.flash_force,
             sync: self.flash_sync,
+            poll: std::time::Duration::from_micros(poll_us),
             memory_bytes: 0,
         };
         self.flash_budget(settings, threads).map(Some)

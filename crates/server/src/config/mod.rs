@@ -221,6 +221,12 @@ pub(crate) struct Config {
     /// the process [default: off].
     #[arg(long = "flash-sync", help_heading = "Flash")]
     pub flash_sync: bool,
+    /// Microseconds an idle worker with flash reads in flight keeps looking for their
+    /// completions (and for requests) before it sleeps: a read that finishes within it is
+    /// answered without the wake-up of a sleeping worker (0 sleeps at once) [default: 100; at
+    /// most 1000].
+    #[arg(long = "flash-poll-us", value_name = "US", help_heading = "Flash")]
+    pub flash_poll_us: Option<u64>,
     /// All the DRAM the flash tier may hold, in MiB (its index, Bloom filters, write and GC
     /// buffers, read pages), on top of -m. With --flash-index auto the full index is used
     /// while it fits, else the cascade index with the largest tier 1 that fits [default: what

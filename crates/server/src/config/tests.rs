@@ -199,6 +199,9 @@ fn the_flash_tier_from_flags_from_ext_path_and_from_its_section() {
     let from_flags = flash(&["--flash-path", "/f", "--flash-size", "2g", "--flash-io", "threads"]).unwrap().unwrap();
     assert_eq!((from_flags.size, from_flags.io, from_flags.segment_bytes), (2 << 30, FlashIo::Threads, 1 << 20));
     assert_eq!(from_flags.admission, AdmissionPolicy::All);
+    assert_eq!(from_flags.poll, std::time::Duration::from_micros(100), "--flash-poll-us's default");
+    let polled = flash(&["--flash-path", "/f", "--flash-size", "1g", "--flash-poll-us", "0"]).unwrap().unwrap();
+    assert!(polled.poll.is_zero());
     let from_o = flash(&["-o", "ext_item_size=64,ext_path=/x/y:512m", "--flash-write-mbps", "40"]).unwrap().unwrap();
     assert_eq!((from_o.path.to_str(), from_o.size), (Some("/x/y"), 512 << 20));
     assert_eq!(from_o.admission, AdmissionPolicy::RateMbps(40.0));
@@ -209,16 +212,19 @@ fn the_flash_tier_from_flags_from_ext_path_and_from_its_section() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("tierkv.toml");
     let text = "[flash]\npath = \"/data/tierkv.flash\"\nsize = \"8g\"\nadmission = \"p:0.5\"\nsegment-size = \"4m\"\n\
-                force = true\nsync = true\nmemory-mib = 600\n";
+                force = true\nsync = true\nmemory-mib = 600\npoll-us = 250\n";
     std::fs::write(&file, text).unwrap();
     let from_file = flash(&["--config", file.to_str().unwrap()]).unwrap().unwrap();
     assert_eq!((from_file.size, from_file.segment_bytes), (8 << 30, 4 << 20));
     assert!(from_file.force && from_file.sync && from_file.memory_bytes == 600 << 20);
     assert_eq!(from_file.admission, AdmissionPolicy::Probability(0.5));
+    assert_eq!(from_file.poll, std::time::Duration::from_micros(250));
     std::fs::remove_dir_all(&dir).unwrap();
     for (args, complaint) in [
         (&["--flash-path", "/f", "--flash-size", "1g", "--flash-segment-size", "3m"][..], "--flash-segment-size"),
         (&["--flash-path", "/f", "--flash-size", "1g", "--flash-io", "aio"][..], "--flash-io"),
+        (&["--flash-path", "/f", "--flash-size", "1g", "--flash-poll-us", "1001"][..], "--flash-poll-us"),
+        (&["--flash-poll-us", "50"][..], "--flash-poll-us needs --flash-path"),
         (&["--flash-path", "/f", "--flash-size", "1g", "--flash-admission", "some"][..], "--flash-admission"),
         (
             &["--flash-path", "/f", "--flash-size", "1g", "--flash-admission", "all", "--flash-write-mbps", "5"][..],

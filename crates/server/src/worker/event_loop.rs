@@ -27,7 +27,7 @@ use std::io::{self};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tierkv_engine::Engine;
 use tierkv_engine::{unix_now, AnyPartition as Partition, PartitionConfig};
 use tierkv_protocol::Limits;
@@ -206,15 +206,31 @@ pub(super) fn bind_one(address: SocketAddr, count: usize, backlog: i32) -> Resul
 /// and looks again without blocking, then it blocks for at most `idle`. When the load's
 /// clients share the workers' CPUs, the thread a yield lets run is often the client about to
 /// send the next request; finding that request after a yield costs two system calls, where
-/// blocking costs a context switch out and a wake-up back in (`DEFAULT_IDLE_YIELDS`).
+/// blocking costs a context switch out and a wake-up back in (`DEFAULT_IDLE_YIELDS`). With
+/// flash reads in flight it first looks without blocking for up to `flash_poll`: the
+/// completion's eventfd (signalled when a system call of this thread runs the ring's
+/// completion work) or a request ends the wait without a sleep and a wake-up.
 fn wait_for_work(
     poll: &mut Poll,
     events: &mut Events,
     links: &mut Links,
     inbox: &mut Vec<(usize, Message)>,
-    idle: Duration,
+    (idle, flash_poll): (Duration, Duration),
     yields: usize,
 ) -> io::Result<()> {
+    if !flash_poll.is_zero() {
+        let start = Instant::now();
+        loop {
+            poll.poll(events, Some(Duration::ZERO))?;
+            links.receive(inbox);
+            if !events.is_empty() || !inbox.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() >= flash_poll {
+                break;
+            }
+        }
+    }
     for _ in 0..yields {
         std::thread::yield_now();
         poll.poll(events, Some(Duration::ZERO))?;
@@ -256,7 +272,8 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         let polled = if busy {
             poll.poll(&mut events, Some(Duration::ZERO))
         } else {
-            wait_for_work(&mut poll, &mut events, &mut worker.core.links, &mut inbox, idle, settings.idle_yields)
+            let waits = (idle, worker.flash_poll());
+            wait_for_work(&mut poll, &mut events, &mut worker.core.links, &mut inbox, waits, settings.idle_yields)
         };
         match polled {
             Ok(()) => {}
@@ -427,7 +444,10 @@ impl Worker {
                     Budget::share(settings.conn_memory_bytes, workers, input_limit(&limits)),
                     settings.requests.share_percent,
                 ),
-                parking: super::parking::Parking::new(settings.flash.is_some()),
+                parking: super::parking::Parking::new(
+                    settings.flash.is_some(),
+                    settings.flash.as_ref().map_or(Duration::ZERO, |flash| flash.poll),
+                ),
                 readers: Arc::clone(&shared.readers),
                 crew_value: Vec::new(),
                 lockables: Arc::clone(&shared.lockables),

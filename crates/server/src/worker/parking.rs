@@ -23,6 +23,7 @@ use crate::forward::Batch;
 use crate::pending::{Kind, Learned, Pending};
 use mio::{Interest, Poll};
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 use tierkv_engine::KeyHash;
 use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
 use tierkv_protocol::{binary, decode_request, reply, Decoded, ErrorReply};
@@ -48,6 +49,8 @@ struct Parked {
 pub(super) struct Parking {
     /// The partition has a flash tier.
     pub(super) enabled: bool,
+    /// How long an idle worker looks for completions before it sleeps (`--flash-poll-us`).
+    poll: Duration,
     parked: Vec<Option<Parked>>,
     free: Vec<usize>,
     /// Per key (hash) with parked requests, their ids in arrival order; the head waits for
@@ -65,8 +68,8 @@ pub(super) struct Parking {
 }
 
 impl Parking {
-    pub(super) fn new(enabled: bool) -> Parking {
-        Parking { enabled, ..Parking::default() }
+    pub(super) fn new(enabled: bool, poll: Duration) -> Parking {
+        Parking { enabled, poll, ..Parking::default() }
     }
 }
 
@@ -378,6 +381,18 @@ impl Worker {
         // that keeps up the depth: measured ~80k against ~95k flash reads/s sleeping between
         // them), and sleeps once a turn finds none.
         parking.enabled && (!parking.unissued.is_empty() || (in_flight && (self.flash_fd.is_none() || parking.busy)))
+    }
+
+    /// How long the idle worker should look for work before it sleeps: `--flash-poll-us` while
+    /// flash reads are in flight (a read that finishes within it wakes no sleeping worker),
+    /// else nothing.
+    pub(super) fn flash_poll(&self) -> Duration {
+        let in_flight = self.core.partition.flash_ref().is_some_and(|tier| tier.flash_in_flight() > 0);
+        if self.core.parking.enabled && in_flight {
+            self.core.parking.poll
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Registers the flash engine's completion eventfd with the poll, so the worker sleeps
