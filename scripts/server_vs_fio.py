@@ -1,24 +1,36 @@
 #!/usr/bin/env python3
-"""Flash hits/s behind the server beside fio's 4 KiB random reads on the same file.
+"""Flash hits/s behind the server beside fio's 4 KiB random reads on the same file, interleaved.
 
-One server (`BIN -t 1 -m 64`, a 1 GiB flash file, 2M keys of 100 bytes preloaded) on CPU 0; the
-load generator on CPU 1. Each round, for each load D (64 and 512 requests in flight by default:
-connections x pipeline): uniform GETs from `tierkv-bench run` for SECONDS, then fio at the
-iodepth of the reads the server had in flight on the part of the file the server has written (O_DIRECT, io_uring, read-only), so the
-device's drift falls on both alike. Reported per run: hits/s (get_extstore delta), the mean
-flash reads in flight, server CPU per flash hit (/proc), and fio's IOPS and CPU per I/O (its
-usr+sys). Then a pipeline-1 run (one connection): p50/p99 latency and server CPU per GET.
+One server (`BIN -t 1 -m 64`, a 1 GiB flash file, 2M keys of 100 bytes preloaded, then warmed
+up) on CPU 0; the load generator and fio on CPU 1. For each depth D (32 and 128 by default),
+PAIRS pairs of windows: SECONDS of uniform GETs with D requests in flight (`tierkv-bench run
+--window`: CONNECTIONS connections each keeping D / CONNECTIONS requests in flight, a new one
+sent as each reply arrives, as fio keeps its depth), then SECONDS of fio at --iodepth=D on the
+part of the file the server has written (O_DIRECT, io_uring, read-only; unwritten extents would
+read as zeros without touching the device), then fio at the queue depth the device saw under the
+server (Q, from /proc/diskstats). The device's speed drifts over minutes on shared machines, so
+each pair is a ratio of its own and the median of the ratios is the figure.
 
-Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade] [--rounds N]
-       [--depths 32,128] [--seconds S] [--dir DIR]   (needs fio: apt-get install fio)
+Replies go back in request order on each connection (memcached's protocol), so a read that
+finishes early waits for the ones before it and D requests in flight keep fewer than D reads at
+the device; fio has no such order. The ratio against fio at Q compares the server with the
+device at the depth its clients gave it; the ratio against fio at D includes the order's cost.
+
+Per window: flash hits/s (the get_extstore delta), server CPU per flash hit (/proc), and what
+the block device saw (/proc/diskstats: reads/s, their mean latency and the mean queue); fio's
+IOPS and CPU per I/O (its usr+sys). Then a pipeline-1 run (one connection): p50/p99 latency
+and server CPU per GET.
+
+Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade] [--pairs N] [--depths 32,128]
+       [--connections C] [--seconds S] [--warmup S] [--dir DIR] [-- SERVER FLAGS...]
+       (needs fio: apt-get install fio)
 """
 import argparse
 import os
 import re
-import socket
+import statistics
 import subprocess
 import sys
-import threading
 import time
 
 from flash_hits_windows import cpu_seconds, start, stats  # the same server start and readings
@@ -26,10 +38,6 @@ from flash_hits_windows import cpu_seconds, start, stats  # the same server star
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "tierkv-bench")
 KEYS = "2000000"
-# Requests in flight from the load generator (connections x pipeline). Replies go back in order
-# per connection, so fewer reads than this are at the device; fio runs at the depth the device
-# saw (the mean of `flash_reads_in_flight` while busy).
-SHAPES = {32: (4, 8), 64: (8, 8), 128: (8, 16), 256: (8, 32), 512: (16, 32)}
 
 
 def bench(port, connections, pipeline, seconds, *extra):
@@ -40,64 +48,96 @@ def bench(port, connections, pipeline, seconds, *extra):
     return done.stdout + done.stderr
 
 
-def server_run(proc, port, depth, seconds, seed):
-    connections, pipeline = SHAPES[depth]
-    samples = []
-    done = threading.Event()
+class Device:
+    """The block device under a file, read from /proc/diskstats."""
 
-    def sample():
-        while not done.is_set():
-            try:
-                samples.append(int(stats(port).get("flash_reads_in_flight", 0)))
-            except OSError:
-                pass
-            time.sleep(0.05)
+    def __init__(self, path):
+        st = os.stat(path)
+        link = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+        self.name = os.path.basename(link)
 
-    sampler = threading.Thread(target=sample)
-    before, cpu0, t0 = int(stats(port)["get_extstore"]), cpu_seconds(proc.pid), time.time()
-    sampler.start()
-    out = bench(port, connections, pipeline, seconds, "--get-ratio", "1", "--seed", str(seed))
-    done.set()
-    sampler.join()
-    after, cpu1, t1 = int(stats(port)["get_extstore"]), cpu_seconds(proc.pid), time.time()
+    def sample(self):
+        with open("/proc/diskstats") as f:
+            for line in f:
+                fields = line.split()
+                if fields[2] == self.name:
+                    # reads completed, ms reading, weighted ms in queue
+                    return time.time(), int(fields[3]), int(fields[6]), int(fields[13])
+        return time.time(), 0, 0, 0
+
+    @staticmethod
+    def between(a, b):
+        seconds = max(b[0] - a[0], 1e-9)
+        reads = b[1] - a[1]
+        return {"reads": reads / seconds, "latency_us": (b[2] - a[2]) * 1000 / max(reads, 1),
+                "queue": (b[3] - a[3]) / 1000 / seconds}
+
+
+def server_window(proc, port, device, shape, seconds, seed):
+    connections, pipeline = shape
+    before, cpu0, disk0 = int(stats(port)["get_extstore"]), cpu_seconds(proc.pid), device.sample()
+    t0 = time.time()
+    out = bench(port, connections, pipeline, seconds, "--get-ratio", "1", "--window", "--seed", str(seed))
+    t1 = time.time()
+    after, cpu1, disk1 = int(stats(port)["get_extstore"]), cpu_seconds(proc.pid), device.sample()
     hits = max(after - before, 1)
-    busy = [s for s in samples if s > 0]
-    mean = sum(busy) / len(busy) if busy else 0.0
     lat = re.search(r"p50 ([0-9.]+) us, p99 ([0-9.]+) us", out)
-    return hits / (t1 - t0), (cpu1 - cpu0) / hits * 1e6, mean, lat.groups() if lat else ("?", "?")
+    if not lat:
+        raise SystemExit(f"tierkv-bench said:\n{out}")
+    return {"rate": hits / (t1 - t0), "cpu": (cpu1 - cpu0) / hits * 1e6, "p50": float(lat.group(1)),
+            "p99": float(lat.group(2)), "disk": Device.between(disk0, disk1)}
 
 
-def fio(path, written, depth, seconds):
+def fio(path, device, written, depth, seconds):
     size = max(written & ~((1 << 20) - 1), 1 << 20)
     cmd = ["taskset", "-c", "1", "fio", "--name=r", f"--filename={path}", "--readonly", "--rw=randread",
            "--bs=4k", "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--size={size}",
            f"--runtime={seconds}", "--time_based", "--group_reporting"]
+    disk0 = device.sample()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    disk1 = device.sample()
     iops = re.search(r"IOPS=([0-9.]+)(k?)", out)
     cpu = re.search(r"cpu\s*:\s*usr=([0-9.]+)%, sys=([0-9.]+)%", out)
     if not iops or not cpu:
         raise SystemExit(f"fio said:\n{out}")
     rate = float(iops.group(1)) * (1000 if iops.group(2) else 1)
     per_io = (float(cpu.group(1)) + float(cpu.group(2))) / 100 / rate * 1e6
-    return rate, per_io
+    return {"rate": rate, "cpu": per_io, "disk": Device.between(disk0, disk1)}
+
+
+def disk_text(d):
+    return f"device {d['reads']:.0f} reads/s, {d['latency_us']:.0f} us each, queue {d['queue']:.1f}"
+
+
+def pipeline_one(proc, port, seconds):
+    out = bench(port, 1, 1, seconds, "--get-ratio", "1", "--seed", "999", "--server-pid", str(proc.pid))
+    ops = re.search(r"([0-9]+) ops/s", out)
+    lat = re.search(r"p50 ([0-9.]+) us, p99 ([0-9.]+) us", out)
+    cpu = re.search(r"server CPU ([0-9.]+) us/op", out)
+    if ops and lat and cpu:
+        print(f"pipeline 1 (one connection): {ops.group(1)} GETs/s, p50 {lat.group(1)} us, p99 {lat.group(2)} "
+              f"us, server CPU {cpu.group(1)} us per GET", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin")
     ap.add_argument("--index", default="full", choices=["full", "cascade"])
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--depths", default="64,512", help="requests in flight: " + ",".join(map(str, SHAPES)))
-    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=4)
+    ap.add_argument("--depths", default="32,128", help="requests in flight, and fio's --iodepth")
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--dir", default=os.path.join(ROOT, "target", "flash-fio"))
+    ap.add_argument("flags", nargs="*", help="more server flags (after --)")
     args = ap.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
-    if any(d not in SHAPES for d in depths):
-        raise SystemExit(f"--depths: one of {sorted(SHAPES)}")
+    if any(d < args.connections or d % args.connections for d in depths):
+        raise SystemExit(f"--depths: multiples of --connections ({args.connections})")
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "server.flash")
-    proc, port = start(args.bin, path, args.index)
+    proc, port = start(args.bin, path, args.index, args.flags)
+    device = Device(path)
     try:
         bench(port, 8, 32, 0.1, "--get-ratio", "0", "--preload")
         os.sync()
@@ -105,23 +145,29 @@ def main():
         # evict items never written to flash, and those writes would slow the reads measured.
         bench(port, 8, 32, args.warmup, "--get-ratio", "1")
         written = int(stats(port).get("extstore_bytes_written", 0))
-        print(f"{os.path.basename(args.bin)} {args.index}: {written >> 20} MiB written", flush=True)
-        for r in range(args.rounds):
-            for depth in depths:
-                rate, per_hit, mean, (p50, p99) = server_run(proc, port, depth, args.seconds, 10 * r + depth)
-                fio_rate, fio_cpu = fio(path, written, max(1, round(mean)), args.seconds)
-                print(f"round {r + 1} {depth} requests: server {rate:.0f} flash hits/s (mean {mean:.1f} reads "
-                      f"in flight, p50 {p50} us, p99 {p99} us), {per_hit:.2f} us server CPU per hit; fio at "
-                      f"depth {max(1, round(mean))} "
-                      f"{fio_rate:.0f} IOPS, {fio_cpu:.2f} us CPU per I/O; ratio {rate / fio_rate:.2f}, "
-                      f"CPU {per_hit / fio_cpu:.2f}x fio's", flush=True)
-        out = bench(port, 1, 1, args.seconds, "--get-ratio", "1", "--seed", "999", "--server-pid", str(proc.pid))
-        ops = re.search(r"([0-9]+) ops/s", out)
-        lat = re.search(r"p50 ([0-9.]+) us, p99 ([0-9.]+) us", out)
-        cpu = re.search(r"server CPU ([0-9.]+) us/op", out)
-        if ops and lat and cpu:
-            print(f"pipeline 1 (one connection): {ops.group(1)} GETs/s, p50 {lat.group(1)} us, p99 {lat.group(2)} "
-                  f"us, server CPU {cpu.group(1)} us per GET", flush=True)
+        print(f"{os.path.basename(args.bin)} {args.index} {' '.join(args.flags)}: {written >> 20} MiB written, "
+              f"device {device.name}", flush=True)
+        for depth in depths:
+            shape = (args.connections, depth // args.connections)
+            ratios, at_queue, cpus = [], [], []
+            for pair in range(args.pairs):
+                s = server_window(proc, port, device, shape, args.seconds, 100 * depth + pair)
+                f = fio(path, device, written, depth, args.seconds)
+                queue = max(1, round(s["disk"]["queue"]))
+                q = fio(path, device, written, queue, args.seconds)
+                ratios.append(s["rate"] / f["rate"])
+                at_queue.append(s["rate"] / q["rate"])
+                cpus.append(s["cpu"] / f["cpu"])
+                print(f"depth {depth} pair {pair + 1}: server {s['rate']:.0f} flash hits/s, {s['cpu']:.2f} us CPU "
+                      f"per hit, p50 {s['p50']:.0f} us, p99 {s['p99']:.0f} us, {disk_text(s['disk'])} | fio at "
+                      f"{depth}: {f['rate']:.0f} IOPS, {f['cpu']:.2f} us CPU per I/O | fio at {queue}: {q['rate']:.0f} "
+                      f"IOPS, {q['cpu']:.2f} us | ratio {ratios[-1]:.2f} at {depth}, {at_queue[-1]:.2f} at the "
+                      f"device's queue; CPU {cpus[-1]:.2f}x fio's", flush=True)
+            print(f"depth {depth} ({shape[0]} connections x {shape[1]}): median ratio {statistics.median(ratios):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f}) against fio at {depth}, "
+                  f"{statistics.median(at_queue):.2f} (min {min(at_queue):.2f}, max {max(at_queue):.2f}) against fio "
+                  f"at the device's queue; median CPU per hit {statistics.median(cpus):.2f}x fio's per I/O", flush=True)
+        pipeline_one(proc, port, args.seconds * 2)
     finally:
         proc.terminate()
         proc.wait()

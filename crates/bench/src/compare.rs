@@ -300,6 +300,7 @@ fn run_server(
             preload: true,
             seed: 1,
             rate: None,
+            window: false,
             threads: 1,
             direct: None,
             udp: false,

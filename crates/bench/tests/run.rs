@@ -252,3 +252,71 @@ fn compare_writes_table_json_and_plot() {
     assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "the sweep draws throughput against p99");
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// A server that answers each text request with END, one at a time, 2 ms apart, and returns
+/// per connection the most requests it had unanswered when new ones arrived after its first
+/// reply (a client that waits for its whole round sends nothing while any are unanswered).
+fn slow_answerer() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let (report, reports) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let report = report.clone();
+            std::thread::spawn(move || {
+                stream.set_nonblocking(true).unwrap();
+                let (mut arrived, mut replied, mut most, mut buffer) = (0usize, 0usize, 0usize, [0u8; 4096]);
+                loop {
+                    match stream.read(&mut buffer) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            if replied > 0 {
+                                most = most.max(arrived - replied);
+                            }
+                            arrived += buffer[..n].iter().filter(|&&b| b == b'\n').count();
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                    if arrived > replied {
+                        std::thread::sleep(Duration::from_millis(2));
+                        if stream.write_all(b"END\r\n").is_err() {
+                            break;
+                        }
+                        replied += 1;
+                    } else {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                let _ = report.send(most);
+            });
+        }
+    });
+    (address, reports)
+}
+
+#[test]
+fn a_window_keeps_the_pipeline_full_where_rounds_wait() {
+    let _serial = serial();
+    for (window, expect_overlap) in [(false, false), (true, true)] {
+        let (address, reports) = slow_answerer();
+        let target = address.to_string();
+        let mut args = vec!["--target", &target, "--get-ratio", "1", "--keys", "100", "--connections", "1"];
+        args.extend_from_slice(&["--pipeline", "4", "--seconds", "0.5", "--json"]);
+        if window {
+            args.push("--window");
+        }
+        let output = run_bench(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        // The load's connection is the one that saw the most (the topology query sees one).
+        let most = reports.iter().take(2).max().unwrap();
+        if expect_overlap {
+            assert!(most >= 2, "a window sends a request per reply while the rest wait: {most}");
+        } else {
+            assert_eq!(most, 0, "a round is sent only once all its replies are in");
+        }
+    }
+    let refused = run_bench(&["--target", "127.0.0.1:1", "--window", "--rate", "1000"]);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--window is a closed loop"));
+}

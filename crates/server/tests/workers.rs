@@ -295,6 +295,7 @@ fn the_bench_steers_every_key_to_its_owner_with_direct() {
         preload: false,
         seed: 1,
         rate: None,
+        window: false,
         threads: 1,
         direct: Some((0..topology.partitions).map(|p| topology.address_of(p)).collect()),
         udp: false,

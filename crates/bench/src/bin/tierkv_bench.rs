@@ -72,6 +72,11 @@ struct RunArgs {
     /// intended send time.
     #[arg(long)]
     rate: Option<f64>,
+    /// Closed loop with a sliding window: each connection sends a new request as each reply
+    /// arrives, keeping --pipeline in flight (like memtier_benchmark's pipelining or fio's
+    /// queue depth), instead of waiting for its whole round of --pipeline replies.
+    #[arg(long)]
+    window: bool,
     /// Open loop at each of these rates in turn (comma-separated ops/s); one result per rate.
     #[arg(long, value_delimiter = ',')]
     sweep: Vec<f64>,
@@ -318,11 +323,15 @@ fn run(args: RunArgs) {
         preload: args.preload,
         seed: args.seed,
         rate: args.rate,
+        window: args.window,
         threads: args.threads.clamp(1, 64),
         direct: None,
         udp: args.udp,
         tls: args.tls_ca.as_deref().map(|ca| tierkv_bench::loadgen::tls::client_config(ca).unwrap_or_else(|e| fail(e))),
     };
+    if args.window && (args.udp || args.direct || args.rate.is_some() || !args.sweep.is_empty()) {
+        fail("--window is a closed loop over TCP to the main port: drop --udp, --direct, --rate and --sweep");
+    }
     if config.tls.is_some() && (args.udp || args.direct) {
         fail("--tls-ca runs over TCP to the main port: drop --udp and --direct");
     }

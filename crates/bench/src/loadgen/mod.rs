@@ -64,6 +64,10 @@ pub struct RunConfig {
     pub seed: u64,
     /// Open loop at this many operations per second (None: closed loop).
     pub rate: Option<f64>,
+    /// Closed loop with a sliding window (memtier's pipelining, fio's queue depth): each
+    /// connection sends a new request as each reply arrives, keeping `pipeline` in flight,
+    /// instead of waiting for its whole round.
+    pub window: bool,
     /// Load-generating threads; connections (and the open-loop rate) are split between them.
     pub threads: usize,
     /// Request direction (closed loop only): the address of each partition of a tierkv
@@ -480,6 +484,11 @@ fn drive_until(
             let closed =
                 fill(connection, &mut read_buffer).map_err(|e| format!("read from {} failed: {e}", config.target))?;
             take_replies(connection, config, &limits, &mut result, &mut last_progress)?;
+            if config.window && fan == 1 && open.is_none() {
+                finished = finished || !top_up_window(connection, config, values, &mut rng, &mut key, &mut next)?;
+                active -= usize::from(window_done(connection, config, closed)?);
+                continue;
+            }
             if connection.pending.is_empty() {
                 if !connection.input.is_empty() {
                     return Err(format!("{} sent bytes nobody asked for", config.target));
@@ -556,6 +565,49 @@ fn start_round(
         any = true;
     }
     any
+}
+
+/// A sliding window's step: new requests for the replies just taken, in one write; false when
+/// `next` has run out.
+fn top_up_window(
+    connection: &mut Connection,
+    config: &RunConfig,
+    values: &Values,
+    rng: &mut Rng,
+    key: &mut [u8],
+    next: &mut impl FnMut() -> Option<(u64, bool)>,
+) -> Result<bool, String> {
+    if connection.pending.len() >= config.pipeline {
+        return Ok(true);
+    }
+    connection.output.drain(..connection.written);
+    connection.written = 0;
+    let now = Instant::now();
+    let mut more = true;
+    while connection.pending.len() < config.pipeline {
+        let Some(request) = next() else {
+            more = false;
+            break;
+        };
+        queue(connection, config, values, rng, key, request, now);
+    }
+    flush(connection).map_err(|e| format!("write to {} failed: {e}", config.target))?;
+    Ok(more)
+}
+
+/// Whether a sliding window's connection has nothing left in flight (it is done: `next` ran
+/// out before it could send more); an error if its server sent too much or closed early.
+fn window_done(connection: &Connection, config: &RunConfig, closed: bool) -> Result<bool, String> {
+    if connection.pending.is_empty() {
+        if !connection.input.is_empty() {
+            return Err(format!("{} sent bytes nobody asked for", config.target));
+        }
+        return Ok(true);
+    }
+    if closed {
+        return Err(format!("{} closed the connection with replies missing", config.target));
+    }
+    Ok(false)
 }
 
 /// Encodes one request into the connection's output and records it as pending.
