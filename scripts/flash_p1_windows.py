@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Pipeline-1 flash GETs: latency and server CPU per GET, servers side by side in windows.
+"""Flash GETs at pipeline 1 (or any load shape): latency and server CPU per GET, servers side by
+side in alternating windows.
 
 Every server given (`--server LABEL BIN "FLAGS"`, two or more; the same binary with different
 flags is fine) runs at once, pinned to CPU 0 with its own flash file (-t 1 -m 64, a 1 GiB file,
@@ -12,6 +13,7 @@ Prints every window, then each server's medians.
 
 Usage: python3 scripts/flash_p1_windows.py --server A BIN "" --server B BIN "--flash-poll-us 0"
        [--windows N] [--window-seconds S] [--index full|cascade] [--dir DIR]
+       [--connections C --pipeline P [--window]]   (default: one connection, one request)
 """
 import argparse
 import os
@@ -31,9 +33,11 @@ def load(port, seconds, seed, connections=1, pipeline=1, extra=()):
     return done.stdout + done.stderr
 
 
-def window(proc, port, seconds, seed):
+def window(proc, port, seconds, seed, shape):
+    connections, pipeline, sliding = shape
     before, cpu0 = stats(port), cpu_seconds(proc.pid)
-    out = load(port, seconds, seed, extra=("--get-ratio", "1"))
+    extra = ("--get-ratio", "1") + (("--window",) if sliding else ())
+    out = load(port, seconds, seed, connections, pipeline, extra)
     after, cpu1 = stats(port), cpu_seconds(proc.pid)
     gets = int(after["cmd_get"]) - int(before["cmd_get"])
     flash = int(after["get_extstore"]) - int(before["get_extstore"])
@@ -56,6 +60,9 @@ def main():
     ap.add_argument("--windows", type=int, default=8)
     ap.add_argument("--window-seconds", type=float, default=3.0)
     ap.add_argument("--index", default="full", choices=["full", "cascade"])
+    ap.add_argument("--connections", type=int, default=1)
+    ap.add_argument("--pipeline", type=int, default=1)
+    ap.add_argument("--window", action="store_true", help="a sliding window (tierkv-bench run --window)")
     ap.add_argument("--dir", default=os.path.join(os.path.dirname(BENCH), "..", "flash-p1"))
     args = ap.parse_args()
     if len(args.server) < 2:
@@ -76,7 +83,7 @@ def main():
             shift = w % len(labels)
             for label in labels[shift:] + labels[:shift]:
                 proc, port = servers[label]
-                r = window(proc, port, args.window_seconds, 1000 + w)
+                r = window(proc, port, args.window_seconds, 1000 + w, (args.connections, args.pipeline, args.window))
                 results[label].append(r)
                 print(f"window {w} {label}: {r['rate']:.0f} GETs/s, p50 {r['p50']:.1f} us, p99 {r['p99']:.1f} us, "
                       f"server CPU {r['cpu']:.1f} us per GET, {r['flash']:.0%} from flash", flush=True)

@@ -20,6 +20,7 @@ use super::{Core, Worker, FLASH_EVENT};
 use crate::error::ServeError;
 use crate::execute::{execute, get_value, Progress};
 use crate::forward::Batch;
+use crate::limits::FLASH_POLL_MOST_READS;
 use crate::pending::{Kind, Learned, Pending};
 use mio::{Interest, Poll};
 use std::collections::{HashMap, VecDeque};
@@ -384,11 +385,13 @@ impl Worker {
     }
 
     /// How long the idle worker should look for work before it sleeps: `--flash-poll-us` while
-    /// flash reads are in flight (a read that finishes within it wakes no sleeping worker),
-    /// else nothing.
+    /// a few flash reads are in flight (a read that finishes within it wakes no sleeping
+    /// worker), else nothing: with more, completions come often enough that a wake-up finds
+    /// several, and looking would keep the CPU from the device's own work on a virtual machine
+    /// (`FLASH_POLL_MOST_READS`).
     pub(super) fn flash_poll(&self) -> Duration {
-        let in_flight = self.core.partition.flash_ref().is_some_and(|tier| tier.flash_in_flight() > 0);
-        if self.core.parking.enabled && in_flight {
+        let in_flight = self.core.partition.flash_ref().map_or(0, |tier| tier.flash_in_flight());
+        if self.core.parking.enabled && (1..=FLASH_POLL_MOST_READS).contains(&in_flight) {
             self.core.parking.poll
         } else {
             Duration::ZERO
