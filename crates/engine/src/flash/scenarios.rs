@@ -284,6 +284,33 @@ fn cascade_mappings_demote_to_flash_and_a_hit_below_costs_two_reads() {
 }
 
 #[test]
+fn a_mapping_demoted_again_is_read_from_its_newest_block_only() {
+    // Merges far apart, so a key's older block stays beside the newer one.
+    let mut cfg = config();
+    cfg.file_bytes += 4 << 20;
+    cfg.expected_item_bytes = 2048;
+    let mut c = CascadeConfig::with_t1_bytes(128);
+    (c.reorg_at, c.pages_per_stream, c.block_entries) = (40, 32, 32);
+    cfg.cascade = Some(c);
+    let mut h = Harness::with(cfg, 13, Faults::default());
+    for k in 0..2000 {
+        h.insert(k, 100, None);
+    }
+    sealed(&mut h);
+    // Each hit promotes its mapping into the 16-entry tier 1, and the next hits demote it into
+    // a newer tier-2 block: these keys are now in two blocks, both filters saying yes.
+    assert!(hits(&mut h, 0..400) >= 390);
+    sealed(&mut h);
+    let before = h.store().cascade_stats().expect("cascade");
+    assert!(hits(&mut h, 0..400) >= 390, "found again");
+    let after = h.store().cascade_stats().expect("cascade");
+    let below = (after.hits_t2 + after.hits_t3) - (before.hits_t2 + before.hits_t3);
+    assert!(below >= 350, "{after:?}");
+    let map_reads = (after.map_reads - before.map_reads) as f64 / below as f64;
+    assert!(map_reads < 1.3, "the newest candidate is read first; older ones only if it misses: {map_reads}");
+}
+
+#[test]
 fn cascade_deletes_and_failed_overwrites_stay_gone_through_merges_and_a_restart() {
     let mut h = cascade_harness(12);
     for k in 0..600 {

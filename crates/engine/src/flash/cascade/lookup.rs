@@ -1,6 +1,7 @@
 //! Lookups below tier 1: which mapping blocks may hold the key (DRAM Bloom filters), reading
-//! them all at once, taking the newest match, then the data read; and the promotion of a
-//! mapping found below into tier 1.
+//! the newest candidate first and the older ones (all at once) only if it does not hold the
+//! key, taking the newest match, then the data read; and the promotion of a mapping found below
+//! into tier 1.
 
 use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::super::layout::PAGE;
@@ -37,6 +38,8 @@ pub(crate) enum Cand {
 /// What a candidate's read found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Found {
+    /// Not asked for yet: a newer candidate is read first.
+    Unread,
     Waiting,
     Bad,
     No,
@@ -158,37 +161,50 @@ impl FlashStore {
                 self.fetch_new(pending, now)
             }
             Probe::Read(cands) => {
-                let n = cands.len();
-                let reads: Vec<(usize, u64)> = cands
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(ci, &cand)| c.cand_offset(stream, cand).map(|o| (ci, o)))
-                    .collect();
+                debug_assert!(cands.len() < 256);
                 let found = cands
                     .iter()
-                    .map(|c| if let Cand::Known(m, _) = c { Found::Yes(*m) } else { Found::Waiting })
+                    .map(|c| if let Cand::Known(m, _) = c { Found::Yes(*m) } else { Found::Unread })
                     .collect();
-                pending.map = Some(Box::new(MapRead { cands, found, left: reads.len() as u32, stream, version }));
+                pending.map = Some(Box::new(MapRead { cands, found, left: 0, stream, version }));
                 let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
-                debug_assert!(n < 256);
-                for (ci, offset) in reads {
-                    let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
-                    let token = TOKEN_MAP_READ | (i as u64) << 8 | ci as u64;
-                    self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token });
-                    self.stats.reads += 1;
-                    self.stats.read_bytes += PAGE as u64;
-                    if let Some(p) = self.reads[i].as_mut() {
-                        p.reads += 1;
-                    }
-                }
-                if let Some(c) = self.cascade.as_deref_mut() {
-                    c.stats.map_reads += self.reads[i].as_ref().map_or(0, |p| u64::from(p.reads));
-                }
-                if self.submit_at_once {
-                    self.io.flush();
-                }
+                // The newest candidate is first, and a probe yields at least one to read.
+                self.read_candidates(i, 1);
                 Lookup::Pending
             }
+        }
+    }
+
+    /// Reads up to `most` of lookup `i`'s unread candidates, newest first.
+    fn read_candidates(&mut self, i: usize, most: usize) {
+        let Some(map) = self.reads[i].as_mut().and_then(|p| p.map.as_mut()) else { return };
+        let c = self.cascade.as_deref().expect("cascade");
+        let mut reads = Vec::new();
+        for (ci, found) in map.found.iter_mut().enumerate() {
+            if *found == Found::Unread && reads.len() < most {
+                if let Some(offset) = c.cand_offset(map.stream, map.cands[ci]) {
+                    *found = Found::Waiting;
+                    reads.push((ci, offset));
+                }
+            }
+        }
+        map.left += reads.len() as u32;
+        let issued = reads.len() as u32;
+        for (ci, offset) in reads {
+            let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
+            let token = TOKEN_MAP_READ | (i as u64) << 8 | ci as u64;
+            self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token });
+            self.stats.reads += 1;
+            self.stats.read_bytes += PAGE as u64;
+        }
+        if let Some(p) = self.reads[i].as_mut() {
+            p.reads += issued;
+        }
+        if let Some(c) = self.cascade.as_deref_mut() {
+            c.stats.map_reads += u64::from(issued);
+        }
+        if self.submit_at_once {
+            self.io.flush();
         }
     }
 
@@ -210,7 +226,16 @@ impl FlashStore {
         let map = self.reads[i].as_mut().and_then(|p| p.map.as_mut()).expect("a lookup reading mappings");
         map.found[ci] = found;
         map.left -= 1;
-        if map.left == 0 {
+        if map.left > 0 {
+            return;
+        }
+        // Newest first: a match (or a damaged block) decides before any older candidate is
+        // read; only if every candidate read so far holds nothing are the older ones read, all
+        // at once.
+        let undecided = map.found.iter().find(|f| !matches!(f, Found::No)).is_some_and(|f| *f == Found::Unread);
+        if undecided {
+            self.read_candidates(i, usize::MAX);
+        } else {
             self.decide(i, now, out);
         }
     }
@@ -243,7 +268,8 @@ impl FlashStore {
                     chosen = Some((*m, tier));
                     break;
                 }
-                Found::Bad | Found::Waiting => {
+                Found::Bad | Found::Waiting | Found::Unread => {
+                    debug_assert_eq!(*found, Found::Bad, "decided before a newer candidate was read");
                     cas.stats.map_bad += 1;
                     self.stats.miss_corrupt += 1;
                     return self.finish_miss(i, out);
