@@ -20,10 +20,12 @@ use super::{Core, Worker, FLASH_EVENT};
 use crate::error::ServeError;
 use crate::execute::{execute, get_value, Progress};
 use crate::forward::Batch;
-use crate::limits::FLASH_POLL_MOST_READS;
+use crate::limits::{FLASH_POLL_MOST_READS, POOL_BUFFERS, POOL_BUFFER_BYTES};
 use crate::pending::{Kind, Learned, Pending};
 use mio::{Interest, Poll};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 use tierkv_engine::KeyHash;
 use tierkv_engine::{Engine, FlashProbe, FLASH_FAILED};
@@ -56,7 +58,10 @@ pub(super) struct Parking {
     free: Vec<usize>,
     /// Per key (hash) with parked requests, their ids in arrival order; the head waits for
     /// flash, the others for the head.
-    queues: HashMap<u64, VecDeque<usize>>,
+    queues: HashMap<u64, VecDeque<usize>, BuildHasherDefault<HashIsKey>>,
+    /// Emptied queues kept for the next keys (at most `SPARE_QUEUES`): most keys park one
+    /// request, and a queue per read would be an allocation per read.
+    spare: Vec<VecDeque<usize>>,
     /// Heads that found no room for their read or mark, oldest first.
     unissued: VecDeque<usize>,
     tokens: Vec<u64>,
@@ -66,6 +71,31 @@ pub(super) struct Parking {
     busy: bool,
     /// Reads that must go back to other workers, per worker.
     late: Vec<Option<Box<Batch>>>,
+}
+
+/// Emptied key queues kept for reuse, at most.
+const SPARE_QUEUES: usize = 1024;
+
+/// The hasher of maps keyed by a key's hash (`KeyHash`, already xxh3): the number as it is,
+/// instead of hashing it again.
+#[derive(Default)]
+struct HashIsKey(u64);
+
+impl Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; anything else still gets a usable hash.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl Parking {
@@ -125,14 +155,24 @@ impl Core {
                 FlashProbe::Pending => {}
             }
         }
-        // It waits: its bytes are copied (a decoded key after them, where its span points).
-        let mut request = raw.to_vec();
+        // It waits: its bytes are copied (a decoded key after them, where its span points),
+        // into a pooled buffer (`run_one` gives it back).
+        let mut request = self.pool.pop().unwrap_or_default();
+        request.clear();
+        request.extend_from_slice(raw);
         if let Some(key) = &decoded {
             pending.learned.key = (request.len() as u32, key.len() as u32);
             request.extend_from_slice(key);
         }
         let parking = &mut self.parking;
-        parking.queues.entry(hash.0).or_default().push_back(id);
+        match parking.queues.entry(hash.0) {
+            Entry::Occupied(queue) => queue.into_mut().push_back(id),
+            Entry::Vacant(place) => {
+                let mut queue = parking.spare.pop().unwrap_or_default();
+                queue.push_back(id);
+                place.insert(queue);
+            }
+        }
         parking.parked[id] = Some(Parked { pending, from, request, awaiting_guard, guarded: false });
         self.state.counters.flash_parked += 1;
         true
@@ -309,7 +349,11 @@ impl Worker {
         loop {
             let parking = &mut self.core.parking;
             let Some(&next) = parking.queues.get(&hash.0).and_then(VecDeque::front) else {
-                parking.queues.remove(&hash.0);
+                if let Some(queue) = parking.queues.remove(&hash.0) {
+                    if parking.spare.len() < SPARE_QUEUES {
+                        parking.spare.push(queue);
+                    }
+                }
                 return;
             };
             match self.core.probe_parked(next) {
@@ -359,6 +403,12 @@ impl Worker {
                 replies.clear();
                 self.core.pool.push(replies);
             }
+        }
+        // Pooled buffers are empty (takers append to them).
+        let mut request = parked.request;
+        if self.core.pool.len() < POOL_BUFFERS && request.capacity() <= POOL_BUFFER_BYTES {
+            request.clear();
+            self.core.pool.push(request);
         }
         Some(KeyHash(parked.pending.learned.hash))
     }
