@@ -21,6 +21,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 from flash_hits_windows import BENCH, KEYS, cpu_seconds, start, stats
 
@@ -35,12 +36,13 @@ def load(port, seconds, seed, connections=1, pipeline=1, extra=()):
 
 def window(proc, port, seconds, seed, shape):
     connections, pipeline, sliding = shape
-    before, cpu0 = stats(port), cpu_seconds(proc.pid)
+    before, cpu0, time_before = stats(port), cpu_seconds(proc.pid), time.time()
     extra = ("--get-ratio", "1") + (("--window",) if sliding else ())
     out = load(port, seconds, seed, connections, pipeline, extra)
-    after, cpu1 = stats(port), cpu_seconds(proc.pid)
+    after, cpu1, time_after = stats(port), cpu_seconds(proc.pid), time.time()
     gets = int(after["cmd_get"]) - int(before["cmd_get"])
     flash = int(after["get_extstore"]) - int(before["get_extstore"])
+    reads = int(after["flash_device_reads"]) - int(before["flash_device_reads"])
     rate = re.search(r"([0-9]+) ops/s", out)
     lat = re.search(r"p50 ([0-9.]+) us, p99 ([0-9.]+) us", out)
     if not rate or not lat or gets == 0:
@@ -51,6 +53,8 @@ def window(proc, port, seconds, seed, shape):
         "p99": float(lat.group(2)),
         "cpu": (cpu1 - cpu0) / gets * 1e6,
         "flash": flash / gets,
+        "reads": reads / max(flash, 1),
+        "hits": flash / (time_after - time_before),
     }
 
 
@@ -86,11 +90,13 @@ def main():
                 r = window(proc, port, args.window_seconds, 1000 + w, (args.connections, args.pipeline, args.window))
                 results[label].append(r)
                 print(f"window {w} {label}: {r['rate']:.0f} GETs/s, p50 {r['p50']:.1f} us, p99 {r['p99']:.1f} us, "
-                      f"server CPU {r['cpu']:.1f} us per GET, {r['flash']:.0%} from flash", flush=True)
+                      f"server CPU {r['cpu']:.1f} us per GET, {r['flash']:.0%} from flash ({r['hits']:.0f} flash "
+                      f"hits/s, {r['reads']:.2f} device reads each)", flush=True)
         for label in labels:
-            med = {k: statistics.median(r[k] for r in results[label]) for k in ("rate", "p50", "p99", "cpu", "flash")}
+            med = {k: statistics.median(r[k] for r in results[label]) for k in results[label][0]}
             print(f"{label}: median {med['rate']:.0f} GETs/s, p50 {med['p50']:.1f} us, p99 {med['p99']:.1f} us, "
-                  f"server CPU {med['cpu']:.1f} us per GET, {med['flash']:.0%} from flash")
+                  f"server CPU {med['cpu']:.1f} us per GET, {med['flash']:.0%} from flash ({med['hits']:.0f} flash "
+                  f"hits/s, {med['reads']:.2f} device reads each)")
     finally:
         for proc, _ in servers.values():
             proc.terminate()
