@@ -207,9 +207,10 @@ pub(super) fn bind_one(address: SocketAddr, count: usize, backlog: i32) -> Resul
 /// clients share the workers' CPUs, the thread a yield lets run is often the client about to
 /// send the next request; finding that request after a yield costs two system calls, where
 /// blocking costs a context switch out and a wake-up back in (`DEFAULT_IDLE_YIELDS`). With
-/// flash reads in flight it first looks without blocking for up to `flash_poll`: the
-/// completion's eventfd (signalled when a system call of this thread runs the ring's
-/// completion work) or a request ends the wait without a sleep and a wake-up.
+/// flash reads in flight it first looks without blocking for up to `flash_poll`, yielding
+/// between looks (a client on the same CPU runs meanwhile): the completion's eventfd (signalled
+/// when a system call of this thread runs the ring's completion work) or a request ends the
+/// wait without a sleep and a wake-up.
 fn wait_for_work(
     poll: &mut Poll,
     events: &mut Events,
@@ -229,6 +230,7 @@ fn wait_for_work(
             if start.elapsed() >= flash_poll {
                 break;
             }
+            std::thread::yield_now();
         }
     }
     for _ in 0..yields {
