@@ -242,11 +242,16 @@ fn every_injected_fault_is_a_counted_miss() {
 /// The cascade index with a 16-entry tier 1 (almost every mapping lives on flash), blocks of 32
 /// mappings and room for 8192 mappings in tier 3.
 fn cascade_harness(seed: u64) -> Harness {
+    cascade_harness_merging_at(seed, 2)
+}
+
+/// `cascade_harness` whose streams merge their tier-2 blocks into tier 3 at `reorg_at` blocks.
+fn cascade_harness_merging_at(seed: u64, reorg_at: u32) -> Harness {
     let mut cfg = config();
     cfg.file_bytes += 4 << 20;
     cfg.expected_item_bytes = 2048;
     let mut c = CascadeConfig::with_t1_bytes(128);
-    (c.reorg_at, c.pages_per_stream, c.block_entries) = (2, 32, 32);
+    (c.reorg_at, c.pages_per_stream, c.block_entries) = (reorg_at, 32, 32);
     cfg.cascade = Some(c);
     Harness::with(cfg, seed, Faults::default())
 }
@@ -286,13 +291,7 @@ fn cascade_mappings_demote_to_flash_and_a_hit_below_costs_two_reads() {
 #[test]
 fn a_mapping_demoted_again_is_read_from_its_newest_block_only() {
     // Merges far apart, so a key's older block stays beside the newer one.
-    let mut cfg = config();
-    cfg.file_bytes += 4 << 20;
-    cfg.expected_item_bytes = 2048;
-    let mut c = CascadeConfig::with_t1_bytes(128);
-    (c.reorg_at, c.pages_per_stream, c.block_entries) = (40, 32, 32);
-    cfg.cascade = Some(c);
-    let mut h = Harness::with(cfg, 13, Faults::default());
+    let mut h = cascade_harness_merging_at(13, 40);
     for k in 0..2000 {
         h.insert(k, 100, None);
     }

@@ -178,30 +178,28 @@ impl FlashStore {
     /// Reads up to `most` of lookup `i`'s unread candidates, newest first.
     fn read_candidates(&mut self, i: usize, most: usize) {
         let Some(map) = self.reads[i].as_mut().and_then(|p| p.map.as_mut()) else { return };
-        let c = self.cascade.as_deref().expect("cascade");
-        let mut reads = Vec::new();
+        let c = self.cascade.as_deref_mut().expect("cascade");
+        let mut issued = 0u32;
         for (ci, found) in map.found.iter_mut().enumerate() {
-            if *found == Found::Unread && reads.len() < most {
-                if let Some(offset) = c.cand_offset(map.stream, map.cands[ci]) {
-                    *found = Found::Waiting;
-                    reads.push((ci, offset));
-                }
+            if issued as usize == most {
+                break;
             }
-        }
-        map.left += reads.len() as u32;
-        let issued = reads.len() as u32;
-        for (ci, offset) in reads {
+            if *found != Found::Unread {
+                continue;
+            }
+            let Some(offset) = c.cand_offset(map.stream, map.cands[ci]) else { continue };
+            *found = Found::Waiting;
             let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
             let token = TOKEN_MAP_READ | (i as u64) << 8 | ci as u64;
             self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token });
-            self.stats.reads += 1;
-            self.stats.read_bytes += PAGE as u64;
+            issued += 1;
         }
+        map.left += issued;
+        c.stats.map_reads += u64::from(issued);
+        self.stats.reads += u64::from(issued);
+        self.stats.read_bytes += u64::from(issued) * PAGE as u64;
         if let Some(p) = self.reads[i].as_mut() {
             p.reads += issued;
-        }
-        if let Some(c) = self.cascade.as_deref_mut() {
-            c.stats.map_reads += u64::from(issued);
         }
         if self.submit_at_once {
             self.io.flush();
