@@ -237,6 +237,17 @@ pub struct EngineStats {
     /// Items in the index and the log now, expired ones included until a read notices them
     /// (memcached's `curr_items`; exact up to the eviction granularity of ~1/64 of the log).
     pub live_items: u64,
+    /// Bytes of the items `live_items` counts, each with its header (memcached's `bytes`).
+    pub live_bytes: u64,
+    /// Live items the log's cleaner copied forward instead of evicting.
+    pub items_copied_forward: u64,
+    /// Their bytes (header, key and value as copied).
+    pub bytes_copied_forward: u64,
+    /// Times the cleaner found items overwritten before it looked at them (never expected).
+    pub clean_lost_track: u64,
+    /// Live items the cleaner could not copy because the copy would overwrite items it had
+    /// not looked at yet (evicted instead).
+    pub clean_order_evictions: u64,
     /// Items stored since creation (memcached's `total_items`); copies forward not counted.
     pub items_stored: u64,
     /// Live items lost to memory pressure: overwritten by the log or dropped from a full index

@@ -243,8 +243,12 @@ impl State {
             curr_items: engine.live_items + crate::flash_stats::items(&flash),
             total_items: engine.items_stored - self.engine_baseline.items_stored,
             evictions: engine.evictions - self.engine_baseline.evictions,
+            // memcached's `bytes`: the live items, each with its header.
+            bytes: engine.live_bytes,
             // Log bytes in use: live items plus dead copies not yet overwritten.
-            bytes: engine.log_bytes_written.min(partition.log_bytes() as u64),
+            log_used: engine.log_bytes_written.min(partition.log_bytes() as u64),
+            copied_items: engine.items_copied_forward - self.engine_baseline.items_copied_forward,
+            copied_bytes: engine.bytes_copied_forward - self.engine_baseline.bytes_copied_forward,
             free_bytes: partition.store_stats().map_or(0, |store| store.free_bytes),
             spare_buckets: partition.store_stats().map_or(0, |store| store.spare_buckets),
             spare_buckets_free: partition.store_stats().map_or(0, |store| store.spare_buckets_free),
@@ -263,6 +267,12 @@ pub(crate) struct Snapshot {
     pub total_items: u64,
     pub evictions: u64,
     pub bytes: u64,
+    /// Memory in use: in cache mode the log bytes (live items and dead ones not yet
+    /// overwritten), in store mode the allocated chunks.
+    pub log_used: u64,
+    /// Cache mode: live items (and their bytes) the log's cleaner copied forward.
+    pub copied_items: u64,
+    pub copied_bytes: u64,
     pub hash_bytes: u64,
     pub allocated_bytes: u64,
     /// Store mode: free arena bytes and spare index buckets (0 in cache mode).
@@ -284,6 +294,9 @@ impl Default for Snapshot {
             total_items: 0,
             evictions: 0,
             bytes: 0,
+            log_used: 0,
+            copied_items: 0,
+            copied_bytes: 0,
             hash_bytes: 0,
             allocated_bytes: 0,
             free_bytes: 0,
@@ -296,7 +309,7 @@ impl Default for Snapshot {
 }
 
 impl Snapshot {
-    const GAUGES: usize = 11;
+    const GAUGES: usize = 14;
     /// Bytes of the flat form `write_to` appends.
     pub(crate) const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
 
@@ -313,6 +326,9 @@ impl Snapshot {
             self.spare_buckets,
             self.spare_buckets_free,
             self.conn_buffer_bytes,
+            self.log_used,
+            self.copied_items,
+            self.copied_bytes,
         ]
     }
 
@@ -346,6 +362,9 @@ impl Snapshot {
             spare_buckets: gauges[8],
             spare_buckets_free: gauges[9],
             conn_buffer_bytes: gauges[10],
+            log_used: gauges[11],
+            copied_items: gauges[12],
+            copied_bytes: gauges[13],
         })
     }
 
@@ -366,6 +385,9 @@ impl Snapshot {
         self.spare_buckets += other.spare_buckets;
         self.spare_buckets_free += other.spare_buckets_free;
         self.conn_buffer_bytes += other.conn_buffer_bytes;
+        self.log_used += other.log_used;
+        self.copied_items += other.copied_items;
+        self.copied_bytes += other.copied_bytes;
         for (mine, theirs) in self.flash.iter_mut().zip(other.flash) {
             *mine += theirs;
         }
@@ -445,7 +467,9 @@ pub(crate) fn report(
             put("slow_request_kicks", &total.counters.slow_request_kicks);
             put("concurrency", &state.shared.settings.concurrency.name());
             put("mode", &partition.mode().name());
-            put("bytes_used", &total.bytes);
+            put("bytes_used", &total.log_used);
+            put("log_items_copied_forward", &total.copied_items);
+            put("log_bytes_copied_forward", &total.copied_bytes);
             put("bytes_free", &total.free_bytes);
             put("spare_buckets", &total.spare_buckets);
             put("spare_buckets_free", &total.spare_buckets_free);

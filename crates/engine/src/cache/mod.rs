@@ -2,6 +2,9 @@
 //! sized once at creation and never grown.
 
 pub(crate) mod census;
+mod cleaner;
+#[cfg(test)]
+mod cleaner_tests;
 mod copies;
 pub(crate) mod crew;
 #[cfg(test)]
@@ -77,6 +80,8 @@ pub struct Partition {
     tier: Option<Box<tier::Tier>>,
     /// The log's first position (0 without a flash tier).
     origin: u64,
+    /// Where the cleaner's walk is: every item before it was looked at (`cleaner.rs`).
+    clean_cursor: u64,
     /// What readers on other threads see (`crew.rs`): in-place changes are bracketed in it.
     published: std::sync::Arc<crew::Published>,
     /// Fetched-bit notices taken from readers (swapped with the published queue).
@@ -123,6 +128,7 @@ impl Partition {
             clock_marks: ClockMarks::starting(unix_now()),
             tier: None,
             origin: 0,
+            clean_cursor: 0,
             published: log.published(),
             log,
             notices: Vec::with_capacity(crew::MAX_NOTICES),
@@ -205,13 +211,32 @@ impl Partition {
         None
     }
 
+    /// `found` where it is now: the cleaner may have copied it forward (its slot stays).
+    fn at_slot(&self, found: &Found) -> Found {
+        let age = self.log.age_of(entry_offset(self.index.get(found.slot)));
+        let position = self.log.tail() - age;
+        if position == found.position {
+            return *found;
+        }
+        debug_assert!(age <= self.log.max_age(), "the cleaner keeps the item its caller uses");
+        let ring_index = self.log.ring_index(position);
+        let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+        Found { slot: found.slot, position, ring_index, header, header_len }
+    }
+
+    /// Log bytes (header, key and value) of the intact item at `position`.
+    #[inline]
+    fn size_at(&self, position: u64) -> u64 {
+        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0.total_len() as u64
+    }
+
     /// `find`, treating an expired item as absent (and dropping its entry).
     #[inline]
     fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let found = self.find(key, hash)?;
         if is_expired(found.header.expiry, self.now) {
             self.index.set(found.slot, 0);
-            self.census.removed(found.position);
+            self.census.removed(found.position, found.total_len() as u64);
             return None;
         }
         Some(found)
@@ -288,11 +313,13 @@ impl Partition {
 
     /// Claims log space for an item and writes its header and key; returns (position, ring
     /// index of the value).
+    /// `header` comes from `with_cas_field`.
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
         debug_assert_eq!(header.key_len, key.len());
-        self.spill_before(header.total_len());
+        self.make_room(header.total_len(), cleaner::NO_KEEP);
         let (position, ring_index) = self.log.reserve(header.total_len());
         self.census.advance(self.log.tail(), self.log.live_span());
+        let header = ItemHeader { cas: header.cas.map(|_| cleaner::cas_of(header, position)), ..*header };
         let out = self.log.bytes_from_mut(ring_index);
         let key_start = header.encode(out);
         out[key_start..key_start + key.len()].copy_from_slice(key);
@@ -303,12 +330,13 @@ impl Partition {
     /// Writes an item whose value is `parts` concatenated and points the index at it.
     fn write_item(&mut self, hash: KeyHash, header: &ItemHeader, key: &[u8], parts: [&[u8]; 2]) -> u64 {
         debug_assert_eq!(header.value_len, parts[0].len() + parts[1].len());
+        let header = &self.with_cas_field(header);
         let (position, value_start) = self.start_item(header, key);
         let out = self.log.bytes_from_mut(value_start);
         out[..parts[0].len()].copy_from_slice(parts[0]);
         out[parts[0].len()..header.value_len].copy_from_slice(parts[1]);
         self.install(hash, position);
-        header.cas.unwrap_or(position + 1)
+        cleaner::cas_of(header, position)
     }
 
     /// Like `write_item` for a value that is `first` followed by (or, with `old_first`,
@@ -323,6 +351,10 @@ impl Partition {
         data: &[u8],
         old_first: bool,
     ) -> u64 {
+        // Room first: the cleaner may move the old item, and it uses the scratch buffer.
+        let header = &self.with_cas_field(header);
+        self.make_room(header.total_len(), found.position);
+        let found = &self.at_slot(found);
         let old_len = found.header.value_len;
         let old_start = found.payload_start() + found.header.key_len;
         let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
@@ -334,7 +366,7 @@ impl Partition {
         out[..first.len()].copy_from_slice(first);
         out[first.len()..header.value_len].copy_from_slice(second);
         self.install(hash, position);
-        header.cas.unwrap_or(position + 1)
+        cleaner::cas_of(header, position)
     }
 
     /// Points the index at the item just written at `position`, keeping tags unique per pair:
@@ -366,7 +398,8 @@ impl Partition {
                 // The entry with this tag dies now, unless the log already overwrote its item.
                 let age = self.log.age_of(entry_offset(self.index.get(slot)));
                 if age <= max_age {
-                    self.census.removed(self.log.tail() - age);
+                    let old = self.log.tail() - age;
+                    self.census.removed(old, self.size_at(old));
                 }
                 slot
             }
@@ -374,12 +407,13 @@ impl Partition {
             (None, None) => {
                 self.stats.index_evictions += 1;
                 let (slot, age) = oldest.expect("a full pair has an oldest entry");
-                self.census.removed(self.log.tail() - age);
+                let old = self.log.tail() - age;
+                self.census.removed(old, self.size_at(old));
                 slot
             }
         };
         self.index.set(slot, make_entry(tag, position));
-        self.census.stored(position);
+        self.census.stored(position, self.size_at(position));
         // memcached hides whatever is stored during a delayed flush's deadline second.
         if self.flush.hides_writes(self.now) {
             self.flush_now();
@@ -390,35 +424,14 @@ impl Partition {
     /// and carry its CAS explicitly) and repoints its index entry. With `only_if_cheap`, gives
     /// up (returning `found`) when the copy would overwrite the original.
     fn rewrite_item(&mut self, found: &Found, header: &ItemHeader, only_if_cheap: bool) -> Found {
-        debug_assert_eq!((header.key_len, header.value_len), (found.header.key_len, found.header.value_len));
         let size = header.total_len();
-        let payload_len = found.header.key_len + found.header.value_len;
-        let old_start = found.payload_start();
-        let survives = self.log.survives_append(found.position, size);
-        if !survives {
-            if only_if_cheap {
-                return *found;
-            }
-            let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
-            scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
+        if only_if_cheap && !self.log.survives_append(found.position, size) {
+            return *found;
         }
-        self.spill_before(size);
-        self.census.removed(found.position);
-        let (position, ring_index) = self.log.reserve(size);
-        self.census.advance(self.log.tail(), self.log.live_span());
-        self.census.moved_in(position);
-        let header_len = header.encode(self.log.bytes_from_mut(ring_index));
-        let new_start = ring_index + header_len;
-        if survives {
-            self.log.ring_mut().copy_within(old_start..old_start + payload_len, new_start);
-        } else {
-            let payload = &self.scratch.bytes()[..payload_len];
-            self.log.bytes_from_mut(new_start)[..payload_len].copy_from_slice(payload);
-        }
-        let tag = entry_tag(self.index.get(found.slot));
-        self.index.set(found.slot, make_entry(tag, position));
-        self.sweep_to_tail();
-        Found { slot: found.slot, position, ring_index, header: *header, header_len }
+        self.make_room(size, found.position);
+        // Making room may have moved the item itself (the cleaner copies live items forward).
+        let found = self.at_slot(found);
+        self.relocate(&found, header)
     }
 
     /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
@@ -621,6 +634,7 @@ impl Storage for Partition {
         EngineStats {
             log_bytes_written: self.log.tail() - self.origin,
             live_items: self.census.live(),
+            live_bytes: self.census.live_bytes(),
             items_stored: self.census.stored_total(),
             evictions: self.census.evicted() + self.stats.index_evictions,
             ..self.stats
@@ -682,10 +696,11 @@ impl Storage for Partition {
                 self.write_combined(hash, header, key, &old, data, old_first)
             }
             NewValue::Counter(counter) => {
+                let header = &self.with_cas_field(header);
                 let (position, value_start) = self.start_item(header, key);
                 counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
                 self.install(hash, position);
-                header.cas.unwrap_or(position + 1)
+                cleaner::cas_of(header, position)
             }
         };
         // After the write: spilling during it may have put the old version on flash.
@@ -700,7 +715,7 @@ impl Storage for Partition {
     fn remove(&mut self, found: &Found) {
         self.invalidate_found(found);
         self.index.set(found.slot, 0);
-        self.census.removed(found.position);
+        self.census.removed(found.position, found.total_len() as u64);
     }
 
     fn rewrite(&mut self, found: &Found, header: &ItemHeader) -> Result<Found, EngineError> {
@@ -761,6 +776,7 @@ impl Partition {
     pub(crate) fn start_log_at(&mut self, position: u64) {
         assert_eq!(self.log.tail(), 0);
         self.log.start_at(position);
+        self.clean_cursor = position;
         self.sweep_next_at = position + self.sweep_stride;
     }
 

@@ -312,7 +312,7 @@ fn reading_an_item_near_eviction_copies_it_forward() {
     let filler = item_log_bytes(4, 40);
     let mut i = 0u32;
     // Write until "keep" is in the oldest eighth of the log, then read it.
-    while (i as usize + 1) * filler < capacity - capacity / 8 + filler {
+    while (p.stats().log_bytes_written as usize) < capacity - capacity / 8 + filler {
         p.set(&i.to_le_bytes(), &[1; 40], 0, 0).unwrap();
         i += 1;
     }

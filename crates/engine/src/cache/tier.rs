@@ -104,6 +104,7 @@ impl Partition {
         self.published.set_flash(true);
         self.sweep_next_at = start + self.sweep_stride;
         self.origin = start;
+        self.clean_cursor = start;
         if store.flush_at() != 0 {
             self.flush.resume(store.flush_at());
         }

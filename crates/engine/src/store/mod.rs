@@ -206,6 +206,7 @@ impl Storage for StorePartition {
         let stats = self.memory_stats();
         EngineStats {
             live_items: stats.live_items,
+            live_bytes: stats.item_bytes,
             items_stored: stats.items_stored,
             log_bytes_written: stats.managed_bytes - stats.free_bytes,
             ..EngineStats::default()
