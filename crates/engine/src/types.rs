@@ -239,6 +239,12 @@ pub struct EngineStats {
     pub live_items: u64,
     /// Bytes of the items `live_items` counts, each with its header (memcached's `bytes`).
     pub live_bytes: u64,
+    /// Lookups that found their item expired (memcached's `get_expired` counts gets).
+    pub expired_reads: u64,
+    /// Lookups that found their item flushed by flush_all (memcached's `get_flushed`).
+    pub flushed_reads: u64,
+    /// Expired items the log's cleaner dropped before the tail reached them (`reclaimed`).
+    pub reclaimed: u64,
     /// Live items the log's cleaner copied forward instead of evicting.
     pub items_copied_forward: u64,
     /// Their bytes (header, key and value as copied).

@@ -337,6 +337,24 @@ pub(crate) fn stats_reply(
     }
 }
 
+/// Binary `stats detail on|off|dump`: memcached answers on and off with the terminator alone,
+/// dump with one `detailed` stat whose value is the text dump, anything else "Not found".
+fn binary_detail(args: &[u8], info: &BinaryRequestInfo, state: &mut State, out: &mut Vec<u8>) {
+    let mut words = args.split(|&b| b == b' ').filter(|word| !word.is_empty()).skip(1);
+    match words.next() {
+        Some(word @ (b"on" | b"off" | b"dump")) => {
+            let mut text = Vec::new();
+            state.shared.detail.command(args, &mut text);
+            state.refresh_observe();
+            if word == b"dump" {
+                binary::write_response(out, info, status::SUCCESS, 0, &[], b"detailed", &text);
+            }
+            binary::write_response(out, info, status::SUCCESS, 0, &[], &[], &[]);
+        }
+        _ => binary::write_error(out, info, status::KEY_ENOENT),
+    }
+}
+
 /// Seconds an item has left (-1 for never), as meta `t` reports it.
 fn ttl_left(expiry: u32, now: u32) -> i64 {
     if expiry == 0 {
@@ -578,6 +596,7 @@ fn execute_binary(
             success(out, 0, &[]);
             return After::Close;
         }
+        Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => binary_detail(args, info, state, out),
         // One packet per stat (key = name, value = value), then an empty one.
         Command::Stats { args } => match Group::parse(args) {
             Some(group) => {

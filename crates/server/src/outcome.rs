@@ -99,9 +99,19 @@ pub(crate) fn meta(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8], outcome
                 info.cas = Some(cas);
                 (MetaCode::Hd, returned::SET)
             }
-            StoreOutcome::NotStored => (MetaCode::Ns, returned::SET),
-            StoreOutcome::Exists => (MetaCode::Ex, returned::SET),
-            StoreOutcome::NotFound => (MetaCode::Nf, returned::SET),
+            // memcached returns `c0` when nothing was stored.
+            StoreOutcome::NotStored => {
+                info.cas = Some(0);
+                (MetaCode::Ns, returned::SET)
+            }
+            StoreOutcome::Exists => {
+                info.cas = Some(0);
+                (MetaCode::Ex, returned::SET)
+            }
+            StoreOutcome::NotFound => {
+                info.cas = Some(0);
+                (MetaCode::Nf, returned::SET)
+            }
         },
         Outcome::Delete(Ok(deleted)) => match deleted {
             DeleteOutcome::Deleted => (MetaCode::Hd, returned::DELETE),

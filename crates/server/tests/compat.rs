@@ -420,6 +420,31 @@ fn stats_conns_lists_listeners_and_connections_as_memcached_does() {
     assert_eq!(ours, [clients[0], clients[1], listener, listener, listener]);
 }
 
+#[test]
+fn a_connection_waiting_for_a_value_is_conn_nread_as_in_memcached() {
+    let reference = memcached();
+    let server = tierkv_with(&["-t", "1"]);
+    let waiting = "addr tcp:127.0.0.1:P, listen_addr tcp:127.0.0.1:P, state conn_nread, secs_since_last_cmd S";
+    for port in [reference.1, server.1] {
+        let mut half = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        half.write_all(b"set k 0 0 10\r\nabc").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let groups = loop {
+            let reply = exchange_to_sentinel_within(port, b"get a\r\nstats conns\r\n", PATIENT);
+            let groups = conns_groups(reply.strip_prefix(b"END\r\n".as_slice()).expect("the get's END first"));
+            if groups.iter().any(|group| group == waiting) || Instant::now() > deadline {
+                break groups;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(groups.iter().any(|group| group == waiting), "port {port}: {groups:?}");
+        half.write_all(b"defghij\r\n").unwrap();
+        let mut stored = [0u8; 8];
+        half.read_exact(&mut stored).unwrap();
+        assert_eq!(&stored, b"STORED\r\n");
+    }
+}
+
 /// `stats conns` (as `conns_groups`) asked beside one idle client. The connection that found
 /// the server listening was closed before, but on a loaded machine the worker that accepted it
 /// may not have seen its end yet, as memcached may not: ask again (a few seconds at most) until

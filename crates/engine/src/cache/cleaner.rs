@@ -163,6 +163,7 @@ impl Partition {
         if is_expired(header.expiry, self.now) {
             self.index.set(found.slot, 0);
             self.census.removed(position, len);
+            self.stats.reclaimed += 1;
             self.clean_cursor += len;
             return Step::Walked;
         }

@@ -51,6 +51,13 @@ impl Geometry {
         (age <= self.live_span.min(self.tail - self.floor)).then(|| self.tail - age)
     }
 
+    /// Whether an entry with these low 48 bits names an item below the flush floor whose bytes
+    /// are still intact.
+    fn hides_flushed(&self, offset48: u64) -> bool {
+        let age = self.tail.wrapping_sub(offset48) & OFFSET_MASK;
+        age > self.tail - self.floor && age <= self.live_span
+    }
+
     /// True while the bytes at `position` are intact and not flushed.
     fn holds(&self, position: u64) -> bool {
         position >= self.floor && position <= self.tail && self.tail - position <= self.live_span
@@ -249,7 +256,10 @@ impl CrewReader {
         // After the entry: the geometry the owner published before writing the entry's item.
         let g = self.published.geometry();
         let position = g.position(entry_offset(entry));
-        let Some(position) = position else { return Some(self.absent()) };
+        let Some(position) = position else {
+            // An item flush_all hid but the log still holds: the owner counts it (get_flushed).
+            return Some(if g.hides_flushed(entry_offset(entry)) { CrewGet::Owner } else { self.absent() });
+        };
         let at = g.ring_index(position);
         let mut head = [0u8; HEADER_COPY];
         let head_len = HEADER_COPY.min(self.ring.len().saturating_sub(at));

@@ -151,6 +151,12 @@ impl Log {
         self.live_span.min(self.tail - self.floor)
     }
 
+    /// Whether items below the flush floor may still be intact (a flush_all less than a lap ago).
+    #[inline]
+    pub(crate) fn hides_flushed(&self) -> bool {
+        self.tail - self.floor < self.live_span
+    }
+
     /// Age (tail minus position) of the item whose position has these low 48 bits; exact as
     /// long as the true age is below 2^48, which the index sweep guarantees.
     #[inline]

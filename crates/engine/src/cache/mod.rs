@@ -11,6 +11,7 @@ pub(crate) mod crew;
 mod crew_tests;
 pub(crate) mod index;
 pub(crate) mod log;
+mod lookup;
 #[cfg(test)]
 mod tests;
 pub(crate) mod tier;
@@ -29,9 +30,8 @@ use crate::item::ItemHeader;
 use crate::ops;
 use crate::region::Region;
 use crate::storage::{Access, NewValue, Prior, Storage};
+use crate::time::unix_now;
 use crate::time::ClockMarks;
-use crate::time::{is_expired, unix_now};
-use crate::types::keys_equal;
 use crate::types::{EngineError, EngineStats, Item, MemoryOverhead, StoreStats};
 
 /// An item found in the index.
@@ -173,73 +173,6 @@ impl Partition {
             index_bytes_per_item: self.index_bytes() as f64 / items as f64,
             total_bytes_per_item: (self.allocated_bytes() - payload) as f64 / items as f64,
         }
-    }
-
-    // ----- lookups -----
-
-    /// Finds the item for `key` if its index entry is present and its bytes are intact.
-    #[inline]
-    fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
-        let tag = hash.tag();
-        let max_age = self.log.max_age();
-        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
-            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
-                if entry_tag(entry) != tag {
-                    continue;
-                }
-                // Tags are unique within a pair, so this is the only candidate.
-                let age = self.log.age_of(entry_offset(entry));
-                if age > max_age {
-                    return None;
-                }
-                let position = self.log.tail() - age;
-                let ring_index = self.log.ring_index(position);
-                let bytes = self.log.bytes_from(ring_index);
-                let (header, header_len) = ItemHeader::decode(bytes);
-                if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
-                    return None;
-                }
-                return Some(Found {
-                    slot: Slot { bucket, entry: entry_no },
-                    position,
-                    ring_index,
-                    header,
-                    header_len,
-                });
-            }
-        }
-        None
-    }
-
-    /// `found` where it is now: the cleaner may have copied it forward (its slot stays).
-    fn at_slot(&self, found: &Found) -> Found {
-        let age = self.log.age_of(entry_offset(self.index.get(found.slot)));
-        let position = self.log.tail() - age;
-        if position == found.position {
-            return *found;
-        }
-        debug_assert!(age <= self.log.max_age(), "the cleaner keeps the item its caller uses");
-        let ring_index = self.log.ring_index(position);
-        let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
-        Found { slot: found.slot, position, ring_index, header, header_len }
-    }
-
-    /// Log bytes (header, key and value) of the intact item at `position`.
-    #[inline]
-    fn size_at(&self, position: u64) -> u64 {
-        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0.total_len() as u64
-    }
-
-    /// `find`, treating an expired item as absent (and dropping its entry).
-    #[inline]
-    fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
-        let found = self.find(key, hash)?;
-        if is_expired(found.header.expiry, self.now) {
-            self.index.set(found.slot, 0);
-            self.census.removed(found.position, found.total_len() as u64);
-            return None;
-        }
-        Some(found)
     }
 
     #[inline]
@@ -576,8 +509,11 @@ impl Storage for Partition {
     /// Changes the budget (memcached's `cache_memlimit`), up to the maximum given at creation.
     /// The log's next lap has the new length; a shrink evicts the oldest items as the tail
     /// wraps and gives the ring bytes beyond the new length back to the kernel one lap later.
+    /// A budget below what the index and scratch space need leaves the log at its smallest
+    /// (two items of the largest size), as memcached accepts any limit and keeps its minimum.
     fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
-        let log_bytes = Partition::log_share(memory_bytes, self.fixed_bytes(), self.max_item_bytes)?;
+        let smallest = 2 * self.max_item_bytes;
+        let log_bytes = memory_bytes.saturating_sub(self.fixed_bytes()).max(smallest);
         let max_log_bytes = self.log.max_capacity() as usize;
         if log_bytes > max_log_bytes {
             let max_bytes = self.fixed_bytes() + max_log_bytes;

@@ -142,6 +142,8 @@ impl Worker {
                 Phase::Closing => "conn_closing",
                 Phase::Swallowing { .. } => "conn_swallow",
                 _ if !connection.output.is_empty() => "conn_mwrite",
+                // A request whose size the decoder knows is incomplete: a value still coming.
+                _ if connection.wanted > 0 && !connection.input.is_empty() => "conn_nread",
                 _ => "conn_read",
             };
             use std::os::fd::AsRawFd;

@@ -2,6 +2,8 @@
 //! binary protocol alike. Names and meanings follow memcached 1.6.18; a name is reported only
 //! when it means the same thing in tierkv.
 
+mod keys;
+
 use crate::config::Settings;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -151,7 +153,7 @@ pub(crate) struct State {
     pub fd: i32,
     /// Buffers the atomics reuse from run to run (`atomic_run`).
     pub atomic_scratch: AtomicScratch,
-    started: u32,
+    pub(crate) started: u32,
     /// What all workers share.
     pub shared: Arc<ServerState>,
 }
@@ -249,6 +251,9 @@ impl State {
             log_used: engine.log_bytes_written.min(partition.log_bytes() as u64),
             copied_items: engine.items_copied_forward - self.engine_baseline.items_copied_forward,
             copied_bytes: engine.bytes_copied_forward - self.engine_baseline.bytes_copied_forward,
+            expired_reads: engine.expired_reads - self.engine_baseline.expired_reads,
+            reclaimed: engine.reclaimed - self.engine_baseline.reclaimed,
+            flushed_reads: engine.flushed_reads - self.engine_baseline.flushed_reads,
             free_bytes: partition.store_stats().map_or(0, |store| store.free_bytes),
             spare_buckets: partition.store_stats().map_or(0, |store| store.spare_buckets),
             spare_buckets_free: partition.store_stats().map_or(0, |store| store.spare_buckets_free),
@@ -273,6 +278,11 @@ pub(crate) struct Snapshot {
     /// Cache mode: live items (and their bytes) the log's cleaner copied forward.
     pub copied_items: u64,
     pub copied_bytes: u64,
+    /// Lookups that found their item expired, and expired items the cleaner dropped.
+    pub expired_reads: u64,
+    pub reclaimed: u64,
+    /// Lookups that found their item flushed.
+    pub flushed_reads: u64,
     pub hash_bytes: u64,
     pub allocated_bytes: u64,
     /// Store mode: free arena bytes and spare index buckets (0 in cache mode).
@@ -297,6 +307,9 @@ impl Default for Snapshot {
             log_used: 0,
             copied_items: 0,
             copied_bytes: 0,
+            expired_reads: 0,
+            reclaimed: 0,
+            flushed_reads: 0,
             hash_bytes: 0,
             allocated_bytes: 0,
             free_bytes: 0,
@@ -309,7 +322,7 @@ impl Default for Snapshot {
 }
 
 impl Snapshot {
-    const GAUGES: usize = 14;
+    const GAUGES: usize = 17;
     /// Bytes of the flat form `write_to` appends.
     pub(crate) const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
 
@@ -329,6 +342,9 @@ impl Snapshot {
             self.log_used,
             self.copied_items,
             self.copied_bytes,
+            self.expired_reads,
+            self.reclaimed,
+            self.flushed_reads,
         ]
     }
 
@@ -365,6 +381,9 @@ impl Snapshot {
             log_used: gauges[11],
             copied_items: gauges[12],
             copied_bytes: gauges[13],
+            expired_reads: gauges[14],
+            reclaimed: gauges[15],
+            flushed_reads: gauges[16],
         })
     }
 
@@ -388,6 +407,9 @@ impl Snapshot {
         self.log_used += other.log_used;
         self.copied_items += other.copied_items;
         self.copied_bytes += other.copied_bytes;
+        self.expired_reads += other.expired_reads;
+        self.reclaimed += other.reclaimed;
+        self.flushed_reads += other.flushed_reads;
         for (mine, theirs) in self.flash.iter_mut().zip(other.flash) {
             *mine += theirs;
         }
@@ -432,7 +454,7 @@ pub(crate) fn subcommand(args: &[u8]) -> &[u8] {
 }
 
 /// CPU seconds of this process, user and system, as "seconds.microseconds".
-fn rusage() -> (String, String) {
+pub(crate) fn rusage() -> (String, String) {
     let (user, system) = crate::sys::cpu_time();
     let format = |(seconds, micros): (i64, i64)| format!("{seconds}.{micros:06}");
     (format(user), format(system))
@@ -452,8 +474,8 @@ pub(crate) fn report(
 ) {
     let mut put = |name: &str, value: &dyn std::fmt::Display| emit(name, &value.to_string());
     match group {
-        Group::General => general(state, total, partition, &mut put),
-        Group::Settings => settings(state, partition, &mut put),
+        Group::General => keys::general(state, total, partition, &mut put),
+        Group::Settings => keys::settings(state, partition, &mut put),
         Group::Sizes => put("sizes_status", &"disabled"),
         Group::Slabs => slabs(state, total, partition, &mut put),
         Group::Items => items(total, &mut put),
@@ -561,135 +583,6 @@ fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn F
     }
     put("active_slabs", &1);
     put("total_malloced", &state.shared.memory_limit.load(Ordering::Relaxed));
-}
-
-fn general(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    let c = &total.counters;
-    let now = partition.now();
-    let (user, system) = rusage();
-    put("pid", &std::process::id());
-    put("uptime", &now.saturating_sub(state.started));
-    put("time", &now);
-    put("version", &crate::VERSION);
-    put("pointer_size", &(usize::BITS));
-    put("rusage_user", &user);
-    put("rusage_system", &system);
-    put("max_connections", &state.shared.settings.conn_limit);
-    put("curr_connections", &total.curr_connections);
-    put("total_connections", &c.total_connections);
-    put("rejected_connections", &c.rejected_connections);
-    put("connection_structures", &total.curr_connections);
-    put("cmd_get", &c.cmd_get);
-    put("cmd_set", &c.cmd_set);
-    put("cmd_flush", &c.cmd_flush);
-    put("cmd_touch", &c.cmd_touch);
-    put("cmd_meta", &c.cmd_meta);
-    put("get_hits", &c.get_hits);
-    put("get_misses", &c.get_misses);
-    put("delete_misses", &c.delete_misses);
-    put("delete_hits", &c.delete_hits);
-    put("incr_misses", &c.incr_misses);
-    put("incr_hits", &c.incr_hits);
-    put("decr_misses", &c.decr_misses);
-    put("decr_hits", &c.decr_hits);
-    put("cas_misses", &c.cas_misses);
-    put("cas_hits", &c.cas_hits);
-    put("cas_badval", &c.cas_badval);
-    put("touch_hits", &c.touch_hits);
-    put("touch_misses", &c.touch_misses);
-    put("store_too_large", &c.store_too_large);
-    put("store_no_memory", &c.store_no_memory);
-    put("auth_cmds", &c.auth_cmds);
-    put("auth_errors", &c.auth_errors);
-    if let Some(tls) = &state.shared.tls {
-        put("ssl_new_sessions", &tls.new_sessions.load(Ordering::Relaxed));
-        put("ssl_handshake_errors", &tls.handshake_errors.load(Ordering::Relaxed));
-        put("ssl_proto_errors", &tls.proto_errors.load(Ordering::Relaxed));
-        let since = u64::from(tierkv_engine::unix_now()).saturating_sub(tls.loaded_at.load(Ordering::Relaxed));
-        put("time_since_server_cert_refresh", &since);
-    }
-    if state.shared.settings.idle_timeout > 0 {
-        put("idle_kicks", &c.idle_kicks);
-    }
-    put("bytes_read", &c.bytes_read);
-    put("bytes_written", &c.bytes_written);
-    put("limit_maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
-    put("accepting_conns", &1);
-    put("listen_disabled_num", &0);
-    put("threads", &state.shared.settings.threads);
-    put("hash_power_level", &(partition.index_bytes() / 8).trailing_zeros());
-    put("hash_bytes", &total.hash_bytes);
-    put("bytes", &total.bytes);
-    put("curr_items", &total.curr_items);
-    put("total_items", &total.total_items);
-    put("evictions", &total.evictions);
-    if let Some(flash) = &state.shared.settings.flash {
-        crate::flash_stats::report(&total.flash, flash.size, put);
-    }
-}
-
-fn yes_no(on: bool) -> &'static str {
-    if on {
-        "yes"
-    } else {
-        "no"
-    }
-}
-
-fn settings(state: &State, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    let s = &state.shared.settings;
-    put("maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
-    put("maxconns", &s.conn_limit);
-    put("tcpport", &s.address.port());
-    put("udpport", &s.udp_port.unwrap_or(0));
-    put("inter", &s.address.ip());
-    put("verbosity", &state.shared.verbosity.load(Ordering::Relaxed));
-    put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });
-    match &s.unix_socket {
-        Some((path, _)) => put("domain_socket", &path.display()),
-        None => put("domain_socket", &"NULL"),
-    }
-    put("umask", &format!("{:o}", s.unix_socket.as_ref().map_or(0o700, |(_, mask)| *mask)));
-    put("shutdown_command", &yes_no(s.admin.shutdown));
-    put("num_threads", &s.threads);
-    put("detail_enabled", &yes_no(state.shared.detail.enabled()));
-    put("cas_enabled", &"yes");
-    put("tcp_backlog", &s.backlog);
-    let binding = match (&s.auth_file, s.sasl) {
-        (_, true) => "binary",
-        (Some(_), false) => "ascii",
-        (None, false) => "auto-negotiate",
-    };
-    put("binding_protocol", &binding);
-    put("auth_enabled_sasl", &yes_no(s.sasl));
-    match &s.auth_file {
-        Some(path) if !s.sasl => put("auth_enabled_ascii", &path.display()),
-        _ => put("auth_enabled_ascii", &"no"),
-    }
-    put("item_size_max", &partition.max_item_bytes());
-    put("maxconns_fast", &"yes");
-    put("flush_enabled", &yes_no(s.admin.flush));
-    put("dump_enabled", &yes_no(s.admin.dump));
-    put("hash_algorithm", &"xxh3");
-    put("idle_timeout", &state.shared.settings.idle_timeout);
-    ssl_settings(s.tls.as_ref(), put);
-    crate::flash_stats::settings(s.flash.as_ref(), put);
-}
-
-/// memcached's `ssl_*` settings lines (1.6.18, built with TLS).
-fn ssl_settings(tls: Option<&crate::net::tls::TlsSettings>, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    let path = |p: Option<&std::path::PathBuf>| p.map_or("(null)".to_string(), |p| p.display().to_string());
-    put("ssl_enabled", &yes_no(tls.is_some()));
-    put("ssl_chain_cert", &path(tls.map(|t| &t.chain_cert)));
-    put("ssl_key", &path(tls.map(|t| &t.key)));
-    put("ssl_verify_mode", &tls.map_or(0, |t| t.verify_mode));
-    put("ssl_keyformat", &1);
-    put("ssl_ciphers", &"NULL");
-    put("ssl_ca_cert", &tls.and_then(|t| t.ca_cert.as_ref()).map_or("NULL".to_string(), |p| p.display().to_string()));
-    put("ssl_wbuf_size", &16384);
-    put("ssl_session_cache", &"no");
-    put("ssl_kernel_tls", &"no");
-    put("ssl_min_version", &"tlsv1.2");
 }
 
 #[cfg(test)]

@@ -1,0 +1,110 @@
+//! Finding a key's item in the log through the index: the one read path every operation
+//! shares, with expired and flushed items treated as absent (and counted, as memcached counts
+//! `get_expired` and `get_flushed`).
+//!
+//! It must not write items: only index entries of items found dead are dropped.
+
+use crate::cache::index::{entry_offset, entry_tag, Index, Slot};
+use crate::cache::{Found, Partition};
+use crate::hash::KeyHash;
+use crate::item::ItemHeader;
+use crate::time::is_expired;
+use crate::types::keys_equal;
+
+impl Partition {
+    /// Finds the item for `key` if its index entry is present and its bytes are intact.
+    #[inline]
+    pub(super) fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let tag = hash.tag();
+        let max_age = self.log.max_age();
+        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
+                if entry_tag(entry) != tag {
+                    continue;
+                }
+                // Tags are unique within a pair, so this is the only candidate.
+                let age = self.log.age_of(entry_offset(entry));
+                if age > max_age {
+                    return None;
+                }
+                let position = self.log.tail() - age;
+                let ring_index = self.log.ring_index(position);
+                let bytes = self.log.bytes_from(ring_index);
+                let (header, header_len) = ItemHeader::decode(bytes);
+                if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
+                    return None;
+                }
+                return Some(Found {
+                    slot: Slot { bucket, entry: entry_no },
+                    position,
+                    ring_index,
+                    header,
+                    header_len,
+                });
+            }
+        }
+        None
+    }
+
+    /// `found` where it is now: the cleaner may have copied it forward (its slot stays).
+    pub(super) fn at_slot(&self, found: &Found) -> Found {
+        let age = self.log.age_of(entry_offset(self.index.get(found.slot)));
+        let position = self.log.tail() - age;
+        if position == found.position {
+            return *found;
+        }
+        debug_assert!(age <= self.log.max_age(), "the cleaner keeps the item its caller uses");
+        let ring_index = self.log.ring_index(position);
+        let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+        Found { slot: found.slot, position, ring_index, header, header_len }
+    }
+
+    /// Log bytes (header, key and value) of the intact item at `position`.
+    #[inline]
+    pub(super) fn size_at(&self, position: u64) -> u64 {
+        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0.total_len() as u64
+    }
+
+    /// `find`, treating an expired item as absent (and dropping its entry).
+    #[inline]
+    pub(super) fn find_live(&mut self, key: &[u8], hash: KeyHash) -> Option<Found> {
+        let Some(found) = self.find(key, hash) else {
+            if self.log.hides_flushed() {
+                self.forget_flushed(key, hash);
+            }
+            return None;
+        };
+        if is_expired(found.header.expiry, self.now) {
+            self.index.set(found.slot, 0);
+            self.census.removed(found.position, found.total_len() as u64);
+            self.stats.expired_reads += 1;
+            return None;
+        }
+        Some(found)
+    }
+
+    /// After a flush_all, the key's entry may name an item still intact but below the flush
+    /// floor: counted once (`EngineStats::flushed_reads`) and dropped, as memcached unlinks a
+    /// flushed item its get finds.
+    fn forget_flushed(&mut self, key: &[u8], hash: KeyHash) {
+        let tag = hash.tag();
+        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
+                if entry == 0 || entry_tag(entry) != tag {
+                    continue;
+                }
+                let age = self.log.age_of(entry_offset(entry));
+                if age <= self.log.max_age() || age > self.log.live_span() {
+                    return;
+                }
+                let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
+                let (header, header_len) = ItemHeader::decode(bytes);
+                if header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key) {
+                    self.stats.flushed_reads += 1;
+                    self.index.set(Slot { bucket, entry: entry_no }, 0);
+                }
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""memcached's own tests (t/*.t from its source) against a running server, beside Debian's memcached.
+
+Each test file gets a fresh server on a free loopback port and runs with T_MEMD_USE_DAEMON, so
+the test talks to that server instead of starting memcached-debug (memcached's "daemon mode").
+The tests still ask memcached-debug -h what the build supports: the source directory gets a
+memcached-debug link to Debian's memcached for that. Prints, per test and server, the
+assertions passed, failed and planned, and the first failures.
+
+Usage: python3 scripts/memcached_t.py --source DIR BIN [TEST ...] [-- SERVER FLAGS]
+  DIR: memcached's source at its 1.6.18 tag (git clone https://github.com/memcached/memcached;
+  git checkout 1.6.18). TESTs default to binary.t dyn-maxbytes.t stats.t issue_22.t.
+"""
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+DEFAULT_TESTS = ["binary.t", "dyn-maxbytes.t", "stats.t", "issue_22.t"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(command, port):
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"{command[0]} did not start")
+
+
+def run_test(source, test, port):
+    env = dict(os.environ, T_MEMD_USE_DAEMON=f"127.0.0.1:{port}")
+    done = subprocess.run(["perl", os.path.join("t", test)], cwd=source, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = done.stdout + done.stderr
+    passed = len(re.findall(r"^ok \d+", out, re.M))
+    failed = re.findall(r"^not ok \d+.*$", out, re.M)
+    plan = re.search(r"^1\.\.(\d+)", out, re.M)
+    died = re.search(r"^(.*(?:died|Died|at t/\S+ line \d+).*)$", out, re.M)
+    return passed, failed, int(plan.group(1)) if plan else None, died.group(1) if died and not plan else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source", required=True)
+    ap.add_argument("--memory", default="1024", help="-m for both servers")
+    ap.add_argument("bin")
+    ap.add_argument("tests", nargs="*")
+    args, flags = ap.parse_known_args()
+    link = os.path.join(args.source, "memcached-debug")
+    if not os.path.exists(link):
+        os.symlink("/usr/bin/memcached", link)
+    servers = {
+        "memcached": lambda port: ["memcached", "-u", "nobody", "-p", str(port), "-U", "0", "-m", args.memory],
+        "tierkv": lambda port: [args.bin, "-p", str(port), "-m", args.memory, *flags],
+    }
+    for test in args.tests or DEFAULT_TESTS:
+        for name, command in servers.items():
+            port = free_port()
+            proc = start(command(port), port)
+            try:
+                passed, failed, plan, died = run_test(args.source, test, port)
+            finally:
+                proc.terminate()
+                proc.wait()
+            print(f"{test:18} {name:10} {passed} passed, {len(failed)} failed, plan {plan}"
+                  + (f", stopped: {died}" if died else ""), flush=True)
+            for line in failed[:5]:
+                print(f"    {line}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
