@@ -47,6 +47,13 @@ if ! python3 -c "import pymemcache, sys; sys.exit(pymemcache.__version__ != '$PY
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "pymemcache==$PYMEMCACHE_VERSION"
 fi
 
+# pytest to run pymemcache's own integration suite (it ships in the package).
+PYTEST_VERSION=8.3.4
+if ! python3 -c "import pytest, sys; sys.exit(pytest.__version__ != '$PYTEST_VERSION')" 2>/dev/null; then
+    echo "test.sh: installing pytest $PYTEST_VERSION" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "pytest==$PYTEST_VERSION"
+fi
+
 # python-binary-memcached for the binary SASL client test.
 BMEMCACHED_VERSION=0.33.0
 if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('python-binary-memcached') != '$BMEMCACHED_VERSION')" 2>/dev/null; then

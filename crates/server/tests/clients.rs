@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::tierkv;
+use common::{free_port, start, tierkv, TIERKV};
 use std::process::Command;
 
 #[test]
@@ -30,6 +30,32 @@ fn pymemcache_text_protocol() {
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "pymemcache (pip install pymemcache; bash scripts/test.sh does): {text}");
     assert!(text.contains("all checks passed"), "{text}");
+}
+
+/// pymemcache's own integration tests (shipped in its package), run with pytest against a
+/// server started as memcached's defaults would size it: all 100 pass, as against memcached
+/// (`cache_memlimit 50` among them, below what the index of -m 1024 takes).
+#[test]
+fn pymemcache_integration_suite_passes_whole() {
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "1024", "-t", "2"]);
+    let server = start(command, port);
+    let find = Command::new("python3")
+        .args(["-c", "import pymemcache, os; print(os.path.dirname(pymemcache.__file__))"])
+        .output()
+        .expect("python3 runs");
+    let package = String::from_utf8_lossy(&find.stdout).trim().to_string();
+    let suite = format!("{package}/test/test_integration.py");
+    let output = Command::new("python3")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", &suite, "--server", "127.0.0.1"])
+        .args(["--port", &server.1.to_string()])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "pytest and pymemcache (bash scripts/test.sh installs them): {text}");
+    assert!(text.contains("100 passed") && !text.contains("failed"), "{text}");
 }
 
 #[test]

@@ -558,6 +558,11 @@ fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
     let resident = resident_bytes(server.0.id());
     assert!(resident + (24 << 20) < grown, "{} MiB resident after the shrink, {} before", resident >> 20, grown >> 20);
     assert!(stat_number(port, "", "curr_items") <= 4096 && stat_number(port, "", "evictions") > 0);
+    // Any limit from 8 MB is accepted, as memcached accepts it (7 is not): below what the index
+    // needs, the log keeps its smallest size, two items of the largest size.
+    let reply = exchange_to_sentinel(port, b"cache_memlimit 8\r\ncache_memlimit 7\r\n");
+    assert!(reply.starts_with(b"OK\r\nMEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"));
+    assert_eq!(stat_number(port, "settings", "maxbytes"), 8 << 20);
     // Store mode cannot move its arena: only its own limit is accepted.
     let store = tierkv_with(&["--mode", "store", "-t", "2"]);
     let reply = exchange_to_sentinel(store.1, b"cache_memlimit 32\r\ncache_memlimit 64\r\n");

@@ -76,8 +76,8 @@ fn text_and_meta_replies_match_memcached_byte_for_byte_in(mode: &str) {
         b"ms sk 2 T100\r\nhi\r\nms sk 2 T100\r\nh2\r\nms sk 2 C1 I\r\nho\r\nmg sk v s\r\nmg sk v\r\nms sk 2 C1 I\r\nxx\r\nmg sk v\r\n",
         b"ms tt 1 T100\r\n1\r\nmg tt t T30\r\nmg tt T50 t\r\nmg tt s t v T70\r\nmg tt t\r\n",
         // A failed ms with c returns c0 (and the other flags asked for).
-        b"ms cx 2 c C999\r\nhi\r\nms cx 2 c k Oab I\r\nhi\r\nms cy 2 c q C5\r\nhi\r\nms cz 2 c MR k\r\nhi\r\nmn\r\n",
-        b"ms cw 2\r\nhi\r\nms cw 2 c C1 T0\r\nho\r\nms cw 2 c MA\r\nzz\r\nms cw 2 c ME\r\nzz\r\n",
+        b"ms cx 2 c C999\r\nhi\r\nms cx 2 c k Oab I C1\r\nhi\r\nms cy 2 c q C5\r\nhi\r\nms cz 2 c MR k\r\nhi\r\nmn\r\n",
+        b"ms cw 2\r\nhi\r\nms cw 2 c C1 T0\r\nho\r\nms cw 2 MA\r\nzz\r\nms cw 2 c ME\r\nzz\r\n",
         // Last: what a delay-1 flush hides depends on where each server's second boundary falls.
         b"set fl 0 0 1\r\nx\r\nflush_all 1\r\nget fl\r\n",
     ]);
