@@ -5,7 +5,8 @@ Each test file gets a fresh server on a free loopback port and runs with T_MEMD_
 the test talks to that server instead of starting memcached-debug (memcached's "daemon mode").
 The tests still ask memcached-debug -h what the build supports: the source directory gets a
 memcached-debug link to Debian's memcached for that. Prints, per test and server, the
-assertions passed, failed and planned, and the first failures.
+assertions passed, failed and planned, the first failures, and the server's curr_items, bytes
+and evictions after the test.
 
 Usage: python3 scripts/memcached_t.py --source DIR BIN [TEST ...] [-- SERVER FLAGS]
   DIR: memcached's source at its 1.6.18 tag (git clone https://github.com/memcached/memcached;
@@ -53,6 +54,17 @@ def run_test(source, test, port):
     return passed, failed, int(plan.group(1)) if plan else None, died.group(1) if died and not plan else None
 
 
+def after_stats(port):
+    """curr_items, bytes and evictions of the server after a test."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"stats\r\n")
+        data = b""
+        while not data.endswith(b"END\r\n"):
+            data += s.recv(65536)
+    stats = dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
+    return ", ".join(f"{name} {stats.get(name)}" for name in ("curr_items", "bytes", "evictions"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", required=True)
@@ -73,11 +85,12 @@ def main():
             proc = start(command(port), port)
             try:
                 passed, failed, plan, died = run_test(args.source, test, port)
+                after = after_stats(port)
             finally:
                 proc.terminate()
                 proc.wait()
             print(f"{test:18} {name:10} {passed} passed, {len(failed)} failed, plan {plan}"
-                  + (f", stopped: {died}" if died else ""), flush=True)
+                  + (f", stopped: {died}" if died else "") + f"; then {after}", flush=True)
             for line in failed[:5]:
                 print(f"    {line}")
 
