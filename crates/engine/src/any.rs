@@ -101,6 +101,10 @@ impl Engine for AnyPartition {
         each_kind!(self, p => p.stats())
     }
 
+    fn size_classes(&self) -> Option<[crate::types::ClassFigures; crate::types::SIZE_CLASSES]> {
+        each_kind!(self, p => p.size_classes())
+    }
+
     fn store_stats(&self) -> Option<StoreStats> {
         each_kind!(self, p => p.store_stats())
     }

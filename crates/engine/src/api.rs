@@ -35,6 +35,8 @@ pub trait Engine {
     fn max_item_bytes(&self) -> usize;
     /// The counters `stats` reports (store mode: items and stores; nothing is evicted).
     fn stats(&self) -> EngineStats;
+    /// Items by memcached's size classes (None in store mode).
+    fn size_classes(&self) -> Option<[crate::types::ClassFigures; crate::types::SIZE_CLASSES]>;
     /// Store mode's memory figures (None in cache mode).
     fn store_stats(&self) -> Option<StoreStats>;
     /// The memory budget in use (index, log or arena, scratch).
@@ -221,6 +223,10 @@ impl<S: Storage> Engine for S {
 
     fn stats(&self) -> EngineStats {
         Storage::stats(self)
+    }
+
+    fn size_classes(&self) -> Option<[crate::types::ClassFigures; crate::types::SIZE_CLASSES]> {
+        Storage::size_classes(self)
     }
 
     fn store_stats(&self) -> Option<StoreStats> {

@@ -51,8 +51,8 @@ pub use store::{StoreConfig, StorePartition, STORE_FIXED_HEADER_BYTES};
 pub use tiering::{AttachError, FlashProbe, FlashReport, FlashTier, TierStats, FLASH_FAILED};
 pub use time::unix_now;
 pub use types::{
-    ArithInitial, ArithOutcome, ArithRequest, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug, MetaGet,
-    MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats,
+    ArithInitial, ArithOutcome, ArithRequest, ClassFigures, DeleteOutcome, EngineError, EngineStats, Item, ItemDebug,
+    MetaGet, MetaItem, StoreMode, StoreOutcome, StoreRequest, StoreStats, CLASS_CHUNK_BYTES, SIZE_CLASSES,
 };
 pub use vectors::{apply_update, vector_header, vector_slice, ElemType, VectorError, VectorOp, VectorUpdate};
 

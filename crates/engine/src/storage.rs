@@ -92,6 +92,10 @@ pub(crate) trait Storage {
     fn mode(&self) -> Mode;
     fn set_clock(&mut self, now: u32);
     fn stats(&self) -> EngineStats;
+    /// Items by memcached's size classes (cache mode; None where the kind has no such figures).
+    fn size_classes(&self) -> Option<[crate::types::ClassFigures; crate::types::SIZE_CLASSES]> {
+        None
+    }
     fn store_stats(&self) -> Option<StoreStats>;
     fn allocated_bytes(&self) -> usize;
     fn index_bytes(&self) -> usize;

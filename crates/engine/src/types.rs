@@ -261,6 +261,30 @@ pub struct EngineStats {
     pub evictions: u64,
 }
 
+/// memcached's slab classes with its default growth factor: what `stats items` and `stats
+/// slabs` number item figures by.
+pub const SIZE_CLASSES: usize = 39;
+
+/// memcached 1.6.18's slab class chunk sizes with its defaults (`-n 48 -f 1.25`,
+/// slab_chunk_max 512 KiB): `stats items` and `stats slabs` number classes by these.
+pub const CLASS_CHUNK_BYTES: [u32; SIZE_CLASSES] = [
+    96, 120, 152, 192, 240, 304, 384, 480, 600, 752, 944, 1184, 1480, 1856, 2320, 2904, 3632, 4544, 5680, 7104, 8880,
+    11104, 13880, 17352, 21696, 27120, 33904, 42384, 52984, 66232, 82792, 103496, 129376, 161720, 202152, 252696,
+    315872, 394840, 524288,
+];
+
+/// The items of one memcached size class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassFigures {
+    /// Live items whose memcached size falls in the class.
+    pub items: u64,
+    /// memcached's `mem_requested`: the bytes memcached would allocate for them (its item
+    /// header, key, value, CAS).
+    pub requested_bytes: u64,
+    /// Live items of the class evicted.
+    pub evicted: u64,
+}
+
 /// The DRAM an item costs beyond its key and value when the partition is full of such items.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MemoryOverhead {

@@ -90,7 +90,10 @@ fn live_items_survive_rewrite_churn_as_in_memcached() {
     // The live items with their headers (3 to 14 bytes each), not the 64 MiB of log in use.
     let payload: u64 = (0..LIVE_ITEMS).map(|i| (format!("live:{i}").len() + LIVE_VALUE) as u64).sum();
     let bytes = s["bytes"];
-    assert!(bytes > payload && bytes < payload + 8 * (460 << 10) + 16 * LIVE_ITEMS as u64, "bytes {bytes}, payload {payload}");
+    assert!(
+        bytes > payload && bytes < payload + 8 * (460 << 10) + 16 * LIVE_ITEMS as u64,
+        "bytes {bytes}, payload {payload}"
+    );
     let copied = exchange_to_sentinel_within(ours.1, b"stats tierkv\r\n", PATIENT);
     assert!(String::from_utf8_lossy(&copied).contains("STAT log_items_copied_forward "), "counted");
 }

@@ -198,3 +198,29 @@ fn binary_stat_sends_one_packet_per_stat() {
     assert!(names[..end].iter().any(|n| n == "pid") && names[..end].iter().any(|n| n == "curr_items"));
     assert_eq!(statuses[end + 1], 1, "an unknown group is KEY_ENOENT");
 }
+
+#[test]
+fn items_and_slabs_number_classes_as_memcached_does() {
+    let (ours, theirs) = (tierkv_with(&["-t", "2"]), memcached());
+    let big = "y".repeat(5000);
+    let script = format!(
+        "set a 0 0 1\r\nx\r\nset bb 5 0 10\r\n0123456789\r\nset c 0 0 5000\r\n{big}\r\nset d 0 0 700\r\n{}\r\n",
+        "z".repeat(700)
+    );
+    for port in [ours.1, theirs.1] {
+        exchange(port, script.as_bytes());
+    }
+    let figures = |port: u16, group: &str, names: &[&str]| -> Vec<(String, String)> {
+        let mut lines: Vec<(String, String)> = parse(&exchange(port, format!("stats {group}\r\n").as_bytes()))
+            .into_iter()
+            .filter(|(name, _)| names.iter().any(|wanted| name.ends_with(wanted)))
+            .collect();
+        lines.sort();
+        lines
+    };
+    let items = [":number", ":mem_requested", ":evicted"];
+    assert_eq!(figures(ours.1, "items", &items), figures(theirs.1, "items", &items));
+    let slabs = [":chunk_size", ":used_chunks", ":total_pages", "active_slabs", "total_malloced"];
+    assert_eq!(figures(ours.1, "slabs", &slabs), figures(theirs.1, "slabs", &slabs));
+    assert_eq!(parse(&exchange(ours.1, b"stats items\r\n"))["items:19:mem_requested"], "5060");
+}

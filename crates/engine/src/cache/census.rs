@@ -10,12 +10,29 @@
 //! was already evicted. Eviction is thus counted at segment granularity: up to one segment
 //! after the log really overwrites an item.
 
+use crate::item::ItemHeader;
+use crate::types::{ClassFigures, CLASS_CHUNK_BYTES, SIZE_CLASSES};
+
+/// What memcached would allocate for an item (`ITEM_ntotal`: its 48-byte header, the key and
+/// a NUL, the value and its CRLF, the CAS, the flags when not 0) and the index of the class it
+/// would be in (larger items are chunked in the last class).
+pub(crate) fn memcached_size(header: &ItemHeader) -> (u64, usize) {
+    let requested = 48 + header.key_len + 1 + header.value_len + 2 + 8 + if header.flags != 0 { 4 } else { 0 };
+    let class = CLASS_CHUNK_BYTES.iter().position(|&chunk| chunk as usize >= requested).unwrap_or(SIZE_CLASSES - 1);
+    (requested as u64, class)
+}
+
+/// Per segment and class: items and memcached's requested bytes (boxed: 60 KiB).
+struct PerClass {
+    items: [[u32; SIZE_CLASSES]; MAX_SEGMENTS],
+    requested: [[u64; SIZE_CLASSES]; MAX_SEGMENTS],
+}
+
 /// Slots for segment counts: a live span of the largest log covers at most 64 whole segments
 /// and parts of two more; a power of two so a segment's slot is a mask.
 const MAX_SEGMENTS: usize = 128;
 
 /// Per-segment live-item counts and the totals derived from them.
-#[derive(Clone, Debug)]
 pub(crate) struct Census {
     shift: u32,
     /// The oldest segment still counted; segments before it were evicted.
@@ -27,6 +44,9 @@ pub(crate) struct Census {
     live_bytes: u64,
     stored: u64,
     evicted: u64,
+    per_class: Box<PerClass>,
+    /// Live items, requested bytes and evictions by memcached class.
+    classes: [ClassFigures; SIZE_CLASSES],
 }
 
 impl Census {
@@ -43,6 +63,11 @@ impl Census {
             live_bytes: 0,
             stored: 0,
             evicted: 0,
+            per_class: Box::new(PerClass {
+                items: [[0; SIZE_CLASSES]; MAX_SEGMENTS],
+                requested: [[0; SIZE_CLASSES]; MAX_SEGMENTS],
+            }),
+            classes: [ClassFigures::default(); SIZE_CLASSES],
         }
     }
 
@@ -67,41 +92,59 @@ impl Census {
             self.live_bytes -= self.bytes[slot];
             self.counts[slot] = 0;
             self.bytes[slot] = 0;
+            for (class, figures) in self.classes.iter_mut().enumerate() {
+                let items = u64::from(std::mem::take(&mut self.per_class.items[slot][class]));
+                figures.evicted += items;
+                figures.items -= items;
+                figures.requested_bytes -= std::mem::take(&mut self.per_class.requested[slot][class]);
+            }
         }
         self.oldest = dead_before;
     }
 
-    /// A new item of `bytes` log bytes was stored at `position` (the tail has already been
-    /// advanced past it).
+    /// A new item with `header` was stored at `position` (the tail has already been advanced
+    /// past it).
     #[inline]
-    pub(crate) fn stored(&mut self, position: u64, bytes: u64) {
+    pub(crate) fn stored(&mut self, position: u64, header: &ItemHeader) {
         self.stored += 1;
-        self.moved_in(position, bytes);
+        self.moved_in(position, header);
     }
 
-    /// An existing item of `bytes` log bytes was copied to `position`.
+    /// An existing item, now with `header`, was copied to `position`.
     #[inline]
-    pub(crate) fn moved_in(&mut self, position: u64, bytes: u64) {
+    pub(crate) fn moved_in(&mut self, position: u64, header: &ItemHeader) {
         let segment = position >> self.shift;
         debug_assert!(segment >= self.oldest && segment - self.oldest < MAX_SEGMENTS as u64);
         let slot = Census::slot(segment);
+        let bytes = header.total_len() as u64;
         self.counts[slot] += 1;
         self.bytes[slot] += bytes;
         self.live += 1;
         self.live_bytes += bytes;
+        let (requested, class) = memcached_size(header);
+        self.per_class.items[slot][class] += 1;
+        self.per_class.requested[slot][class] += requested;
+        self.classes[class].items += 1;
+        self.classes[class].requested_bytes += requested;
     }
 
-    /// The item of `bytes` log bytes at `position` died before the tail reached it.
+    /// The item with `header` at `position` died before the tail reached it.
     #[inline]
-    pub(crate) fn removed(&mut self, position: u64, bytes: u64) {
+    pub(crate) fn removed(&mut self, position: u64, header: &ItemHeader) {
         let segment = position >> self.shift;
         if segment >= self.oldest {
             let slot = Census::slot(segment);
+            let bytes = header.total_len() as u64;
             debug_assert!(self.counts[slot] > 0 && self.bytes[slot] >= bytes);
             self.counts[slot] -= 1;
             self.bytes[slot] -= bytes;
             self.live -= 1;
             self.live_bytes -= bytes;
+            let (requested, class) = memcached_size(header);
+            self.per_class.items[slot][class] -= 1;
+            self.per_class.requested[slot][class] -= requested;
+            self.classes[class].items -= 1;
+            self.classes[class].requested_bytes -= requested;
         }
     }
 
@@ -111,6 +154,16 @@ impl Census {
         self.bytes = [0; MAX_SEGMENTS];
         self.live = 0;
         self.live_bytes = 0;
+        self.per_class.items = [[0; SIZE_CLASSES]; MAX_SEGMENTS];
+        self.per_class.requested = [[0; SIZE_CLASSES]; MAX_SEGMENTS];
+        for figures in &mut self.classes {
+            (figures.items, figures.requested_bytes) = (0, 0);
+        }
+    }
+
+    /// Live items, memcached's requested bytes and evictions by memcached's size classes.
+    pub(crate) fn classes(&self) -> [ClassFigures; SIZE_CLASSES] {
+        self.classes
     }
 
     /// Items that are in the index and the log now (expired ones too, until noticed).
@@ -145,22 +198,30 @@ impl Census {
 mod tests {
     use super::*;
 
+    fn item(value_len: usize) -> ItemHeader {
+        ItemHeader { key_len: 4, value_len, flags: 0, expiry: 0, cas: None, state: 0 }
+    }
+
     #[test]
     fn items_the_tail_reaches_again_are_evicted_once() {
         let mut census = Census::new(6400, 0);
         // Segments of 128 bytes.
         for position in (0..6400).step_by(100) {
             census.advance(position + 100, position + 100);
-            census.stored(position, 100);
+            census.stored(position, &item(94));
         }
         assert_eq!((census.live(), census.evicted(), census.stored_total()), (64, 0, 64));
-        census.removed(150, 100);
+        census.removed(150, &item(94));
         assert_eq!((census.live(), census.live_bytes()), (63, 6300));
         // One more lap: the first lap's items are all evicted, the removed one not again.
         census.advance(12_900, 6400);
         assert_eq!((census.live(), census.evicted(), census.live_bytes()), (0, 63, 0));
+        // 4 + 94 bytes: memcached's 157-byte item, class 4 (192-byte chunks).
+        assert_eq!(memcached_size(&item(94)), (157, 3));
+        let classes = census.classes();
+        assert_eq!((classes[3].items, classes[3].requested_bytes, classes[3].evicted), (0, 0, 63));
         // Removing an item whose segment was recycled changes nothing.
-        census.removed(300, 100);
+        census.removed(300, &item(94));
         assert_eq!((census.live(), census.evicted()), (0, 63));
     }
 
@@ -168,7 +229,7 @@ mod tests {
     fn flush_is_not_eviction() {
         let mut census = Census::new(1 << 20, 5_000);
         census.advance(5_100, 5_100);
-        census.stored(5_000, 70);
+        census.stored(5_000, &item(64));
         census.flushed();
         census.advance(10 << 20, 1 << 20);
         assert_eq!((census.live(), census.evicted(), census.stored_total()), (0, 0, 1));

@@ -162,7 +162,7 @@ impl Partition {
         };
         if is_expired(header.expiry, self.now) {
             self.index.set(found.slot, 0);
-            self.census.removed(position, len);
+            self.census.removed(position, &header);
             self.stats.reclaimed += 1;
             self.clean_cursor += len;
             return Step::Walked;
@@ -200,10 +200,10 @@ impl Partition {
             let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
             scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
         }
-        self.census.removed(found.position, found.total_len() as u64);
+        self.census.removed(found.position, &found.header);
         let (position, ring_index) = self.log.reserve(size);
         self.census.advance(self.log.tail(), self.log.live_span());
-        self.census.moved_in(position, size as u64);
+        self.census.moved_in(position, header);
         let header_len = header.encode(self.log.bytes_from_mut(ring_index));
         let new_start = ring_index + header_len;
         if survives {

@@ -59,10 +59,10 @@ impl Partition {
         Found { slot: found.slot, position, ring_index, header, header_len }
     }
 
-    /// Log bytes (header, key and value) of the intact item at `position`.
+    /// The header of the intact item at `position`.
     #[inline]
-    pub(super) fn size_at(&self, position: u64) -> u64 {
-        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0.total_len() as u64
+    pub(super) fn header_at(&self, position: u64) -> ItemHeader {
+        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0
     }
 
     /// `find`, treating an expired item as absent (and dropping its entry).
@@ -76,7 +76,7 @@ impl Partition {
         };
         if is_expired(found.header.expiry, self.now) {
             self.index.set(found.slot, 0);
-            self.census.removed(found.position, found.total_len() as u64);
+            self.census.removed(found.position, &found.header);
             self.stats.expired_reads += 1;
             return None;
         }

@@ -332,7 +332,7 @@ impl Partition {
                 let age = self.log.age_of(entry_offset(self.index.get(slot)));
                 if age <= max_age {
                     let old = self.log.tail() - age;
-                    self.census.removed(old, self.size_at(old));
+                    self.census.removed(old, &self.header_at(old));
                 }
                 slot
             }
@@ -341,12 +341,12 @@ impl Partition {
                 self.stats.index_evictions += 1;
                 let (slot, age) = oldest.expect("a full pair has an oldest entry");
                 let old = self.log.tail() - age;
-                self.census.removed(old, self.size_at(old));
+                self.census.removed(old, &self.header_at(old));
                 slot
             }
         };
         self.index.set(slot, make_entry(tag, position));
-        self.census.stored(position, self.size_at(position));
+        self.census.stored(position, &self.header_at(position));
         // memcached hides whatever is stored during a delayed flush's deadline second.
         if self.flush.hides_writes(self.now) {
             self.flush_now();
@@ -577,6 +577,10 @@ impl Storage for Partition {
         }
     }
 
+    fn size_classes(&self) -> Option<[crate::types::ClassFigures; crate::types::SIZE_CLASSES]> {
+        Some(self.census.classes())
+    }
+
     fn now(&self) -> u32 {
         self.now
     }
@@ -651,7 +655,7 @@ impl Storage for Partition {
     fn remove(&mut self, found: &Found) {
         self.invalidate_found(found);
         self.index.set(found.slot, 0);
-        self.census.removed(found.position, found.total_len() as u64);
+        self.census.removed(found.position, &found.header);
     }
 
     fn rewrite(&mut self, found: &Found, header: &ItemHeader) -> Result<Found, EngineError> {

@@ -267,3 +267,85 @@ fn ssl_settings(tls: Option<&crate::net::tls::TlsSettings>, put: Put<'_>) {
     put("ssl_kernel_tls", &"no");
     put("ssl_min_version", &"tlsv1.2");
 }
+
+/// `stats items`: memcached's per-class lines for each class that holds items (or lost some),
+/// classes numbered by memcached's sizes for tierkv's items (`ClassFigures`). LRU segment
+/// figures are 0 (one FIFO log); every hit is a hit to "cold".
+pub(crate) fn items(total: &Snapshot, put: Put<'_>) {
+    for (index, class) in total.classes.iter().enumerate() {
+        if class.items == 0 && class.evicted == 0 {
+            continue;
+        }
+        let figures: [(&str, u64); 28] = [
+            ("number", class.items),
+            ("number_hot", 0),
+            ("number_warm", 0),
+            ("number_cold", class.items),
+            ("age_hot", 0),
+            ("age_warm", 0),
+            ("age", 0),
+            ("mem_requested", class.requested_bytes),
+            ("evicted", class.evicted),
+            ("evicted_nonzero", 0),
+            ("evicted_time", 0),
+            ("outofmemory", 0),
+            ("tailrepairs", 0),
+            ("reclaimed", 0),
+            ("expired_unfetched", 0),
+            ("evicted_unfetched", 0),
+            ("evicted_active", 0),
+            ("crawler_reclaimed", 0),
+            ("crawler_items_checked", 0),
+            ("lrutail_reflocked", 0),
+            ("moves_to_cold", 0),
+            ("moves_to_warm", 0),
+            ("moves_within_lru", 0),
+            ("direct_reclaims", 0),
+            ("hits_to_hot", 0),
+            ("hits_to_warm", 0),
+            ("hits_to_cold", 0),
+            ("hits_to_temp", 0),
+        ];
+        for (name, value) in figures {
+            put(&format!("items:{}:{name}", index + 1), &value);
+        }
+    }
+}
+
+/// `stats slabs`: the classes `stats items` lists, as if memcached held the same items (its
+/// chunk size, 1 MiB pages); per-class command counters are 0 (tierkv counts them per server).
+pub(crate) fn slabs(total: &Snapshot, put: Put<'_>) {
+    let (mut active, mut malloced) = (0u64, 0u64);
+    for (index, class) in total.classes.iter().enumerate() {
+        if class.items == 0 && class.evicted == 0 {
+            continue;
+        }
+        let chunk = u64::from(tierkv_engine::CLASS_CHUNK_BYTES[index]);
+        let per_page = ((1 << 20) / chunk).max(1);
+        let pages = class.items.div_ceil(per_page).max(1);
+        let figures: [(&str, u64); 15] = [
+            ("chunk_size", chunk),
+            ("chunks_per_page", per_page),
+            ("total_pages", pages),
+            ("total_chunks", pages * per_page),
+            ("used_chunks", class.items),
+            ("free_chunks", pages * per_page - class.items),
+            ("free_chunks_end", 0),
+            ("get_hits", 0),
+            ("cmd_set", 0),
+            ("delete_hits", 0),
+            ("incr_hits", 0),
+            ("decr_hits", 0),
+            ("cas_hits", 0),
+            ("cas_badval", 0),
+            ("touch_hits", 0),
+        ];
+        for (name, value) in figures {
+            put(&format!("{}:{name}", index + 1), &value);
+        }
+        active += 1;
+        malloced += pages << 20;
+    }
+    put("active_slabs", &active);
+    put("total_malloced", &malloced);
+}

@@ -5,10 +5,10 @@
 mod keys;
 
 use crate::config::Settings;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use tierkv_engine::Engine;
-use tierkv_engine::{AnyPartition as Partition, EngineStats};
+use tierkv_engine::{AnyPartition as Partition, ClassFigures, EngineStats, SIZE_CLASSES};
 
 /// Declares `Counters` with the given fields and its conversions to and from a flat array
 /// (how a worker sends its counters to the one answering `stats`).
@@ -259,6 +259,12 @@ impl State {
             spare_buckets_free: partition.store_stats().map_or(0, |store| store.spare_buckets_free),
             hash_bytes: partition.index_bytes() as u64,
             allocated_bytes: partition.allocated_bytes() as u64,
+            // Store mode has no classes: its items are counted in the first.
+            classes: partition.size_classes().unwrap_or_else(|| {
+                let mut classes = [ClassFigures::default(); SIZE_CLASSES];
+                classes[0] = ClassFigures { items: engine.live_items, requested_bytes: engine.live_bytes, evicted: 0 };
+                classes
+            }),
         }
     }
 }
@@ -293,6 +299,8 @@ pub(crate) struct Snapshot {
     pub conn_buffer_bytes: u64,
     /// The flash tier's figures (`flash_stats::NAMES`).
     pub flash: [u64; crate::flash_stats::FIGURES],
+    /// DRAM items by memcached's size classes (`stats items`, `stats slabs`).
+    pub classes: [ClassFigures; SIZE_CLASSES],
 }
 
 impl Default for Snapshot {
@@ -317,6 +325,7 @@ impl Default for Snapshot {
             spare_buckets_free: 0,
             conn_buffer_bytes: 0,
             flash: [0; crate::flash_stats::FIGURES],
+            classes: [ClassFigures::default(); SIZE_CLASSES],
         }
     }
 }
@@ -324,7 +333,8 @@ impl Default for Snapshot {
 impl Snapshot {
     const GAUGES: usize = 17;
     /// Bytes of the flat form `write_to` appends.
-    pub(crate) const ENCODED_BYTES: usize = (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES) * 8;
+    pub(crate) const ENCODED_BYTES: usize =
+        (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES + 3 * SIZE_CLASSES) * 8;
 
     fn gauges(&self) -> [u64; Self::GAUGES] {
         [
@@ -353,6 +363,11 @@ impl Snapshot {
         for word in self.counters.words().iter().chain(self.gauges().iter()).chain(self.flash.iter()) {
             out.extend_from_slice(&word.to_le_bytes());
         }
+        for class in &self.classes {
+            for word in [class.items, class.requested_bytes, class.evicted] {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+        }
     }
 
     /// The snapshot `write_to` wrote; None if `bytes` is not one.
@@ -363,8 +378,14 @@ impl Snapshot {
         let words: Vec<u64> =
             bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8-byte chunk"))).collect();
         let (counters, gauges) = words.split_at(Counters::FIELDS);
-        let (gauges, flash) = gauges.split_at(Self::GAUGES);
+        let (gauges, rest) = gauges.split_at(Self::GAUGES);
+        let (flash, classes) = rest.split_at(crate::flash_stats::FIGURES);
+        let mut figures = [ClassFigures::default(); SIZE_CLASSES];
+        for (class, words) in figures.iter_mut().zip(classes.chunks_exact(3)) {
+            *class = ClassFigures { items: words[0], requested_bytes: words[1], evicted: words[2] };
+        }
         Some(Snapshot {
+            classes: figures,
             flash: flash.try_into().ok()?,
             counters: Counters::from_words(counters),
             curr_connections: gauges[0],
@@ -412,6 +433,11 @@ impl Snapshot {
         self.flushed_reads += other.flushed_reads;
         for (mine, theirs) in self.flash.iter_mut().zip(other.flash) {
             *mine += theirs;
+        }
+        for (mine, theirs) in self.classes.iter_mut().zip(other.classes) {
+            mine.items += theirs.items;
+            mine.requested_bytes += theirs.requested_bytes;
+            mine.evicted += theirs.evicted;
         }
     }
 }
@@ -477,8 +503,8 @@ pub(crate) fn report(
         Group::General => keys::general(state, total, partition, &mut put),
         Group::Settings => keys::settings(state, partition, &mut put),
         Group::Sizes => put("sizes_status", &"disabled"),
-        Group::Slabs => slabs(state, total, partition, &mut put),
-        Group::Items => items(total, &mut put),
+        Group::Slabs => keys::slabs(total, &mut put),
+        Group::Items => keys::items(total, &mut put),
         Group::Tierkv => {
             put("partitions", &state.shared.settings.threads);
             put("hash", &PARTITION_HASH);
@@ -506,83 +532,6 @@ pub(crate) fn report(
         }
         Group::Reset => {}
     }
-}
-
-/// `stats items`: tierkv has no slab classes, so the whole log (or store arena) is class 1,
-/// listed once it holds items, as memcached lists a class. LRU segment figures are 0 (one
-/// FIFO log); every hit is a hit to "cold".
-fn items(total: &Snapshot, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    if total.curr_items == 0 {
-        return;
-    }
-    let c = &total.counters;
-    let figures: [(&str, u64); 28] = [
-        ("number", total.curr_items),
-        ("number_hot", 0),
-        ("number_warm", 0),
-        ("number_cold", total.curr_items),
-        ("age_hot", 0),
-        ("age_warm", 0),
-        ("age", 0),
-        ("mem_requested", total.bytes),
-        ("evicted", total.evictions),
-        ("evicted_nonzero", 0),
-        ("evicted_time", 0),
-        ("outofmemory", c.store_no_memory),
-        ("tailrepairs", 0),
-        ("reclaimed", 0),
-        ("expired_unfetched", 0),
-        ("evicted_unfetched", 0),
-        ("evicted_active", 0),
-        ("crawler_reclaimed", 0),
-        ("crawler_items_checked", 0),
-        ("lrutail_reflocked", 0),
-        ("moves_to_cold", 0),
-        ("moves_to_warm", 0),
-        ("moves_within_lru", 0),
-        ("direct_reclaims", 0),
-        ("hits_to_hot", 0),
-        ("hits_to_warm", 0),
-        ("hits_to_cold", c.get_hits),
-        ("hits_to_temp", 0),
-    ];
-    for (name, value) in figures {
-        put(&format!("items:1:{name}"), &value);
-    }
-}
-
-/// `stats slabs`: class 1 is the whole log, one "page" of chunks of up to `-I` bytes, one
-/// chunk per item (so `memcached-tool display` shows a row with the item count).
-fn slabs(state: &State, total: &Snapshot, partition: &Partition, put: &mut dyn FnMut(&str, &dyn std::fmt::Display)) {
-    // memcached lists a class once it has pages, that is once it has held an item.
-    if total.curr_items == 0 {
-        put("active_slabs", &0);
-        put("total_malloced", &0);
-        return;
-    }
-    let c = &total.counters;
-    let figures: [(&str, u64); 15] = [
-        ("chunk_size", partition.max_item_bytes() as u64),
-        ("chunks_per_page", total.curr_items.max(1)),
-        ("total_pages", 1),
-        ("total_chunks", total.curr_items.max(1)),
-        ("used_chunks", total.curr_items),
-        ("free_chunks", u64::from(total.curr_items == 0)),
-        ("free_chunks_end", 0),
-        ("get_hits", c.get_hits),
-        ("cmd_set", c.cmd_set),
-        ("delete_hits", c.delete_hits),
-        ("incr_hits", c.incr_hits),
-        ("decr_hits", c.decr_hits),
-        ("cas_hits", c.cas_hits),
-        ("cas_badval", c.cas_badval),
-        ("touch_hits", c.touch_hits),
-    ];
-    for (name, value) in figures {
-        put(&format!("1:{name}"), &value);
-    }
-    put("active_slabs", &1);
-    put("total_malloced", &state.shared.memory_limit.load(Ordering::Relaxed));
 }
 
 #[cfg(test)]
