@@ -1,6 +1,6 @@
 //! The lines of `stats` and `stats settings`: every key memcached 1.6.18 prints, in its order,
 //! with tierkv's true value where it has the concept and memcached's own idle value where it
-//! has not (a slab mover, an LRU crawler, libevent). `docs/stats.md` lists which is which.
+//! has not (a slab mover, an LRU crawler, libevent). The README's table lists which is which.
 //!
 //! It must not gather figures: the parent module sums the workers' snapshots and passes them in.
 
