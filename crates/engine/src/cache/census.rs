@@ -208,20 +208,20 @@ mod tests {
         // Segments of 128 bytes.
         for position in (0..6400).step_by(100) {
             census.advance(position + 100, position + 100);
-            census.stored(position, &item(94));
+            census.stored(position, &item(93));
         }
         assert_eq!((census.live(), census.evicted(), census.stored_total()), (64, 0, 64));
-        census.removed(150, &item(94));
+        census.removed(150, &item(93));
         assert_eq!((census.live(), census.live_bytes()), (63, 6300));
         // One more lap: the first lap's items are all evicted, the removed one not again.
         census.advance(12_900, 6400);
         assert_eq!((census.live(), census.evicted(), census.live_bytes()), (0, 63, 0));
-        // 4 + 94 bytes: memcached's 157-byte item, class 4 (192-byte chunks).
-        assert_eq!(memcached_size(&item(94)), (157, 3));
+        // 4 + 93 bytes: memcached's 156-byte item, class 4 (192-byte chunks).
+        assert_eq!(memcached_size(&item(93)), (156, 3));
         let classes = census.classes();
         assert_eq!((classes[3].items, classes[3].requested_bytes, classes[3].evicted), (0, 0, 63));
         // Removing an item whose segment was recycled changes nothing.
-        census.removed(300, &item(94));
+        census.removed(300, &item(93));
         assert_eq!((census.live(), census.evicted()), (0, 63));
     }
 
