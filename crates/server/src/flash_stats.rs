@@ -160,6 +160,24 @@ pub(crate) fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&s
     let (reads, hits) = (figures[15], figures[13]);
     let per_hit = if hits == 0 { 0.0 } else { reads as f64 / hits as f64 };
     put("flash_reads_per_hit", &format!("{per_hit:.3}"));
+    // The rest of memcached's extstore keys: its compaction is tierkv's segment GC; its pages,
+    // OOM gets and byte accounting have no counterpart and stay at memcached's idle value.
+    let figure = |name: &str| NAMES.iter().position(|n| *n == name).map_or(0, |at| figures[at]);
+    put("get_oom_extstore", &0);
+    put("extstore_compact_lost", &figure("flash_gc_drops"));
+    put("extstore_compact_rescues", &figure("flash_gc_rewrites"));
+    for name in [
+        "extstore_compact_skipped",
+        "extstore_page_allocs",
+        "extstore_page_evictions",
+        "extstore_pages_free",
+        "extstore_pages_used",
+        "extstore_bytes_evicted",
+        "extstore_bytes_used",
+        "extstore_bytes_fragmented",
+    ] {
+        put(name, &0);
+    }
 }
 
 /// The flash lines of `stats settings`.

@@ -224,3 +224,18 @@ fn items_and_slabs_number_classes_as_memcached_does() {
     assert_eq!(figures(ours.1, "slabs", &slabs), figures(theirs.1, "slabs", &slabs));
     assert_eq!(parse(&exchange(ours.1, b"stats items\r\n"))["items:19:mem_requested"], "5060");
 }
+
+#[test]
+fn with_a_flash_tier_every_extstore_name_memcached_prints_is_there() {
+    let dir = std::env::temp_dir().join(format!("tierkv-stats-ext-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ours_file, theirs_file) = (dir.join("tierkv.flash"), dir.join("memcached.ext"));
+    let ours = tierkv_with(&["-t", "1", "--flash-path", ours_file.to_str().unwrap(), "--flash-size", "64m"]);
+    let theirs = memcached_with(&["-o", &format!("ext_path={}:64m", theirs_file.display())]);
+    let (mine, reference) = (parse(&exchange(ours.1, b"stats\r\n")), parse(&exchange(theirs.1, b"stats\r\n")));
+    for name in reference.keys() {
+        assert!(mine.contains_key(name), "memcached -o ext_path prints {name}, tierkv does not");
+    }
+    drop((ours, theirs));
+    let _ = std::fs::remove_dir_all(&dir);
+}

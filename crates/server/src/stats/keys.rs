@@ -74,6 +74,9 @@ pub(crate) fn general(state: &State, total: &Snapshot, partition: &Partition, pu
     put("read_buf_oom", &0);
     put("reserved_fds", &0);
     requests(total, put);
+    if state.shared.settings.idle_timeout > 0 {
+        put("idle_kicks", &c.idle_kicks);
+    }
     put("bytes_read", &c.bytes_read);
     put("bytes_written", &c.bytes_written);
     put("limit_maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
@@ -85,10 +88,17 @@ pub(crate) fn general(state: &State, total: &Snapshot, partition: &Partition, pu
     put("hash_power_level", &(partition.index_bytes() / 8).trailing_zeros());
     put("hash_bytes", &total.hash_bytes);
     for name in IDLE_SERVER {
-        if name == "log_watchers" {
-            put(name, &state.shared.watchers.active());
-        } else {
-            put(name, &0);
+        match name {
+            "log_watchers" => put(name, &state.shared.watchers.active()),
+            // memcached's extstore and TLS figures come before these two.
+            "unexpected_napi_ids" => {
+                if let Some(flash) = &state.shared.settings.flash {
+                    crate::flash_stats::report(&total.flash, flash.size, put);
+                }
+                tls_stats(state, put);
+                put(name, &0);
+            }
+            _ => put(name, &0),
         }
     }
     put("bytes", &total.bytes);
@@ -103,8 +113,16 @@ pub(crate) fn general(state: &State, total: &Snapshot, partition: &Partition, pu
     for name in IDLE_LRU {
         put(name, &0);
     }
-    if let Some(flash) = &state.shared.settings.flash {
-        crate::flash_stats::report(&total.flash, flash.size, put);
+}
+
+/// memcached's TLS figures (and tierkv's `ssl_proto_errors`).
+fn tls_stats(state: &State, put: Put<'_>) {
+    if let Some(tls) = &state.shared.tls {
+        put("ssl_new_sessions", &tls.new_sessions.load(Ordering::Relaxed));
+        put("ssl_handshake_errors", &tls.handshake_errors.load(Ordering::Relaxed));
+        put("ssl_proto_errors", &tls.proto_errors.load(Ordering::Relaxed));
+        let since = u64::from(tierkv_engine::unix_now()).saturating_sub(tls.loaded_at.load(Ordering::Relaxed));
+        put("time_since_server_cert_refresh", &since);
     }
 }
 
