@@ -13,39 +13,18 @@ Usage: python3 scripts/hit_ratio.py [--mem 64] [--seconds 20] LABEL=BIN ... [mem
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
+
+from hostile import launch
+from memcached_t import free_port, stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "tierkv-bench")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stats(port, group=""):
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(f"stats{group}\r\n".encode())
-        data = b""
-        while not data.endswith(b"END\r\n"):
-            data += s.recv(65536)
-    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
-
-
 def start(command, port):
-    proc = subprocess.Popen(["taskset", "-c", "0", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"{command[0]} did not start")
+    return launch(["taskset", "-c", "0", *command], port)
 
 
 def bench(port, pid, load, seconds, preload):

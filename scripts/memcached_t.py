@@ -18,7 +18,8 @@ import re
 import socket
 import subprocess
 import sys
-import time
+
+from hostile import launch as start  # starts a command and waits until it accepts
 
 DEFAULT_TESTS = ["binary.t", "dyn-maxbytes.t", "stats.t", "issue_22.t"]
 
@@ -27,19 +28,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start(command, port):
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"{command[0]} did not start")
 
 
 def run_test(source, test, port):
@@ -54,15 +42,20 @@ def run_test(source, test, port):
     return passed, failed, int(plan.group(1)) if plan else None, died.group(1) if died and not plan else None
 
 
-def after_stats(port):
-    """curr_items, bytes and evictions of the server after a test."""
+def stats(port, group=""):
+    """The `stats GROUP` figures of the server on `port`, by name."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"stats\r\n")
+        s.sendall(f"stats{group}\r\n".encode())
         data = b""
         while not data.endswith(b"END\r\n"):
             data += s.recv(65536)
-    stats = dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
-    return ", ".join(f"{name} {stats.get(name)}" for name in ("curr_items", "bytes", "evictions"))
+    return dict(line.split(" ")[1:3] for line in data.decode().split("\r\n") if line.startswith("STAT "))
+
+
+def after_stats(port):
+    """curr_items, bytes and evictions of the server after a test."""
+    figures = stats(port)
+    return ", ".join(f"{name} {figures.get(name)}" for name in ("curr_items", "bytes", "evictions"))
 
 
 def main():

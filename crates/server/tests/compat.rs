@@ -217,6 +217,8 @@ fn administrative_commands_answer_as_memcached_does() {
         "lru_crawler bogus\r\nlru_crawler metadump 99\r\nlru_crawler metadump 2\r\n",
         "cache_memlimit 1\r\ncache_memlimit 64\r\ncache_memlimit 2000000000\r\ncache_memlimit x\r\n",
         "cache_memlimit 64 noreply\r\nlru tune 1 1 1 1 noreply\r\ncache_memlimit\r\n",
+        // Any limit from 8 MB, far below what the index of -m 64 needs.
+        "cache_memlimit 8\r\ncache_memlimit 7\r\ncache_memlimit 9\r\ncache_memlimit 64\r\n",
         "stats cachedump 64 1\r\nstats cachedump 2 1\r\nstats cachedump 1\r\nstats cachedump x 1\r\n",
         "stats items\r\n",
         // memcached's number parsing: low 32 bits, signs, class 0.

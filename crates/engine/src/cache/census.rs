@@ -18,7 +18,7 @@ use crate::types::{ClassFigures, CLASS_CHUNK_BYTES, SIZE_CLASSES};
 /// would be in (larger items are chunked in the last class).
 pub(crate) fn memcached_size(header: &ItemHeader) -> (u64, usize) {
     let requested = 48 + header.key_len + 1 + header.value_len + 2 + 8 + if header.flags != 0 { 4 } else { 0 };
-    let class = CLASS_CHUNK_BYTES.iter().position(|&chunk| chunk as usize >= requested).unwrap_or(SIZE_CLASSES - 1);
+    let class = CLASS_CHUNK_BYTES.partition_point(|&chunk| (chunk as usize) < requested).min(SIZE_CLASSES - 1);
     (requested as u64, class)
 }
 

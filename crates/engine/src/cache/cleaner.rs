@@ -124,7 +124,7 @@ impl Partition {
                 Step::Walked => {}
                 Step::Cannot if must => {
                     // Evicted: the append overwrites it.
-                    let len = self.item_len_at(self.clean_cursor);
+                    let len = self.header_at(self.clean_cursor).total_len() as u64;
                     self.clean_cursor += len;
                 }
                 Step::Cannot => return,
@@ -136,10 +136,6 @@ impl Partition {
     fn clean_ahead(&self, size: usize) -> usize {
         let capacity = self.log.capacity();
         (size as u64 + capacity / 8).min(capacity) as usize
-    }
-
-    fn item_len_at(&self, position: u64) -> u64 {
-        ItemHeader::decode(self.log.bytes_from(self.log.ring_index(position))).0.total_len() as u64
     }
 
     /// The item at the cursor: passed (dead, expired, or copied forward, the cursor moved past
