@@ -11,6 +11,7 @@
 pub mod ab;
 pub mod compare;
 pub mod flash_compare;
+pub mod fleet;
 pub mod floor;
 pub mod loadgen;
 pub mod ports;

@@ -1,229 +1,167 @@
-//! A small blocking client for tierkv's atomics (docs/protocol-extensions.md) over the text
-//! protocol, with pipelining: `atomics` sends a whole batch, then reads every reply, so a hot
-//! key's updates reach the server together and are combined there.
+//! The blocking client: a fleet of servers behind one handle that any number of threads share.
+//! Each call plans its requests (server by ketama, then partition port), sends each place's
+//! requests pipelined on a pooled connection, every place before reading any, and reads the
+//! replies back into the caller's order. No runtime and no background thread: ejected servers
+//! return and partitions are refreshed when a call notices their time has come.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
-use tierkv_protocol::VectorCall;
-pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
+use crate::api::Pipeline;
+use crate::codec::{Op, Reply};
+use crate::conn::Conn;
+use crate::error::{Error, Failure};
+use crate::fleet::{Config, Fleet};
+use crate::ketama::ServerSpec;
+use crate::plan::{finish, merge, plan, settle, subset, Group};
+use crate::Topology;
 
-/// One atomic request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Atomic<'a> {
-    /// The counter's key.
-    pub key: &'a [u8],
-    /// The operation.
-    pub code: AtomicCode,
-    /// i64 (true) or u64 (false).
-    pub signed: bool,
-    /// The operand (for compare-and-swap, the expected value).
-    pub operand: u64,
-    /// `cas`: the new value.
-    pub operand2: u64,
-}
-
-impl<'a> Atomic<'a> {
-    /// Fetch-and-add of `delta` on a u64 counter.
-    pub fn add(key: &'a [u8], delta: u64) -> Atomic<'a> {
-        Atomic { key, code: AtomicCode::Add, signed: false, operand: delta, operand2: 0 }
-    }
-}
-
-/// The server's answer to one atomic.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AtomicReply {
-    /// The operation ran.
-    Done {
-        /// The value before.
-        old: u64,
-        /// The value after.
-        new: u64,
-    },
-    /// `cas` found this value.
-    Mismatch {
-        /// The value it holds.
-        current: u64,
-    },
-    /// No such key.
-    NotFound,
-    /// CLIENT_ERROR or SERVER_ERROR, with the server's words.
-    Error(String),
-}
-
-/// What went wrong talking to the server.
-#[derive(Debug)]
-pub enum ClientError {
-    /// The connection failed.
-    Io(std::io::Error),
-    /// A reply the client does not understand.
-    Protocol(String),
-}
-
-impl std::fmt::Display for ClientError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientError::Io(e) => write!(f, "i/o: {e}"),
-            ClientError::Protocol(line) => write!(f, "unexpected reply {line:?}"),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {}
-
-impl From<std::io::Error> for ClientError {
-    fn from(e: std::io::Error) -> ClientError {
-        ClientError::Io(e)
-    }
-}
-
-/// One connection.
+/// A client of a fleet. `Send + Sync`: share it between threads (each call takes its own
+/// connections from the pools).
 pub struct Client {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-    out: Vec<u8>,
+    fleet: Mutex<Fleet>,
+    pools: Mutex<HashMap<SocketAddr, Vec<Conn>>>,
 }
 
-fn number(text: &str, signed: bool) -> Option<u64> {
-    if signed {
-        text.parse::<i64>().ok().map(|v| v as u64)
-    } else {
-        text.parse::<u64>().ok()
-    }
+/// What happened to one place's connection during a call.
+struct Outcome {
+    conn: Option<Conn>,
+    failure: Option<Failure>,
 }
 
 impl Client {
-    /// Connects to a tierkv (or memcached) server.
-    pub fn connect(address: impl ToSocketAddrs) -> Result<Client, ClientError> {
-        let stream = TcpStream::connect(address)?;
-        stream.set_nodelay(true)?;
-        Ok(Client { reader: BufReader::new(stream.try_clone()?), writer: stream, out: Vec::new() })
+    /// A client of the fleet `config` describes. Nothing is connected until used.
+    pub fn new(config: Config) -> Result<Client, Error> {
+        Ok(Client { fleet: Mutex::new(Fleet::new(config)?), pools: Mutex::new(HashMap::new()) })
     }
 
-    fn line(&mut self) -> Result<String, ClientError> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(ClientError::Protocol("connection closed".into()));
+    /// A client of one server, with the defaults.
+    pub fn connect(address: impl ToSocketAddrs) -> Result<Client, Error> {
+        let addr = address.to_socket_addrs().ok().and_then(|mut a| a.next());
+        let addr = addr.ok_or_else(|| Error::Config("no address".into()))?;
+        Client::new(Config::new(vec![ServerSpec::new(&addr.ip().to_string(), addr.port())]))
+    }
+
+    fn fleet(&self) -> MutexGuard<'_, Fleet> {
+        self.fleet.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn pools(&self) -> MutexGuard<'_, HashMap<SocketAddr, Vec<Conn>>> {
+        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The server `key` goes to now (None when every server is ejected).
+    pub fn server_for(&self, key: &[u8]) -> Option<ServerSpec> {
+        let fleet = self.fleet();
+        fleet.server_for(key).ok().map(|i| fleet.nodes[i].spec.clone())
+    }
+
+    /// What the client knows of each server's partitions (None: not tierkv, or not asked yet).
+    pub fn topologies(&self) -> Vec<Option<Topology>> {
+        self.fleet().topologies()
+    }
+
+    fn take(&self, addr: SocketAddr) -> Result<Conn, Error> {
+        if let Some(conn) = self.pools().get_mut(&addr).and_then(Vec::pop) {
+            return Ok(conn);
         }
-        Ok(line.trim_end_matches(['\r', '\n']).to_string())
+        let config = self.fleet().config.clone();
+        Conn::open(addr, &config)
     }
 
-    /// `set <key> 0 0 <len>`; true when stored.
-    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<bool, ClientError> {
-        self.out.clear();
-        self.out.extend_from_slice(b"set ");
-        self.out.extend_from_slice(key);
-        self.out.extend_from_slice(format!(" 0 0 {}\r\n", value.len()).as_bytes());
-        self.out.extend_from_slice(value);
-        self.out.extend_from_slice(b"\r\n");
-        self.writer.write_all(&self.out)?;
-        Ok(self.line()? == "STORED")
-    }
-
-    /// `get <key>`: the value, or None.
-    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, ClientError> {
-        self.writer.write_all(&[b"get ", key, b"\r\n"].concat())?;
-        self.value_reply()
-    }
-
-    /// One atomic.
-    pub fn atomic(&mut self, request: &Atomic<'_>) -> Result<AtomicReply, ClientError> {
-        Ok(self.atomics(std::slice::from_ref(request))?.remove(0))
-    }
-
-    /// A pipeline of atomics: all sent, then every reply read, in order.
-    pub fn atomics(&mut self, requests: &[Atomic<'_>]) -> Result<Vec<AtomicReply>, ClientError> {
-        self.out.clear();
-        for r in requests {
-            tierkv_protocol::atomic::write_text_request(&mut self.out, r.key, r.code, r.signed, r.operand, r.operand2);
-            self.out.extend_from_slice(b"\r\n");
+    fn give_back(&self, addr: SocketAddr, conn: Conn) {
+        let limit = self.fleet().config.pool_size;
+        let mut pools = self.pools();
+        let pool = pools.entry(addr).or_default();
+        if pool.len() < limit {
+            pool.push(conn);
         }
-        self.writer.write_all(&self.out)?;
-        requests.iter().map(|r| self.reply(r.signed)).collect()
     }
 
-    /// `vnew`: a vector of `len` zeroes; true when stored.
-    pub fn vector_new(&mut self, key: &[u8], elem: VectorElem, len: u32) -> Result<bool, ClientError> {
-        self.out.clear();
-        tierkv_protocol::vector::write_request(&mut self.out, key, &VectorCall::New { elem, len }, false);
-        self.writer.write_all(&self.out)?;
-        Ok(self.line()? == "STORED")
-    }
-
-    /// A pipeline of `vupd`s (op, type, offset, little-endian data) on `key`: Ok(true) applied,
-    /// Ok(false) no such key, Err(message) refused.
-    pub fn vector_updates(
-        &mut self,
-        key: &[u8],
-        updates: &[(VectorOpCode, VectorElem, u32, &[u8])],
-    ) -> Result<Vec<Result<bool, String>>, ClientError> {
-        self.out.clear();
-        for &(op, elem, offset, data) in updates {
-            tierkv_protocol::vector::write_request(
-                &mut self.out,
-                key,
-                &VectorCall::Update { op, elem, offset, data },
-                false,
-            );
+    /// Brings back servers whose retry interval is over and asks servers for their partitions
+    /// when that is due.
+    fn prepare(&self) {
+        let now = Instant::now();
+        let stale = {
+            let mut fleet = self.fleet();
+            fleet.refresh(now);
+            fleet.stale_partitions(now)
+        };
+        for server in stale {
+            let addr = self.fleet().nodes[server].addr;
+            let fetched = self.take(addr).and_then(|mut conn| {
+                let reply = conn.stats("tierkv")?;
+                self.give_back(addr, conn);
+                Ok(reply)
+            });
+            self.fleet().learned(server, fetched, now);
         }
-        self.writer.write_all(&self.out)?;
-        updates
+    }
+
+    /// Runs a batch of requests and returns one result per request, in order. Requests for one
+    /// place are pipelined; the places are written to before any is read.
+    pub fn run(&self, ops: &[Op<'_>]) -> Vec<Result<Reply, Error>> {
+        self.run_once(ops, true)
+    }
+
+    fn run_once(&self, ops: &[Op<'_>], retry: bool) -> Vec<Result<Reply, Error>> {
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        let mut errors: Vec<Option<Error>> = vec![None; ops.len()];
+        self.prepare();
+        let groups = {
+            let fleet = self.fleet();
+            plan(ops, |key| fleet.place(key), &mut errors)
+        };
+        let mut failures = Vec::new();
+        for (group, outcome) in groups.iter().zip(self.exchange(&groups, ops, &mut replies)) {
+            if let Some(conn) = outcome.conn {
+                self.give_back(group.place.addr, conn);
+            }
+            failures.push(outcome.failure);
+        }
+        let again = settle(&mut self.fleet(), &groups, failures, ops, &replies, &mut errors, retry);
+        if !again.is_empty() {
+            let retried = self.run_once(&subset(ops, &again), false);
+            merge(&again, retried, &mut replies, &mut errors);
+        }
+        finish(replies, errors)
+    }
+
+    /// Sends every group's rounds and reads their replies, round by round.
+    fn exchange(&self, groups: &[Group], ops: &[Op<'_>], replies: &mut [Option<Reply>]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Outcome> = groups
             .iter()
-            .map(|_| match self.line()?.as_str() {
-                "OK" => Ok(Ok(true)),
-                "NOT_FOUND" => Ok(Ok(false)),
-                other if other.starts_with("CLIENT_ERROR") || other.starts_with("SERVER_ERROR") => {
-                    Ok(Err(other.to_string()))
-                }
-                other => Err(ClientError::Protocol(other.to_string())),
+            .map(|g| match self.take(g.place.addr) {
+                Ok(conn) => Outcome { conn: Some(conn), failure: None },
+                Err(error) => Outcome { conn: None, failure: Some(Failure { error, sent: false }) },
             })
-            .collect()
-    }
-
-    /// `vget`: elements `offset..offset + count` as little-endian bytes, or None for a miss.
-    pub fn vector_get(&mut self, key: &[u8], offset: u32, count: u32) -> Result<Option<Vec<u8>>, ClientError> {
-        self.out.clear();
-        tierkv_protocol::vector::write_request(&mut self.out, key, &VectorCall::Get { offset, count }, false);
-        self.writer.write_all(&self.out)?;
-        self.value_reply()
-    }
-
-    /// A `VALUE ... END` reply, or END for a miss.
-    fn value_reply(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
-        let header = self.line()?;
-        if header == "END" {
-            return Ok(None);
-        }
-        if !header.starts_with("VALUE ") {
-            return Err(ClientError::Protocol(header));
-        }
-        let bytes: usize =
-            header.rsplit(' ').next().and_then(|n| n.parse().ok()).ok_or(ClientError::Protocol(header.clone()))?;
-        let mut value = vec![0u8; bytes + 2];
-        std::io::Read::read_exact(&mut self.reader, &mut value)?;
-        value.truncate(bytes);
-        match self.line()?.as_str() {
-            "END" => Ok(Some(value)),
-            other => Err(ClientError::Protocol(other.to_string())),
-        }
-    }
-
-    fn reply(&mut self, signed: bool) -> Result<AtomicReply, ClientError> {
-        let line = self.line()?;
-        let mut words = line.splitn(3, ' ');
-        let bad = || ClientError::Protocol(line.clone());
-        Ok(match words.next() {
-            Some("OK") => {
-                let old = words.next().and_then(|w| number(w, signed)).ok_or_else(bad)?;
-                let new = words.next().and_then(|w| number(w, signed)).ok_or_else(bad)?;
-                AtomicReply::Done { old, new }
+            .collect();
+        let rounds = groups.iter().map(|g| g.rounds.len()).max().unwrap_or(0);
+        for r in 0..rounds {
+            for (group, outcome) in groups.iter().zip(outcomes.iter_mut()) {
+                let (Some(round), Some(conn)) = (group.rounds.get(r), outcome.conn.as_mut()) else { continue };
+                if let Err(failure) = conn.send(&round.bytes) {
+                    outcome.conn = None;
+                    outcome.failure = Some(failure);
+                }
             }
-            Some("EXISTS") => {
-                AtomicReply::Mismatch { current: words.next().and_then(|w| number(w, signed)).ok_or_else(bad)? }
+            for (group, outcome) in groups.iter().zip(outcomes.iter_mut()) {
+                let (Some(round), Some(conn)) = (group.rounds.get(r), outcome.conn.as_mut()) else { continue };
+                if let Err(failure) = conn.receive(&round.expects, ops, replies) {
+                    outcome.conn = None;
+                    outcome.failure = Some(failure);
+                }
             }
-            Some("NOT_FOUND") => AtomicReply::NotFound,
-            Some("CLIENT_ERROR" | "SERVER_ERROR") => AtomicReply::Error(line.clone()),
-            _ => return Err(bad()),
-        })
+        }
+        outcomes
+    }
+
+    /// Runs a pipeline built with [`Pipeline`].
+    pub fn execute(&self, pipeline: &Pipeline<'_>) -> Vec<Result<Reply, Error>> {
+        self.run(&pipeline.ops)
     }
 }
+
+crate::api::typed_methods!(Client,);

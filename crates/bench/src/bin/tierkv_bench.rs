@@ -21,6 +21,12 @@ enum Mode {
     Run(RunArgs),
     /// Start memcached, redis, the floor (and tierkv) in turn and compare them side by side.
     Compare(CompareArgs),
+    /// Print, for each key on standard input (one a line), the server the client's ketama
+    /// picks: `key HOST:PORT`.
+    Placement(tierkv_bench::fleet::PlacementArgs),
+    /// Drive a fleet (or one server) through tierkv-client, or through the `memcache` crate,
+    /// and report ops/s and server CPU per operation.
+    ClientLoad(tierkv_bench::fleet::ClientLoadArgs),
     /// Serve canned replies with no storage: the network floor of this machine.
     Floor {
         /// Port to listen on (127.0.0.1).
@@ -278,6 +284,16 @@ fn main() {
             }
         }
         Mode::Run(args) => run(args),
+        Mode::Placement(args) => {
+            if let Err(e) = tierkv_bench::fleet::placement(&args, std::io::stdin().lock(), std::io::stdout().lock()) {
+                fail(e);
+            }
+        }
+        Mode::ClientLoad(args) => {
+            if let Err(e) = tierkv_bench::fleet::client_load(&args) {
+                fail(e);
+            }
+        }
         Mode::Compare(args) => compare(args),
     }
 }
