@@ -6,8 +6,8 @@
 
 use std::ops::Range;
 
-pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
 use tierkv_protocol::VectorCall;
+pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
 
 /// The longest key memcached accepts.
 pub const MAX_KEY: usize = 250;

@@ -68,7 +68,9 @@ impl Conn {
             None => {}
             Some(Auth::Ascii { user, password }) => conn.ascii_auth(user, password)?,
             Some(Auth::SaslPlain { .. }) => {
-                return Err(Error::Config("binary SASL needs the binary protocol, which this client does not speak yet".into()))
+                return Err(Error::Config(
+                    "binary SASL needs the binary protocol, which this client does not speak yet".into(),
+                ))
             }
         }
         Ok(conn)
@@ -94,7 +96,12 @@ impl Conn {
     }
 
     /// Reads one round's replies into `replies`.
-    pub(crate) fn receive(&mut self, expects: &[Expect], ops: &[Op<'_>], replies: &mut [Option<Reply>]) -> Result<(), Failure> {
+    pub(crate) fn receive(
+        &mut self,
+        expects: &[Expect],
+        ops: &[Op<'_>],
+        replies: &mut [Option<Reply>],
+    ) -> Result<(), Failure> {
         let server = self.addr;
         let fail = |error| Failure { error, sent: true };
         let protocol = |e: ProtocolError| fail(Error::Protocol { server: server.to_string(), message: e.0 });
@@ -141,7 +148,8 @@ impl Conn {
     pub(crate) fn stats(&mut self, group: &str) -> Result<String, Error> {
         self.send(format!("stats {group}\r\n").as_bytes()).map_err(|f| f.error)?;
         loop {
-            let taken = self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
+            let taken =
+                self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
             if let Some(reply) = taken {
                 return Ok(reply);
             }

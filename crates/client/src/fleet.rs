@@ -136,7 +136,13 @@ impl Fleet {
                 .map_err(|e| Error::Config(format!("{spec}: {e}")))?
                 .next()
                 .ok_or_else(|| Error::Config(format!("{spec}: no address")))?;
-            nodes.push(Node { spec: spec.clone(), addr, failures: 0, ejected_until: None, partitions: Partitions::Unknown });
+            nodes.push(Node {
+                spec: spec.clone(),
+                addr,
+                failures: 0,
+                ejected_until: None,
+                partitions: Partitions::Unknown,
+            });
         }
         let mut fleet = Fleet { config, nodes, ring: Ring::default(), next_rebuild: None };
         fleet.rebuild(Instant::now());
@@ -262,7 +268,8 @@ mod tests {
         config.retry_interval = Duration::from_secs(10);
         let mut fleet = Fleet::new(config).unwrap();
         let keys: Vec<String> = (0..3000).map(|i| format!("k{i}")).collect();
-        let owner = |fleet: &Fleet| -> Vec<usize> { keys.iter().map(|k| fleet.server_for(k.as_bytes()).unwrap()).collect() };
+        let owner =
+            |fleet: &Fleet| -> Vec<usize> { keys.iter().map(|k| fleet.server_for(k.as_bytes()).unwrap()).collect() };
         let before = owner(&fleet);
         assert!(before.contains(&1));
         let t0 = Instant::now();

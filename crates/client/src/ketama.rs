@@ -191,7 +191,8 @@ mod tests {
 
     #[test]
     fn a_ring_spreads_keys_by_weight_and_moves_few_when_a_server_leaves() {
-        let servers: Vec<ServerSpec> = ["a:1:1", "b:1:2", "c:1:1"].iter().map(|s| ServerSpec::parse(s).unwrap()).collect();
+        let servers: Vec<ServerSpec> =
+            ["a:1:1", "b:1:2", "c:1:1"].iter().map(|s| ServerSpec::parse(s).unwrap()).collect();
         let ring = Ring::build(servers.iter().enumerate());
         assert_eq!(ring.len(), 120 + 240 + 120);
         let mut counts = [0usize; 3];
@@ -205,7 +206,11 @@ mod tests {
         }
         // Points are recomputed for two live servers, so a few keys move between a and b; most
         // stay where they were.
-        let stayed = keys.iter().zip(&before).filter(|(k, &was)| was != 2 && without_c.server_for(k.as_bytes()) == Some(was)).count();
+        let stayed = keys
+            .iter()
+            .zip(&before)
+            .filter(|(k, &was)| was != 2 && without_c.server_for(k.as_bytes()) == Some(was))
+            .count();
         assert!(stayed * 10 > (counts[0] + counts[1]) * 8, "{stayed}");
         assert_eq!(Ring::build(std::iter::empty()).server_for(b"k"), None);
     }

@@ -166,7 +166,12 @@ pub(crate) fn subset<'a>(ops: &[Op<'a>], again: &[usize]) -> Vec<Op<'a>> {
 }
 
 /// Puts the results of the second try back in place.
-pub(crate) fn merge(again: &[usize], retried: Vec<Result<Reply, Error>>, replies: &mut [Option<Reply>], errors: &mut [Option<Error>]) {
+pub(crate) fn merge(
+    again: &[usize],
+    retried: Vec<Result<Reply, Error>>,
+    replies: &mut [Option<Reply>],
+    errors: &mut [Option<Error>],
+) {
     for (&i, result) in again.iter().zip(retried) {
         match result {
             Ok(reply) => replies[i] = Some(reply),
@@ -218,7 +223,8 @@ mod tests {
         let ops = [Op::Get(b"a"), Op::Get(b"bb"), Op::Get(&long), Op::Get(b"has space"), Op::Get(b"ccc")];
         let mut errors = vec![None; ops.len()];
         let groups = plan(&ops, |key| Ok(place(key.len() % 2)), &mut errors);
-        let lines: Vec<String> = groups.iter().map(|g| String::from_utf8_lossy(&g.rounds[0].bytes).into_owned()).collect();
+        let lines: Vec<String> =
+            groups.iter().map(|g| String::from_utf8_lossy(&g.rounds[0].bytes).into_owned()).collect();
         assert_eq!(lines, ["get a ccc\r\n", "get bb\r\n"]);
         assert!(matches!(&errors[2], Some(Error::BadKey(_))) && matches!(&errors[3], Some(Error::BadKey(_))));
     }

@@ -24,7 +24,12 @@ impl<'e> RoundReader<'e> {
 
     /// Consumes the complete replies at the start of `buf` into `results` (indexed as `ops`);
     /// returns the bytes consumed.
-    pub(crate) fn feed(&mut self, buf: &[u8], ops: &[Op<'_>], results: &mut [Option<Reply>]) -> Result<usize, ProtocolError> {
+    pub(crate) fn feed(
+        &mut self,
+        buf: &[u8],
+        ops: &[Op<'_>],
+        results: &mut [Option<Reply>],
+    ) -> Result<usize, ProtocolError> {
         let mut at = 0;
         while let Some(expect) = self.expects.get(self.next) {
             let used = match expect {
@@ -62,7 +67,10 @@ impl<'e> RoundReader<'e> {
             Retrieved::Value(key, item) => {
                 let key = &buf[key];
                 let Some(found) = wanted[self.cursor..].iter().position(|&op| ops[op].key() == key) else {
-                    return Err(ProtocolError(format!("a value for {:?}, not asked for", String::from_utf8_lossy(key))));
+                    return Err(ProtocolError(format!(
+                        "a value for {:?}, not asked for",
+                        String::from_utf8_lossy(key)
+                    )));
                 };
                 for &op in &wanted[self.cursor..self.cursor + found] {
                     results[op] = Some(Reply::Miss);

@@ -29,7 +29,11 @@ struct Conn {
     buf: ReadBuf,
 }
 
-async fn timed<T>(limit: Option<Duration>, addr: SocketAddr, work: impl std::future::Future<Output = std::io::Result<T>>) -> Result<T, Error> {
+async fn timed<T>(
+    limit: Option<Duration>,
+    addr: SocketAddr,
+    work: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, Error> {
     let result = match limit {
         Some(limit) => match tokio::time::timeout(limit, work).await {
             Ok(result) => result,
@@ -66,7 +70,9 @@ impl Conn {
                 }
             }
             Some(Auth::SaslPlain { .. }) => {
-                return Err(Error::Config("binary SASL needs the binary protocol, which this client does not speak yet".into()))
+                return Err(Error::Config(
+                    "binary SASL needs the binary protocol, which this client does not speak yet".into(),
+                ))
             }
         }
         Ok(conn)
@@ -120,7 +126,8 @@ impl Conn {
     async fn stats(&mut self, group: &str, limit: Option<Duration>) -> Result<String, Error> {
         self.send(format!("stats {group}\r\n").as_bytes(), limit).await.map_err(|f| f.error)?;
         loop {
-            let taken = self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
+            let taken =
+                self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
             if let Some(reply) = taken {
                 return Ok(reply);
             }
@@ -228,7 +235,13 @@ impl Client {
         finish(replies, errors)
     }
 
-    async fn run_once(&self, ops: &[Op<'_>], replies: &mut [Option<Reply>], errors: &mut [Option<Error>], retry: bool) -> Vec<usize> {
+    async fn run_once(
+        &self,
+        ops: &[Op<'_>],
+        replies: &mut [Option<Reply>],
+        errors: &mut [Option<Error>],
+        retry: bool,
+    ) -> Vec<usize> {
         self.prepare().await;
         let groups = {
             let fleet = self.fleet();

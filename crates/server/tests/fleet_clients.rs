@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use std::process::Command;
+use std::time::Duration;
 use tierkv_client::ketama::ServerSpec;
 use tierkv_client::{Atomic, AtomicReply, Config, Error, Op, Pipeline, Reply, StoreMode};
 
@@ -144,4 +145,144 @@ fn the_async_client_passes_the_suite_against_a_mixed_fleet() {
         let client = tierkv_client::tokio::Client::new(Config::new(fleet.specs())).unwrap();
         suite!(client, &fleet, await);
     });
+}
+
+/// nutcracker in front of `specs`: ketama, md5, as the client places keys.
+fn twemproxy(specs: &[ServerSpec]) -> (Server, u16, std::path::PathBuf) {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("tierkv-fleet-clients-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let servers: String = specs.iter().map(|s| format!("    - {s}:{}\n", s.weight)).collect();
+    let yaml = format!(
+        "fleet:\n  listen: 127.0.0.1:{port}\n  hash: md5\n  distribution: ketama\n  timeout: 5000\n  servers:\n{servers}"
+    );
+    std::fs::write(dir.join("nutcracker.yml"), yaml).unwrap();
+    let mut command = Command::new("nutcracker");
+    command.args(["-c", dir.join("nutcracker.yml").to_str().unwrap(), "-s", &free_port().to_string(), "-o"]);
+    command.arg(dir.join("nutcracker.log"));
+    (start(command, port), port, dir)
+}
+
+/// Reads `names` back through pylibmc (weighted ketama over the same fleet); the values must
+/// be "value of <key>".
+fn read_by_pylibmc(specs: &[ServerSpec], names: &[String]) {
+    let servers: Vec<String> = specs.iter().map(|s| format!("{s}:{}", s.weight)).collect();
+    let script = r#"
+import sys, pylibmc
+c = pylibmc.Client(sys.argv[1].split(","), behaviors={"ketama_weighted": True})
+keys = sys.stdin.read().split()
+found = {}
+for at in range(0, len(keys), 1000):
+    found.update(c.get_multi(keys[at:at + 1000]))
+bad = [k for k in keys if found.get(k) != ("value of " + k).encode()]
+print(len(keys) - len(bad), "of", len(keys), "read back; first wrong:", bad[:3])
+sys.exit(1 if bad else 0)
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script, &servers.join(",")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("Debian's python3 with python3-pylibmc");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), names.join("\n").as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "pylibmc: {}", String::from_utf8_lossy(&output.stdout));
+}
+
+/// 10,000 keys written by the client are read back by pylibmc and through twemproxy.
+macro_rules! read_back_by_others {
+    ($client:expr, $fleet:expr $(, $aw:ident)?) => {{
+        let c = &$client;
+        let specs = $fleet.specs();
+        let names = keys(10_000, "shared");
+        let values: Vec<String> = names.iter().map(|k| format!("value of {k}")).collect();
+        let items: Vec<(&[u8], &[u8])> = names.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_bytes())).collect();
+        assert!(c.set_many(&items, 0)$(.$aw)?.unwrap().iter().all(|&s| s));
+        read_by_pylibmc(&specs, &names);
+        let (_proxy, proxy_port, dir) = twemproxy(&specs);
+        let through = tierkv_client::blocking::Client::connect(("127.0.0.1", proxy_port)).unwrap();
+        let asked: Vec<&[u8]> = names.iter().map(|k| k.as_bytes()).collect();
+        let got = through.get_many(&asked).unwrap();
+        let right = got.iter().zip(&values).filter(|(g, v)| g.as_deref() == Some(v.as_bytes())).count();
+        assert_eq!(right, names.len(), "read back through twemproxy");
+        std::fs::remove_dir_all(dir).ok();
+    }};
+}
+
+#[test]
+fn keys_the_clients_write_are_read_back_by_pylibmc_and_twemproxy() {
+    let fleet = Fleet::start();
+    let client = tierkv_client::blocking::Client::new(Config::new(fleet.specs())).unwrap();
+    read_back_by_others!(client, &fleet);
+    let fleet = Fleet::start();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = tierkv_client::tokio::Client::new(Config::new(fleet.specs())).unwrap();
+        read_back_by_others!(client, &fleet, await);
+    });
+}
+
+/// A fleet of three tierkv servers; the middle one dies, is ejected after two failures, and
+/// is taken back after the retry interval once it listens again. `$make` builds the client.
+macro_rules! failover {
+    ($make:expr $(, $aw:ident)?) => {{
+        let mut servers: Vec<(Server, u16)> = (0..3).map(|_| tierkv_direct(None)).collect();
+        let specs: Vec<ServerSpec> = servers.iter().map(|(s, _)| ServerSpec::new("127.0.0.1", s.1)).collect();
+        let mut config = Config::new(specs);
+        config.failure_limit = 2;
+        config.retry_interval = Duration::from_secs(1);
+        config.connect_timeout = Duration::from_millis(300);
+        let c = $make(config);
+        let names = keys(3000, "failover");
+        let ops: Vec<Op<'_>> = names.iter().map(|k| Op::Store { mode: StoreMode::Set, key: k.as_bytes(), value: b"v", flags: 0, exptime: 0 }).collect();
+        assert!(c.run(&ops)$(.$aw)?.iter().all(|r| r == &Ok(Reply::Stored)));
+        let (victim_port, victim_base) = (servers[1].0 .1, servers[1].1);
+        let on_victim: Vec<bool> = names.iter().map(|k| c.server_for(k.as_bytes()).unwrap().port == victim_port).collect();
+        assert!(on_victim.iter().filter(|&&v| v).count() > 300);
+        drop(servers.remove(1));
+
+        // Requests for the dead server's keys fail (and only those) until it is ejected.
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            let results = c.run(&ops)$(.$aw)?;
+            let mut failed = 0;
+            for (i, result) in results.iter().enumerate() {
+                match result {
+                    Ok(reply) => assert_eq!(reply, &Reply::Stored),
+                    Err(error) => {
+                        assert!(on_victim[i] && matches!(error, Error::Io { .. }), "{}: {error}", names[i]);
+                        failed += 1;
+                    }
+                }
+            }
+            if failed == 0 {
+                break;
+            }
+            assert!(calls < 3, "still failing after {calls} calls");
+        }
+        assert!(calls >= 2, "the dead server's keys failed first");
+        assert!(names.iter().all(|k| c.server_for(k.as_bytes()).unwrap().port != victim_port));
+        let asked: Vec<&[u8]> = names.iter().map(|k| k.as_bytes()).collect();
+        assert!(c.get_many(&asked)$(.$aw)?.unwrap().iter().all(|v| v.as_deref() == Some(&b"v"[..])));
+
+        // It listens again; after the retry interval its keys go back to it.
+        let revived = tierkv_direct(Some((victim_port, victim_base)));
+        std::thread::sleep(Duration::from_millis(1100));
+        assert!(c.run(&ops)$(.$aw)?.iter().all(|r| r == &Ok(Reply::Stored)));
+        let back = names.iter().filter(|k| c.server_for(k.as_bytes()).unwrap().port == victim_port).count();
+        assert_eq!(back, on_victim.iter().filter(|&&v| v).count());
+        assert_eq!(stat_number(revived.0 .1, "", "curr_items"), back as u64);
+    }};
+}
+
+#[test]
+fn the_blocking_client_ejects_a_dead_server_and_takes_it_back() {
+    failover!(|config| tierkv_client::blocking::Client::new(config).unwrap());
+}
+
+#[test]
+fn the_async_client_ejects_a_dead_server_and_takes_it_back() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async { failover!(|config| tierkv_client::tokio::Client::new(config).unwrap(), await) });
 }
