@@ -67,6 +67,7 @@ pub struct ClientLoadArgs {
     /// The fleet: `HOST:PORT[:WEIGHT],...` (the memcache crate uses the first).
     #[arg(long)]
     pub servers: String,
+    /// Which library drives the load.
     #[arg(long, value_enum, default_value = "client")]
     pub via: Via,
     /// tierkv-client: use the main ports only.
@@ -81,10 +82,13 @@ pub struct ClientLoadArgs {
     /// Share of single-key requests that are sets.
     #[arg(long, default_value_t = 0.0)]
     pub set_ratio: f64,
+    /// Keys written first, then read at random (uniformly).
     #[arg(long, default_value_t = 100_000)]
     pub keys: usize,
+    /// Bytes per value.
     #[arg(long, default_value_t = 32)]
     pub value_bytes: usize,
+    /// How long the measured run lasts.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
     /// Server processes whose CPU time is counted (comma-separated pids).
@@ -169,9 +173,19 @@ pub fn client_load(args: &ClientLoadArgs) -> Result<(), String> {
     };
     let keys: Vec<String> = (0..args.keys).map(|i| format!("key:{i:010}")).collect();
     let value = vec![b'v'; args.value_bytes];
-    let loader = driver(args, &shared)?;
-    for key in &keys {
-        loader.set(key.as_bytes(), &value)?;
+    match &shared {
+        Some(client) => {
+            for chunk in keys.chunks(1000) {
+                let items: Vec<(&[u8], &[u8])> = chunk.iter().map(|k| (k.as_bytes(), value.as_slice())).collect();
+                client.set_many(&items, 0).map_err(|e| format!("preload: {e}"))?;
+            }
+        }
+        None => {
+            let loader = driver(args, &shared)?;
+            for key in &keys {
+                loader.set(key.as_bytes(), &value)?;
+            }
+        }
     }
     let before = cpu_of(&pids)?;
     let started = Instant::now();
