@@ -142,7 +142,9 @@ pub(crate) fn settle(
         let direct = place.addr != fleet.nodes[place.server].addr;
         if direct {
             fleet.forget_partitions(place.server);
-        } else {
+        } else if failure.error.is_server_failure() {
+            // Refused credentials or TLS settings are the caller's to fix, not a reason to
+            // move the server's keys elsewhere.
             fleet.failed(place.server, now);
         }
         for &op in group.rounds.iter().flat_map(|r| r.expects.iter()).flat_map(|e| e.ops()) {

@@ -159,3 +159,104 @@ impl ReadBuf {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{Atomic, AtomicCode, Item, StoreMode};
+    use crate::plan::{plan, Place};
+
+    fn ops() -> Vec<Op<'static>> {
+        vec![
+            Op::Get(b"a"),
+            Op::Get(b"b"),
+            Op::Get(b"a"),
+            Op::Store { mode: StoreMode::Set, key: b"c", value: b"v", flags: 0, exptime: 0 },
+            Op::Atomic(Atomic { key: b"x", code: AtomicCode::Add, signed: true, operand: 1, operand2: 0 }),
+            Op::Incr(b"n", 2),
+            Op::Delete(b"d"),
+            Op::Gets(b"g"),
+            Op::Get(b"e"),
+        ]
+    }
+
+    const REPLY: &[u8] = b"VALUE a 1 2\r\nxy\r\nVALUE a 1 2\r\nxy\r\nEND\r\nSTORED\r\nOK -1 0\r\n7\r\nNOT_FOUND\r\n\
+VALUE g 0 0 55\r\n\r\nEND\r\nCLIENT_ERROR bad data chunk\r\n";
+
+    fn expected() -> Vec<Option<Reply>> {
+        let hit = |value: &[u8], flags, cas| Some(Reply::Hit(Item { value: value.to_vec(), flags, cas }));
+        vec![
+            hit(b"xy", 1, None),
+            Some(Reply::Miss),
+            hit(b"xy", 1, None),
+            Some(Reply::Stored),
+            Some(Reply::AtomicDone { old: u64::MAX, new: 0 }),
+            Some(Reply::Number(7)),
+            Some(Reply::NotFound),
+            hit(b"", 0, Some(55)),
+            Some(Reply::ServerError("CLIENT_ERROR bad data chunk".into())),
+        ]
+    }
+
+    /// Feeds `reply` in pieces cut at `cuts`, as a socket might deliver it.
+    fn read(ops: &[Op<'_>], reply: &[u8], cuts: &[usize]) -> Result<Vec<Option<Reply>>, ProtocolError> {
+        let mut errors = vec![None; ops.len()];
+        let place = Place { server: 0, addr: "127.0.0.1:1".parse().unwrap() };
+        let groups = plan(ops, |_| Ok(place), &mut errors);
+        let round = &groups[0].rounds[0];
+        let mut replies = vec![None; ops.len()];
+        let mut reader = RoundReader::new(&round.expects);
+        let mut pending = Vec::new();
+        let mut from = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&reply.len())) {
+            pending.extend_from_slice(&reply[from..cut]);
+            from = cut;
+            let used = reader.feed(&pending, ops, &mut replies)?;
+            pending.drain(..used);
+        }
+        assert!(reader.done() && pending.is_empty());
+        Ok(replies)
+    }
+
+    #[test]
+    fn replies_read_the_same_however_they_arrive() {
+        let ops = ops();
+        assert_eq!(read(&ops, REPLY, &[]).unwrap(), expected());
+        for cut in 0..REPLY.len() {
+            assert_eq!(read(&ops, REPLY, &[cut]).unwrap(), expected(), "cut at {cut}");
+        }
+        let every_byte: Vec<usize> = (1..REPLY.len()).collect();
+        assert_eq!(read(&ops, REPLY, &every_byte).unwrap(), expected());
+    }
+
+    #[test]
+    fn replies_out_of_step_are_protocol_errors() {
+        let ops = [Op::Get(b"a"), Op::Delete(b"a")];
+        for reply in [
+            &b"VALUE z 0 1\r\nx\r\nEND\r\nDELETED\r\n"[..],
+            b"VALUE a 0 1\r\nxyz\r\nEND\r\nDELETED\r\n",
+            b"VALUE a zero 1\r\nx\r\nEND\r\nDELETED\r\n",
+            b"END\r\nWHAT\r\n",
+        ] {
+            assert!(read(&ops, reply, &[]).is_err(), "{}", String::from_utf8_lossy(reply));
+        }
+        let long = vec![b'x'; 9000];
+        let mut reader_ops = vec![None; 2];
+        let expects = [crate::codec::Expect::Line { op: 1 }];
+        assert!(RoundReader::new(&expects).feed(&long, &ops, &mut reader_ops).is_err());
+    }
+
+    #[test]
+    fn the_read_buffer_grows_for_a_whole_value_and_no_further() {
+        let mut buf = ReadBuf::new();
+        let header = b"VALUE k 0 1000000\r\n";
+        buf.space().unwrap()[..header.len()].copy_from_slice(header);
+        buf.filled(header.len());
+        assert!(buf.space().unwrap().len() >= 1_000_002);
+        let mut huge = ReadBuf::new();
+        let header = b"VALUE k 0 99999999999\r\n";
+        huge.space().unwrap()[..header.len()].copy_from_slice(header);
+        huge.filled(header.len());
+        assert!(huge.space().is_err());
+    }
+}

@@ -170,9 +170,10 @@ fn a_contended_counter_ends_at_the_sum_of_acknowledged_deltas() {
 
 #[test]
 fn the_rust_client_pipelines_atomics_and_reads_their_answers() {
-    use tierkv_client::blocking::{Atomic, AtomicCode, AtomicReply, Client};
+    use tierkv_client::blocking::Client;
+    use tierkv_client::{Atomic, AtomicCode, AtomicReply};
     let server = tierkv_with(&["-t", "2"]);
-    let mut client = Client::connect(("127.0.0.1", server.1)).unwrap();
+    let client = Client::connect(("127.0.0.1", server.1)).unwrap();
     assert!(client.set(b"c", b"-3").unwrap());
     let signed = |code, operand, operand2| Atomic { key: b"c", code, signed: true, operand, operand2 };
     let replies = client

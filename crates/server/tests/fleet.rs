@@ -12,7 +12,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tierkv_client::blocking::Client;
 use tierkv_client::ketama::{Ring, ServerSpec};
-use tierkv_client::Config;
 
 fn keys(count: usize) -> Vec<String> {
     (0..count).map(|i| format!("user:{i}:profile")).collect()
@@ -24,10 +23,30 @@ fn flush(servers: &[&Server]) {
     }
 }
 
-/// Where the client's ring puts each key, among `specs` less the ejected ones.
+/// Where `tierkv-bench placement` (the client's ring) puts each key, among `specs` less the
+/// ejected one.
 fn ring_placement(specs: &[ServerSpec], ejected: Option<usize>, keys: &[String]) -> Vec<String> {
+    let servers: Vec<String> = specs
+        .iter()
+        .map(|s| match &s.label {
+            Some(label) => format!("{s}:{} {label}", s.weight),
+            None => format!("{s}:{}", s.weight),
+        })
+        .collect();
+    let args = tierkv_bench::fleet::PlacementArgs {
+        servers: servers.join(","),
+        eject: ejected.map(|i| specs[i].to_string()).unwrap_or_default(),
+    };
+    let mut out = Vec::new();
+    tierkv_bench::fleet::placement(&args, keys.join("\n").as_bytes(), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let placed: Vec<String> = text.lines().map(|l| l.split_once(' ').unwrap().1.to_string()).collect();
+    assert_eq!(placed.len(), keys.len());
     let ring = Ring::build(specs.iter().enumerate().filter(|&(i, _)| Some(i) != ejected));
-    keys.iter().map(|k| format!("127.0.0.1:{}", specs[ring.server_for(k.as_bytes()).unwrap()].port)).collect()
+    for (key, server) in keys.iter().zip(&placed).step_by(97) {
+        assert_eq!(server, &specs[ring.server_for(key.as_bytes()).unwrap()].to_string());
+    }
+    placed
 }
 
 /// Which backend holds each key ("-" for none), asked directly.

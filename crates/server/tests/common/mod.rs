@@ -2,6 +2,8 @@
 //! when dropped, and a raw request/reply exchange.
 #![allow(dead_code)]
 
+pub(crate) mod certs;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
