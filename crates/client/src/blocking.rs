@@ -15,7 +15,7 @@ use crate::conn::Conn;
 use crate::error::{Error, Failure};
 use crate::fleet::{Config, Fleet};
 use crate::ketama::ServerSpec;
-use crate::plan::{finish, merge, plan, settle, subset, Group};
+use crate::plan::{finish, merge, plan, subset, Group};
 use crate::Topology;
 
 /// A client of a fleet. `Send + Sync`: share it between threads (each call takes its own
@@ -121,7 +121,7 @@ impl Client {
             }
             failures.push(outcome.failure);
         }
-        let again = settle(&mut self.fleet(), &groups, failures, ops, &replies, &mut errors, retry);
+        let again = self.fleet().settle(&groups, failures, ops, &replies, &mut errors, retry);
         if !again.is_empty() {
             let retried = self.run_once(&subset(ops, &again), false);
             merge(&again, retried, &mut replies, &mut errors);

@@ -6,9 +6,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::codec::{Op, Reply};
 use crate::error::Error;
+use crate::error::Failure;
 use crate::ketama::{Ring, ServerSpec};
-use crate::plan::Place;
+use crate::plan::{Group, Place};
 use crate::Topology;
 
 /// Credentials.
@@ -254,6 +256,50 @@ impl Fleet {
     #[cfg(test)]
     pub(crate) fn is_live(&self, server: usize) -> bool {
         self.nodes[server].ejected_until.is_none()
+    }
+
+    /// After a call: tells the fleet which servers answered and which failed, and gives each
+    /// unanswered request its error. Returns the requests to send once more: those a direct port
+    /// failed before anything was sent, or that only read (the partitions are asked for again
+    /// first, and a direct port's failure is not the server's).
+    pub(crate) fn settle(
+        &mut self,
+        groups: &[Group],
+        failures: Vec<Option<Failure>>,
+        ops: &[Op<'_>],
+        replies: &[Option<Reply>],
+        errors: &mut [Option<Error>],
+        retry: bool,
+    ) -> Vec<usize> {
+        let mut again = Vec::new();
+        let now = Instant::now();
+        for (group, failure) in groups.iter().zip(failures) {
+            let place = group.place;
+            let Some(failure) = failure else {
+                self.succeeded(place.server);
+                continue;
+            };
+            let direct = place.addr != self.nodes[place.server].addr;
+            if direct {
+                self.forget_partitions(place.server);
+            } else if failure.error.is_server_failure() {
+                // Refused credentials or TLS settings are the caller's to fix, not a reason to
+                // move the server's keys elsewhere.
+                self.failed(place.server, now);
+            }
+            for &op in group.rounds.iter().flat_map(|r| r.expects.iter()).flat_map(|e| e.ops()) {
+                if replies[op].is_some() {
+                    continue;
+                }
+                let safe = !failure.sent || matches!(ops[op], Op::Get(_) | Op::Gets(_) | Op::VectorGet { .. });
+                if retry && direct && safe {
+                    again.push(op);
+                } else {
+                    errors[op] = Some(failure.error.clone());
+                }
+            }
+        }
+        again
     }
 }
 

@@ -5,11 +5,8 @@
 
 use std::net::SocketAddr;
 
-use std::time::Instant;
-
 use crate::codec::{check_key, encode, Expect, Op, Reply};
-use crate::error::{Error, Failure};
-use crate::fleet::Fleet;
+use crate::error::Error;
 
 /// Request bytes in one round to one place.
 const ROUND_BYTES: usize = 256 << 10;
@@ -116,50 +113,6 @@ pub(crate) fn plan(
         round.close_get();
     }
     groups
-}
-
-/// After a call: tells the fleet which servers answered and which failed, and gives each
-/// unanswered request its error. Returns the requests to send once more: those a direct port
-/// failed before anything was sent, or that only read (the partitions are asked for again
-/// first, and a direct port's failure is not the server's).
-pub(crate) fn settle(
-    fleet: &mut Fleet,
-    groups: &[Group],
-    failures: Vec<Option<Failure>>,
-    ops: &[Op<'_>],
-    replies: &[Option<Reply>],
-    errors: &mut [Option<Error>],
-    retry: bool,
-) -> Vec<usize> {
-    let mut again = Vec::new();
-    let now = Instant::now();
-    for (group, failure) in groups.iter().zip(failures) {
-        let place = group.place;
-        let Some(failure) = failure else {
-            fleet.succeeded(place.server);
-            continue;
-        };
-        let direct = place.addr != fleet.nodes[place.server].addr;
-        if direct {
-            fleet.forget_partitions(place.server);
-        } else if failure.error.is_server_failure() {
-            // Refused credentials or TLS settings are the caller's to fix, not a reason to
-            // move the server's keys elsewhere.
-            fleet.failed(place.server, now);
-        }
-        for &op in group.rounds.iter().flat_map(|r| r.expects.iter()).flat_map(|e| e.ops()) {
-            if replies[op].is_some() {
-                continue;
-            }
-            let safe = !failure.sent || matches!(ops[op], Op::Get(_) | Op::Gets(_) | Op::VectorGet { .. });
-            if retry && direct && safe {
-                again.push(op);
-            } else {
-                errors[op] = Some(failure.error.clone());
-            }
-        }
-    }
-    again
 }
 
 /// The requests `settle` chose to send again.

@@ -15,7 +15,7 @@ use crate::codec::{Expect, Op, ProtocolError, Reply};
 use crate::error::{Error, Failure};
 use crate::fleet::{Auth, Config, Fleet};
 use crate::ketama::ServerSpec;
-use crate::plan::{finish, merge, plan, settle, subset, Group};
+use crate::plan::{finish, merge, plan, subset, Group};
 use crate::reader::{ReadBuf, RoundReader};
 use crate::Topology;
 
@@ -248,8 +248,7 @@ impl Client {
             plan(ops, |key| fleet.place(key), errors)
         };
         let failures = self.exchange(&groups, ops, replies).await;
-        let mut fleet = self.fleet();
-        settle(&mut fleet, &groups, failures, ops, replies, errors, retry)
+        self.fleet().settle(&groups, failures, ops, replies, errors, retry)
     }
 
     /// Sends every group's rounds and reads their replies, round by round.
