@@ -112,7 +112,7 @@ impl Client {
         self.prepare();
         let groups = {
             let fleet = self.fleet();
-            plan(ops, |key| fleet.place(key), &mut errors)
+            plan(ops, |key| fleet.place(key), &mut errors, fleet.config.binary())
         };
         let mut failures = Vec::new();
         for (group, outcome) in groups.iter().zip(self.exchange(&groups, ops, &mut replies)) {

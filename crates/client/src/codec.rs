@@ -188,14 +188,18 @@ pub(crate) enum Expect {
     Line { op: usize },
     /// One atomic reply line.
     Atomic { op: usize, signed: bool },
+    /// One binary response.
+    Binary { op: usize },
+    /// Binary responses to quiet gets (hits only), then the `NOOP`'s.
+    BinaryGets { ops: Vec<usize> },
 }
 
 impl Expect {
     /// The requests (indices into the batch) this reply answers.
     pub(crate) fn ops(&self) -> &[usize] {
         match self {
-            Expect::Values { ops, .. } => ops,
-            Expect::Line { op } | Expect::Atomic { op, .. } => std::slice::from_ref(op),
+            Expect::Values { ops } | Expect::BinaryGets { ops } => ops,
+            Expect::Line { op } | Expect::Atomic { op, .. } | Expect::Binary { op } => std::slice::from_ref(op),
         }
     }
 }
@@ -377,6 +381,9 @@ pub(crate) fn parse_retrieved(buf: &[u8]) -> Result<Option<(Retrieved, usize)>, 
 /// How many bytes a `VALUE` header in `buf` says its block needs, when known: used to grow the
 /// read buffer once for a large value.
 pub(crate) fn wanted(buf: &[u8]) -> Option<usize> {
+    if buf.first() == Some(&0x81) && buf.len() >= 24 {
+        return (u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize).checked_add(24);
+    }
     let (line, used) = line(buf).ok()??;
     let bytes: usize = std::str::from_utf8(line.strip_prefix(b"VALUE ")?).ok()?.split(' ').nth(2)?.parse().ok()?;
     used.checked_add(bytes)?.checked_add(2)

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 
 use crate::codec::{Expect, Op, ProtocolError, Reply};
 use crate::error::{Error, Failure};
-use crate::fleet::{Auth, Config};
+use crate::fleet::{login, stats_request, Config, LOGIN_OPS};
 use crate::reader::{ReadBuf, RoundReader};
 
 enum Stream {
@@ -43,6 +43,8 @@ pub(crate) struct Conn {
     stream: Stream,
     addr: SocketAddr,
     buf: ReadBuf,
+    /// The server speaks only binary (SASL).
+    binary: bool,
 }
 
 impl Conn {
@@ -63,30 +65,17 @@ impl Conn {
                 Stream::Tls(Box::new(rustls::StreamOwned::new(session, tcp)))
             }
         };
-        let mut conn = Conn { stream, addr, buf: ReadBuf::new() };
-        match &config.auth {
-            None => {}
-            Some(Auth::Ascii { user, password }) => conn.ascii_auth(user, password)?,
-            Some(Auth::SaslPlain { .. }) => {
-                return Err(Error::Config(
-                    "binary SASL needs the binary protocol, which this client does not speak yet".into(),
-                ))
+        let mut conn = Conn { stream, addr, buf: ReadBuf::new(), binary: false };
+        conn.binary = config.binary();
+        if let Some(auth) = &config.auth {
+            let (bytes, expect, success) = login(auth);
+            let mut replies = [None];
+            conn.exchange(&bytes, &[expect], &LOGIN_OPS, &mut replies).map_err(|f| f.error)?;
+            if replies[0] != Some(success) {
+                return Err(Error::Auth { server: addr.to_string(), message: format!("{:?}", replies[0]) });
             }
         }
         Ok(conn)
-    }
-
-    fn ascii_auth(&mut self, user: &str, password: &str) -> Result<(), Error> {
-        let data = format!("{user} {password}");
-        let request = format!("set auth 0 0 {}\r\n{data}\r\n", data.len());
-        let ops = [Op::Delete(b"auth")];
-        let expects = [Expect::Line { op: 0 }];
-        let mut replies = [None];
-        self.exchange(request.as_bytes(), &expects, &ops, &mut replies).map_err(|f| f.error)?;
-        match replies[0].take() {
-            Some(Reply::Stored) => Ok(()),
-            other => Err(Error::Auth { server: self.addr.to_string(), message: format!("{other:?}") }),
-        }
     }
 
     /// Sends one round's requests.
@@ -146,10 +135,12 @@ impl Conn {
 
     /// Sends a `stats` request and returns the reply up to `END` (or an error line).
     pub(crate) fn stats(&mut self, group: &str) -> Result<String, Error> {
-        self.send(format!("stats {group}\r\n").as_bytes()).map_err(|f| f.error)?;
+        self.send(&stats_request(self.binary, group)).map_err(|f| f.error)?;
         loop {
-            let taken =
-                self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
+            let taken = self
+                .buf
+                .take_stats(self.binary)
+                .map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
             if let Some(reply) = taken {
                 return Ok(reply);
             }

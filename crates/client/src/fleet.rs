@@ -6,7 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::codec::{Op, Reply};
+use crate::codec::{Expect, Op, Reply};
 use crate::error::Error;
 use crate::error::Failure;
 use crate::ketama::{Ring, ServerSpec};
@@ -30,6 +30,37 @@ pub enum Auth {
         /// Password.
         password: String,
     },
+}
+
+/// The exchange that authenticates a new connection: what to send, the reply to expect (for
+/// request 0 of `LOGIN_OPS`), and the reply that means success.
+pub(crate) fn login(auth: &Auth) -> (Vec<u8>, Expect, Reply) {
+    let mut bytes = Vec::new();
+    match auth {
+        Auth::Ascii { user, password } => {
+            let data = format!("{user} {password}");
+            bytes.extend_from_slice(format!("set auth 0 0 {}\r\n{data}\r\n", data.len()).as_bytes());
+            (bytes, Expect::Line { op: 0 }, Reply::Stored)
+        }
+        Auth::SaslPlain { user, password } => {
+            crate::binary::sasl_plain(&mut bytes, user, password);
+            // Read as the answer to a delete: success is status 0, "Deleted".
+            (bytes, Expect::Binary { op: 0 }, Reply::Deleted)
+        }
+    }
+}
+
+/// The request `login`'s expectation is read against.
+pub(crate) const LOGIN_OPS: [Op<'static>; 1] = [Op::Delete(b"auth")];
+
+/// A `stats` request for `group`, in the protocol the fleet speaks.
+pub(crate) fn stats_request(binary: bool, group: &str) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    match binary {
+        true => crate::binary::stats(&mut bytes, group),
+        false => bytes.extend_from_slice(format!("stats {group}\r\n").as_bytes()),
+    }
+    bytes
 }
 
 /// TLS to every server: rustls's client configuration and the name the certificates must carry.
@@ -92,6 +123,11 @@ impl Config {
             tls: None,
             auth: None,
         }
+    }
+
+    /// The servers speak only the binary protocol (SASL).
+    pub(crate) fn binary(&self) -> bool {
+        matches!(self.auth, Some(Auth::SaslPlain { .. }))
     }
 
     /// A fleet from `HOST:PORT[:WEIGHT][ LABEL]` strings.

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod api;
+mod binary;
 pub mod blocking;
 pub mod codec;
 mod conn;

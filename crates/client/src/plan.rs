@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 
+use crate::binary;
 use crate::codec::{check_key, encode, Expect, Op, Reply};
 use crate::error::Error;
 
@@ -28,14 +29,21 @@ pub(crate) struct Round {
     pub(crate) bytes: Vec<u8>,
     pub(crate) expects: Vec<Expect>,
     requests: usize,
-    /// The last expectation is a `get` line not yet ended, with this many keys.
+    /// The last expectation is a `get` line (or batch of quiet binary gets) not yet ended,
+    /// with this many keys.
     open_get: Option<(bool, usize)>,
+    /// Binary requests (for SASL servers) instead of text.
+    binary: bool,
 }
 
 impl Round {
     fn close_get(&mut self) {
         if self.open_get.take().is_some() {
-            self.bytes.extend_from_slice(b"\r\n");
+            if self.binary {
+                binary::end_gets(&mut self.bytes);
+            } else {
+                self.bytes.extend_from_slice(b"\r\n");
+            }
         }
     }
 
@@ -50,27 +58,42 @@ impl Round {
             Op::Gets(_) => true,
             _ => {
                 self.close_get();
-                let expect = encode(&mut self.bytes, index, op);
+                let expect = if self.binary {
+                    binary::encode(&mut self.bytes, index, op);
+                    Expect::Binary { op: index }
+                } else {
+                    encode(&mut self.bytes, index, op)
+                };
                 self.expects.push(expect);
                 return;
             }
         };
+        // Binary gets all return the CAS; the reply for a `get` leaves it out.
+        let cas = cas && !self.binary;
         match self.open_get {
             Some((open_cas, keys)) if open_cas == cas && keys < KEYS_PER_GET => {
-                if let Some(Expect::Values { ops, .. }) = self.expects.last_mut() {
+                if let Some(Expect::Values { ops } | Expect::BinaryGets { ops }) = self.expects.last_mut() {
                     ops.push(index);
                 }
                 self.open_get = Some((cas, keys + 1));
             }
             _ => {
                 self.close_get();
-                self.bytes.extend_from_slice(if cas { b"gets" } else { b"get" });
-                self.expects.push(Expect::Values { ops: vec![index] });
+                if self.binary {
+                    self.expects.push(Expect::BinaryGets { ops: vec![index] });
+                } else {
+                    self.bytes.extend_from_slice(if cas { b"gets" } else { b"get" });
+                    self.expects.push(Expect::Values { ops: vec![index] });
+                }
                 self.open_get = Some((cas, 1));
             }
         }
-        self.bytes.push(b' ');
-        self.bytes.extend_from_slice(op.key());
+        if self.binary {
+            binary::encode_get(&mut self.bytes, index, op.key());
+        } else {
+            self.bytes.push(b' ');
+            self.bytes.extend_from_slice(op.key());
+        }
     }
 }
 
@@ -80,16 +103,23 @@ pub(crate) struct Group {
     pub(crate) rounds: Vec<Round>,
 }
 
-/// Groups `ops` by where `route` sends their keys. A request whose key is bad or has no place
-/// gets its error in `errors` and is not sent.
+/// Groups `ops` by where `route` sends their keys, in the binary protocol when `binary`. A
+/// request whose key is bad, that has no place or no binary form gets its error in `errors`
+/// and is not sent.
 pub(crate) fn plan(
     ops: &[Op<'_>],
     mut route: impl FnMut(&[u8]) -> Result<Place, Error>,
     errors: &mut [Option<Error>],
+    binary: bool,
 ) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     for (index, op) in ops.iter().enumerate() {
-        let place = check_key(op.key()).map_err(Error::BadKey).and_then(|()| route(op.key()));
+        let place = check_key(op.key()).map_err(Error::BadKey).and_then(|()| match binary && !binary::supports(op) {
+            true => {
+                Err(Error::Config("atomics and vectors have no binary form; a SASL server speaks only binary".into()))
+            }
+            false => route(op.key()),
+        });
         let place = match place {
             Ok(place) => place,
             Err(error) => {
@@ -100,12 +130,12 @@ pub(crate) fn plan(
         let group = match groups.iter().position(|g| g.place == place) {
             Some(at) => &mut groups[at],
             None => {
-                groups.push(Group { place, rounds: vec![Round::default()] });
+                groups.push(Group { place, rounds: vec![Round { binary, ..Round::default() }] });
                 groups.last_mut().expect("just pushed")
             }
         };
         if group.rounds.last().is_some_and(Round::full) {
-            group.rounds.push(Round::default());
+            group.rounds.push(Round { binary, ..Round::default() });
         }
         group.rounds.last_mut().expect("a group has a round").push(index, op);
     }
@@ -162,7 +192,7 @@ mod tests {
         let set = Op::Store { mode: StoreMode::Set, key: b"b", value: b"xy", flags: 3, exptime: 0 };
         let ops = [Op::Get(b"a"), Op::Get(b"b"), set, Op::Get(b"b"), Op::Gets(b"c"), Op::Delete(b"a")];
         let mut errors = vec![None; ops.len()];
-        let groups = plan(&ops, |_| Ok(place(0)), &mut errors);
+        let groups = plan(&ops, |_| Ok(place(0)), &mut errors, false);
         assert_eq!(groups.len(), 1);
         let round = &groups[0].rounds[0];
         assert_eq!(
@@ -177,7 +207,7 @@ mod tests {
         let long = vec![b'k'; 251];
         let ops = [Op::Get(b"a"), Op::Get(b"bb"), Op::Get(&long), Op::Get(b"has space"), Op::Get(b"ccc")];
         let mut errors = vec![None; ops.len()];
-        let groups = plan(&ops, |key| Ok(place(key.len() % 2)), &mut errors);
+        let groups = plan(&ops, |key| Ok(place(key.len() % 2)), &mut errors, false);
         let lines: Vec<String> =
             groups.iter().map(|g| String::from_utf8_lossy(&g.rounds[0].bytes).into_owned()).collect();
         assert_eq!(lines, ["get a ccc\r\n", "get bb\r\n"]);
@@ -189,7 +219,7 @@ mod tests {
         let keys: Vec<String> = (0..2500).map(|i| format!("key{i}")).collect();
         let ops: Vec<Op<'_>> = keys.iter().map(|k| Op::Get(k.as_bytes())).collect();
         let mut errors = vec![None; ops.len()];
-        let groups = plan(&ops, |_| Ok(place(0)), &mut errors);
+        let groups = plan(&ops, |_| Ok(place(0)), &mut errors, false);
         let rounds = &groups[0].rounds;
         assert_eq!(rounds.len(), 3);
         assert_eq!(rounds[0].expects.len(), 11);

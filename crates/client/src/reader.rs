@@ -2,6 +2,7 @@
 //! complete replies, fills in each request's result and says how far it got. Shared by the
 //! blocking and the async client; it does no I/O.
 
+use crate::binary;
 use crate::codec::{parse_line, parse_retrieved, wanted, Expect, Op, ProtocolError, Reply, Retrieved};
 
 /// Where in a round's expected replies the reading is.
@@ -44,7 +45,13 @@ impl<'e> RoundReader<'e> {
                         used
                     })
                 }
-                Expect::Values { ops: wanted, .. } => self.feed_values(&buf[at..], wanted, ops, results)?,
+                Expect::Values { ops: wanted } => self.feed_values(&buf[at..], wanted, ops, results)?,
+                Expect::Binary { op } => binary::parse(&buf[at..])?.map(|(response, used)| {
+                    results[*op] = Some(binary::reply_for(&ops[*op], &response));
+                    self.next += 1;
+                    used
+                }),
+                Expect::BinaryGets { ops: wanted } => self.feed_binary_gets(&buf[at..], wanted, ops, results)?,
             };
             match used {
                 Some(used) => at += used,
@@ -52,6 +59,30 @@ impl<'e> RoundReader<'e> {
             }
         }
         Ok(at)
+    }
+
+    /// One response to a batch of quiet gets: a hit, or the `NOOP` that ends the batch.
+    fn feed_binary_gets(
+        &mut self,
+        buf: &[u8],
+        wanted: &[usize],
+        ops: &[Op<'_>],
+        results: &mut [Option<Reply>],
+    ) -> Result<Option<usize>, ProtocolError> {
+        let Some((response, used)) = binary::parse(buf)? else { return Ok(None) };
+        if binary::is_noop(&response) {
+            for &op in wanted {
+                results[op].get_or_insert(Reply::Miss);
+            }
+            self.next += 1;
+            return Ok(Some(used));
+        }
+        let op = response.opaque as usize;
+        if !wanted.contains(&op) || (response.status == 0 && response.key != ops[op].key()) {
+            return Err(ProtocolError(format!("a binary response for request {op}, not asked for")));
+        }
+        results[op] = Some(binary::reply_for(&ops[op], &response));
+        Ok(Some(used))
     }
 
     /// One element of a retrieval reply; moves to the next expectation at its end.
@@ -144,8 +175,36 @@ impl ReadBuf {
         self.end += n;
     }
 
+    /// A whole binary `STAT` reply (through the response with no key), taken out of the
+    /// buffer and written as the text protocol's `STAT name value` lines and `END`.
+    fn take_binary_stats(&mut self) -> Result<Option<String>, ProtocolError> {
+        let mut text = String::new();
+        let mut at = 0;
+        while let Some((response, used)) = binary::parse(&self.pending()[at..])? {
+            at += used;
+            if response.status != 0 {
+                text = "ERROR\r\n".into();
+                break;
+            }
+            if response.key.is_empty() {
+                text.push_str("END\r\n");
+                break;
+            }
+            let (name, value) = (String::from_utf8_lossy(response.key), String::from_utf8_lossy(response.value));
+            text.push_str(&format!("STAT {name} {value}\r\n"));
+        }
+        if !text.ends_with("END\r\n") && !text.starts_with("ERROR") {
+            return Ok(None);
+        }
+        self.consume(at);
+        Ok(Some(text))
+    }
+
     /// A whole `stats` reply (through `END` or an error line), taken out of the buffer.
-    pub(crate) fn take_stats(&mut self) -> Result<Option<String>, ProtocolError> {
+    pub(crate) fn take_stats(&mut self, binary: bool) -> Result<Option<String>, ProtocolError> {
+        if binary {
+            return self.take_binary_stats();
+        }
         let text = self.pending();
         let complete = text.ends_with(b"END\r\n") || text.ends_with(b"ERROR\r\n");
         if complete || (text.starts_with(b"CLIENT_ERROR") && text.ends_with(b"\r\n")) {
@@ -163,6 +222,7 @@ impl ReadBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binary;
     use crate::codec::{Atomic, AtomicCode, Item, StoreMode};
     use crate::plan::{plan, Place};
 
@@ -200,9 +260,18 @@ VALUE g 0 0 55\r\n\r\nEND\r\nCLIENT_ERROR bad data chunk\r\n";
 
     /// Feeds `reply` in pieces cut at `cuts`, as a socket might deliver it.
     fn read(ops: &[Op<'_>], reply: &[u8], cuts: &[usize]) -> Result<Vec<Option<Reply>>, ProtocolError> {
+        read_as(ops, reply, cuts, false)
+    }
+
+    fn read_as(
+        ops: &[Op<'_>],
+        reply: &[u8],
+        cuts: &[usize],
+        binary: bool,
+    ) -> Result<Vec<Option<Reply>>, ProtocolError> {
         let mut errors = vec![None; ops.len()];
         let place = Place { server: 0, addr: "127.0.0.1:1".parse().unwrap() };
-        let groups = plan(ops, |_| Ok(place), &mut errors);
+        let groups = plan(ops, |_| Ok(place), &mut errors, binary);
         let round = &groups[0].rounds[0];
         let mut replies = vec![None; ops.len()];
         let mut reader = RoundReader::new(&round.expects);
@@ -227,6 +296,48 @@ VALUE g 0 0 55\r\n\r\nEND\r\nCLIENT_ERROR bad data chunk\r\n";
         }
         let every_byte: Vec<usize> = (1..REPLY.len()).collect();
         assert_eq!(read(&ops, REPLY, &every_byte).unwrap(), expected());
+    }
+
+    /// A binary response: opcode, status, opaque, extras, key, value.
+    fn response(opcode: u8, status: u16, opaque: u32, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x81, opcode];
+        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[extras.len() as u8, 0]);
+        out.extend_from_slice(&status.to_be_bytes());
+        out.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+        out.extend_from_slice(&opaque.to_be_bytes());
+        out.extend_from_slice(&9u64.to_be_bytes());
+        [out, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
+    }
+
+    #[test]
+    fn binary_replies_read_the_same_however_they_arrive() {
+        let set = Op::Store { mode: StoreMode::Add, key: b"c", value: b"v", flags: 0, exptime: 0 };
+        let ops = [Op::Get(b"a"), Op::Gets(b"b"), Op::Get(b"z"), set, Op::Incr(b"n", 1), Op::Delete(b"d")];
+        let reply = [
+            response(0x0d, 0, 1, &5u32.to_be_bytes(), b"b", b"xy"),
+            response(0x0a, 0, u32::MAX, &[], &[], &[]),
+            response(0x02, 2, 3, &[], &[], b"Data exists for key."),
+            response(0x05, 0, 4, &[], &[], &8u64.to_be_bytes()),
+            response(0x04, 1, 5, &[], &[], b"Not found"),
+        ]
+        .concat();
+        let expected = vec![
+            Some(Reply::Miss),
+            Some(Reply::Hit(Item { value: b"xy".to_vec(), flags: 5, cas: Some(9) })),
+            Some(Reply::Miss),
+            Some(Reply::NotStored),
+            Some(Reply::Number(8)),
+            Some(Reply::NotFound),
+        ];
+        for cut in 0..reply.len() {
+            assert_eq!(read_as(&ops, &reply, &[cut], true).unwrap(), expected, "cut at {cut}");
+        }
+        let stray = [response(0x0d, 0, 3, &[0; 4], b"c", b""), response(0x0a, 0, 0, &[], &[], &[])].concat();
+        assert!(read_as(&ops[..3], &stray, &[], true).is_err(), "a hit for a request not asked");
+        let mut request = Vec::new();
+        binary::encode_get(&mut request, 0, b"k");
+        assert!(read_as(&ops[..1], &request, &[], true).is_err(), "a request is not a response");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use crate::api::Pipeline;
 use crate::codec::{Expect, Op, ProtocolError, Reply};
 use crate::error::{Error, Failure};
-use crate::fleet::{Auth, Config, Fleet};
+use crate::fleet::{login, stats_request, Config, Fleet, LOGIN_OPS};
 use crate::ketama::ServerSpec;
 use crate::plan::{finish, merge, plan, subset, Group};
 use crate::reader::{ReadBuf, RoundReader};
@@ -27,6 +27,7 @@ struct Conn {
     stream: Box<dyn Io>,
     addr: SocketAddr,
     buf: ReadBuf,
+    binary: bool,
 }
 
 async fn timed<T>(
@@ -56,23 +57,15 @@ impl Conn {
                 Box::new(timed(Some(config.connect_timeout), addr, handshake).await?)
             }
         };
-        let mut conn = Conn { stream, addr, buf: ReadBuf::new() };
-        match &config.auth {
-            None => {}
-            Some(Auth::Ascii { user, password }) => {
-                let data = format!("{user} {password}");
-                let request = format!("set auth 0 0 {}\r\n{data}\r\n", data.len());
-                let (ops, expects, mut replies) = ([Op::Delete(b"auth")], [Expect::Line { op: 0 }], [None]);
-                conn.send(request.as_bytes(), config.io_timeout).await.map_err(|f| f.error)?;
-                conn.receive(&expects, &ops, &mut replies, config.io_timeout).await.map_err(|f| f.error)?;
-                if replies[0] != Some(Reply::Stored) {
-                    return Err(Error::Auth { server: addr.to_string(), message: format!("{:?}", replies[0]) });
-                }
-            }
-            Some(Auth::SaslPlain { .. }) => {
-                return Err(Error::Config(
-                    "binary SASL needs the binary protocol, which this client does not speak yet".into(),
-                ))
+        let mut conn = Conn { stream, addr, buf: ReadBuf::new(), binary: false };
+        conn.binary = config.binary();
+        if let Some(auth) = &config.auth {
+            let (bytes, expect, success) = login(auth);
+            let mut replies = [None];
+            conn.send(&bytes, config.io_timeout).await.map_err(|f| f.error)?;
+            conn.receive(&[expect], &LOGIN_OPS, &mut replies, config.io_timeout).await.map_err(|f| f.error)?;
+            if replies[0] != Some(success) {
+                return Err(Error::Auth { server: addr.to_string(), message: format!("{:?}", replies[0]) });
             }
         }
         Ok(conn)
@@ -124,10 +117,12 @@ impl Conn {
     }
 
     async fn stats(&mut self, group: &str, limit: Option<Duration>) -> Result<String, Error> {
-        self.send(format!("stats {group}\r\n").as_bytes(), limit).await.map_err(|f| f.error)?;
+        self.send(&stats_request(self.binary, group), limit).await.map_err(|f| f.error)?;
         loop {
-            let taken =
-                self.buf.take_stats().map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
+            let taken = self
+                .buf
+                .take_stats(self.binary)
+                .map_err(|e| Error::Protocol { server: self.addr.to_string(), message: e.0 })?;
             if let Some(reply) = taken {
                 return Ok(reply);
             }
@@ -245,7 +240,7 @@ impl Client {
         self.prepare().await;
         let groups = {
             let fleet = self.fleet();
-            plan(ops, |key| fleet.place(key), errors)
+            plan(ops, |key| fleet.place(key), errors, fleet.config.binary())
         };
         let failures = self.exchange(&groups, ops, replies).await;
         self.fleet().settle(&groups, failures, ops, replies, errors, retry)

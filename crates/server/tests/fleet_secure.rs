@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use tierkv_client::ketama::ServerSpec;
-use tierkv_client::{Auth, Config, Error, Tls};
+use tierkv_client::{Atomic, Auth, Config, Error, StoreMode, Tls};
 
 fn tls_for(ca: &Path) -> Tls {
     let mut roots = rustls::RootCertStore::empty();
@@ -110,4 +110,75 @@ fn both_clients_authenticate_and_a_wrong_password_is_an_error() {
         runtime.block_on(async { tierkv_client::tokio::Client::new(wrong).unwrap().get(b"k").await.unwrap_err() });
     assert!(matches!(refused, Error::Auth { .. }), "{refused}");
     std::fs::remove_file(&file).ok();
+}
+
+/// The binary-only calls a SASL fleet serves; `$aw` is `await` for the async client.
+macro_rules! binary_calls {
+    ($client:expr $(, $aw:ident)?) => {{
+        let c = &$client;
+        assert!(c.store(StoreMode::Set, b"b", b"12", 7, 0)$(.$aw)?.unwrap());
+        let item = c.gets(b"b")$(.$aw)?.unwrap().unwrap();
+        assert_eq!((item.value.as_slice(), item.flags), (&b"12"[..], 7));
+        assert_eq!(c.get_item(b"b")$(.$aw)?.unwrap().unwrap().cas, None);
+        assert!(!c.store(StoreMode::Cas(item.cas.unwrap() + 1), b"b", b"0", 0, 0)$(.$aw)?.unwrap());
+        assert!(!c.store(StoreMode::Add, b"b", b"0", 0, 0)$(.$aw)?.unwrap());
+        assert!(!c.store(StoreMode::Replace, b"none", b"0", 0, 0)$(.$aw)?.unwrap());
+        assert!(c.store(StoreMode::Append, b"b", b"3", 0, 0)$(.$aw)?.unwrap());
+        assert_eq!(c.incr(b"b", 1)$(.$aw)?.unwrap(), Some(124));
+        assert_eq!(c.decr(b"b", 200)$(.$aw)?.unwrap(), Some(0));
+        assert_eq!(c.incr(b"none", 1)$(.$aw)?.unwrap(), None);
+        assert!(c.touch(b"b", 100)$(.$aw)?.unwrap());
+        assert!(c.delete(b"b")$(.$aw)?.unwrap());
+        assert!(!c.delete(b"b")$(.$aw)?.unwrap());
+        assert_eq!(c.get(b"b")$(.$aw)?.unwrap(), None);
+        assert!(matches!(c.atomic(&Atomic::add(b"b", 1))$(.$aw)?, Err(Error::Config(_))));
+        assert!(c.topologies().iter().all(|t| t.as_ref().is_some_and(|t| t.direct_port_base.is_some())));
+    }};
+}
+
+#[test]
+fn both_clients_log_in_with_sasl_and_speak_binary() {
+    let file = std::env::temp_dir().join(format!("tierkv-fleet-sasl-{}", std::process::id()));
+    std::fs::write(&file, "alice:secret\n").unwrap();
+    let servers: Vec<Server> = (0..2)
+        .map(|_| {
+            let (port, base) = (free_port(), free_ports(2));
+            let mut command = Command::new(TIERKV);
+            command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--direct-ports", &base.to_string()]);
+            command.args(["-S", "--sasl-pwdb"]).arg(&file);
+            start(command, port)
+        })
+        .collect();
+    let mut good = config(&servers);
+    good.auth = Some(Auth::SaslPlain { user: "alice".into(), password: "secret".into() });
+    let blocking = tierkv_client::blocking::Client::new(good.clone()).unwrap();
+    round_trip!(blocking);
+    binary_calls!(blocking);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let client = tierkv_client::tokio::Client::new(good).unwrap();
+        round_trip!(client, await);
+        binary_calls!(client, await);
+    });
+    let forwarded: u64 = servers.iter().map(|s| sasl_forwarded(s.1)).sum();
+    assert_eq!(forwarded, 0, "binary requests went to their partitions' ports");
+
+    let mut wrong = config(&servers);
+    wrong.auth = Some(Auth::SaslPlain { user: "alice".into(), password: "guess".into() });
+    let refused = tierkv_client::blocking::Client::new(wrong.clone()).unwrap().get(b"k").unwrap_err();
+    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
+    let refused =
+        runtime.block_on(async { tierkv_client::tokio::Client::new(wrong).unwrap().get(b"k").await.unwrap_err() });
+    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
+    std::fs::remove_file(&file).ok();
+}
+
+/// `forwarded_requests` from a SASL server, asked through an authenticated client.
+fn sasl_forwarded(port: u16) -> u64 {
+    let mut config = Config::new(vec![ServerSpec::new("127.0.0.1", port)]);
+    config.auth = Some(Auth::SaslPlain { user: "alice".into(), password: "secret".into() });
+    config.direct = true;
+    let client = tierkv_client::blocking::Client::new(config).unwrap();
+    client.get(b"warm-up").unwrap();
+    client.topologies()[0].as_ref().unwrap().forwarded_requests
 }
