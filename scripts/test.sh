@@ -26,6 +26,9 @@ for pair in g++:g++ memcached:memcached redis-server:redis-server memccapable:li
 done
 # memcached -S needs the PLAIN mechanism (libsasl2-modules, only a recommendation of libsasl2-2).
 dpkg -s libsasl2-modules >/dev/null 2>&1 || missing+=(libsasl2-modules)
+# pylibmc (libmemcached's weighted ketama) for tierkv-client's placement and fleet tests; the
+# tests run it with Debian's own /usr/bin/python3.
+/usr/bin/python3 -c "import pylibmc" >/dev/null 2>&1 || missing+=(python3-pylibmc)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "test.sh: installing ${missing[*]}" >&2
     apt-get update

@@ -26,19 +26,36 @@ fn tls_for(ca: &Path) -> Tls {
     Tls { config: Arc::new(config), server_name: ServerName::try_from("localhost").unwrap() }
 }
 
-/// Two TLS servers (direct ports too), certificates from `dir`.
-fn tls_fleet(dir: &Path) -> Vec<Server> {
-    let options =
-        format!("ssl_chain_cert={},ssl_key={}", dir.join("server.pem").display(), dir.join("server.key").display());
+/// Two tierkv servers with direct ports and `extra` flags.
+fn secured_fleet(extra: &[&std::ffi::OsStr]) -> Vec<Server> {
     (0..2)
         .map(|_| {
             let (port, base) = (free_port(), free_ports(2));
             let mut command = Command::new(TIERKV);
             command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--direct-ports", &base.to_string()]);
-            command.args(["-Z", "-o", &options]);
+            command.args(extra);
             start(command, port)
         })
         .collect()
+}
+
+/// Two TLS servers, certificates from `dir`.
+fn tls_fleet(dir: &Path) -> Vec<Server> {
+    let options =
+        format!("ssl_chain_cert={},ssl_key={}", dir.join("server.pem").display(), dir.join("server.key").display());
+    secured_fleet(&["-Z".as_ref(), "-o".as_ref(), options.as_ref()])
+}
+
+/// A wrong password is an error from both clients.
+fn refused_by_both(servers: &[Server], auth: Auth) {
+    let mut wrong = config(servers);
+    wrong.auth = Some(auth);
+    let refused = tierkv_client::blocking::Client::new(wrong.clone()).unwrap().get(b"k").unwrap_err();
+    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let refused =
+        runtime.block_on(async { tierkv_client::tokio::Client::new(wrong).unwrap().get(b"k").await.unwrap_err() });
+    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
 }
 
 fn config(servers: &[Server]) -> Config {
@@ -88,27 +105,14 @@ fn both_clients_speak_tls_to_every_port_and_refuse_a_wrong_ca() {
 fn both_clients_authenticate_and_a_wrong_password_is_an_error() {
     let file = std::env::temp_dir().join(format!("tierkv-fleet-auth-{}", std::process::id()));
     std::fs::write(&file, "alice:secret\n").unwrap();
-    let servers: Vec<Server> = (0..2)
-        .map(|_| {
-            let port = free_port();
-            let mut command = Command::new(TIERKV);
-            command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "-Y"]).arg(&file);
-            start(command, port)
-        })
-        .collect();
+    let servers = secured_fleet(&["-Y".as_ref(), file.as_ref()]);
     let mut good = config(&servers);
     good.auth = Some(Auth::Ascii { user: "alice".into(), password: "secret".into() });
     round_trip!(tierkv_client::blocking::Client::new(good.clone()).unwrap());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async { round_trip!(tierkv_client::tokio::Client::new(good).unwrap(), await) });
 
-    let mut wrong = config(&servers);
-    wrong.auth = Some(Auth::Ascii { user: "alice".into(), password: "guess".into() });
-    let refused = tierkv_client::blocking::Client::new(wrong.clone()).unwrap().get(b"k").unwrap_err();
-    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
-    let refused =
-        runtime.block_on(async { tierkv_client::tokio::Client::new(wrong).unwrap().get(b"k").await.unwrap_err() });
-    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
+    refused_by_both(&servers, Auth::Ascii { user: "alice".into(), password: "guess".into() });
     std::fs::remove_file(&file).ok();
 }
 
@@ -140,15 +144,7 @@ macro_rules! binary_calls {
 fn both_clients_log_in_with_sasl_and_speak_binary() {
     let file = std::env::temp_dir().join(format!("tierkv-fleet-sasl-{}", std::process::id()));
     std::fs::write(&file, "alice:secret\n").unwrap();
-    let servers: Vec<Server> = (0..2)
-        .map(|_| {
-            let (port, base) = (free_port(), free_ports(2));
-            let mut command = Command::new(TIERKV);
-            command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--direct-ports", &base.to_string()]);
-            command.args(["-S", "--sasl-pwdb"]).arg(&file);
-            start(command, port)
-        })
-        .collect();
+    let servers = secured_fleet(&["-S".as_ref(), "--sasl-pwdb".as_ref(), file.as_ref()]);
     let mut good = config(&servers);
     good.auth = Some(Auth::SaslPlain { user: "alice".into(), password: "secret".into() });
     let blocking = tierkv_client::blocking::Client::new(good.clone()).unwrap();
@@ -163,13 +159,7 @@ fn both_clients_log_in_with_sasl_and_speak_binary() {
     let forwarded: u64 = servers.iter().map(|s| sasl_forwarded(s.1)).sum();
     assert_eq!(forwarded, 0, "binary requests went to their partitions' ports");
 
-    let mut wrong = config(&servers);
-    wrong.auth = Some(Auth::SaslPlain { user: "alice".into(), password: "guess".into() });
-    let refused = tierkv_client::blocking::Client::new(wrong.clone()).unwrap().get(b"k").unwrap_err();
-    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
-    let refused =
-        runtime.block_on(async { tierkv_client::tokio::Client::new(wrong).unwrap().get(b"k").await.unwrap_err() });
-    assert!(matches!(refused, Error::Auth { .. }), "{refused}");
+    refused_by_both(&servers, Auth::SaslPlain { user: "alice".into(), password: "guess".into() });
     std::fs::remove_file(&file).ok();
 }
 
