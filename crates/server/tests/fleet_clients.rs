@@ -286,3 +286,59 @@ fn the_async_client_ejects_a_dead_server_and_takes_it_back() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async { failover!(|config| tierkv_client::tokio::Client::new(config).unwrap(), await) });
 }
+
+/// What a plain map says each request answers.
+fn model_reply(model: &mut std::collections::HashMap<Vec<u8>, Vec<u8>>, op: &Op<'_>) -> Reply {
+    let hit = |value: &Vec<u8>| Reply::Hit(tierkv_client::Item { value: value.clone(), flags: 0, cas: None });
+    match *op {
+        Op::Get(key) => model.get(key).map_or(Reply::Miss, hit),
+        Op::Store { mode: StoreMode::Set, key, value, .. } => {
+            model.insert(key.to_vec(), value.to_vec());
+            Reply::Stored
+        }
+        Op::Store { mode: StoreMode::Append, key, value, .. } => match model.get_mut(key) {
+            Some(held) => {
+                held.extend_from_slice(value);
+                Reply::Stored
+            }
+            None => Reply::NotStored,
+        },
+        Op::Delete(key) => model.remove(key).map_or(Reply::NotFound, |_| Reply::Deleted),
+        _ => unreachable!("the model knows get, set, append and delete"),
+    }
+}
+
+/// Random pipelines of gets, sets, appends and deletes over 200 keys and the whole fleet, each
+/// reply checked against a `HashMap` model: order is kept per key however the batch is split.
+#[test]
+fn random_pipelines_over_a_fleet_answer_as_a_map_would() {
+    let fleet = Fleet::start();
+    let client = tierkv_client::blocking::Client::new(Config::new(fleet.specs())).unwrap();
+    let names = keys(200, "model");
+    let values: Vec<Vec<u8>> = (0..16).map(|i| vec![b'a' + i as u8; 1 + i * 97]).collect();
+    let mut model = std::collections::HashMap::new();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for batch in 0..300 {
+        let ops: Vec<Op<'_>> = (0..1 + next(400))
+            .map(|_| {
+                let (key, value) = (names[next(names.len())].as_bytes(), values[next(values.len())].as_slice());
+                match next(10) {
+                    0..=4 => Op::Get(key),
+                    5..=6 => Op::Store { mode: StoreMode::Set, key, value, flags: 0, exptime: 0 },
+                    7 => Op::Store { mode: StoreMode::Append, key, value, flags: 0, exptime: 0 },
+                    _ => Op::Delete(key),
+                }
+            })
+            .collect();
+        let replies = client.run(&ops);
+        for (i, (op, reply)) in ops.iter().zip(replies).enumerate() {
+            assert_eq!(reply.unwrap(), model_reply(&mut model, op), "batch {batch}, request {i}: {op:?}");
+        }
+    }
+}
