@@ -2,21 +2,19 @@
 //! else). Requests carry their batch index as the opaque; a batch of gets is quiet `GETKQ`s
 //! closed by a `NOOP`, so only hits come back. No I/O here.
 //!
-//! It must not accept a response whose lengths disagree, and it never sends tierkv's atomics
-//! or vectors, which have no binary form.
+//! Responses are decoded by the protocol crate (`tierkv_protocol::client`). It never sends
+//! tierkv's atomics or vectors, which have no binary form.
 
-use crate::codec::{Item, Op, ProtocolError, Reply, StoreMode};
+use tierkv_protocol::client::Reply as Wire;
+
+use crate::codec::{Item, Op, Reply, StoreMode};
 
 const REQUEST: u8 = 0x80;
-const RESPONSE: u8 = 0x81;
-const HEADER: usize = 24;
 const GETK: u8 = 0x0c;
 const GETKQ: u8 = 0x0d;
 const NOOP: u8 = 0x0a;
 const STAT: u8 = 0x10;
 const SASL_AUTH: u8 = 0x21;
-/// The largest response body read (a 1 GiB value and its key and extras).
-const MAX_BODY: usize = (1 << 30) + 4096;
 
 /// One response.
 pub(crate) struct Response<'a> {
@@ -103,34 +101,20 @@ pub(crate) fn stats(out: &mut Vec<u8>, group: &str) {
     request(out, STAT, group.as_bytes(), &[], &[], 0, 0);
 }
 
-/// One response from the start of `buf`: Ok(None) until it is complete.
-pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, ProtocolError> {
-    if buf.len() < HEADER {
-        return Ok(None);
+/// A decoded reply as a binary response (None: a text reply where binary was expected).
+pub(crate) fn response(wire: Wire<'_>) -> Option<Response<'_>> {
+    match wire {
+        Wire::Binary { header, extras, key, value } => Some(Response {
+            opcode: header.opcode,
+            status: header.status_or_vbucket,
+            opaque: header.opaque,
+            cas: header.cas,
+            extras,
+            key,
+            value,
+        }),
+        _ => None,
     }
-    if buf[0] != RESPONSE {
-        return Err(ProtocolError(format!("a binary response starting with {:#04x}", buf[0])));
-    }
-    let key_len = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-    let extras_len = usize::from(buf[4]);
-    let body = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
-    if body < key_len + extras_len || body > MAX_BODY {
-        return Err(ProtocolError(format!("a binary response of {body} body bytes")));
-    }
-    if buf.len() < HEADER + body {
-        return Ok(None);
-    }
-    let body_bytes = &buf[HEADER..HEADER + body];
-    let response = Response {
-        opcode: buf[1],
-        status: u16::from_be_bytes([buf[6], buf[7]]),
-        opaque: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
-        cas: u64::from_be_bytes(buf[16..24].try_into().expect("eight bytes")),
-        extras: &body_bytes[..extras_len],
-        key: &body_bytes[extras_len..extras_len + key_len],
-        value: &body_bytes[extras_len + key_len..],
-    };
-    Ok(Some((response, HEADER + body)))
 }
 
 /// Whether a response ends a batch of quiet gets.

@@ -1,13 +1,14 @@
-//! The requests the client sends and the replies it reads, in memcached's text protocol, with
-//! no I/O: both the blocking and the async client encode and decode through here.
+//! The requests the client sends, in memcached's text protocol, and what the replies (decoded
+//! by `tierkv_protocol::client`) answer; no I/O: both the blocking and the async client encode
+//! and decode through here.
 //!
 //! It must not allocate per byte read, and it must never trust a reply's lengths beyond what
 //! the buffer holds.
 
-use std::ops::Range;
-
-use tierkv_protocol::VectorCall;
+use tierkv_protocol::client::{decode_reply, Reply as Wire, ReplyDecoded};
+use tierkv_protocol::reply::Status;
 pub use tierkv_protocol::{AtomicCode, VectorElem, VectorOpCode};
+use tierkv_protocol::{Limits, VectorCall};
 
 /// The longest key memcached accepts.
 pub const MAX_KEY: usize = 250;
@@ -285,43 +286,72 @@ fn words(out: &mut Vec<u8>, parts: &[&[u8]], n: Option<u64>, expect: Expect) -> 
     expect
 }
 
-/// The first line in `buf`, without its CRLF, and the bytes it takes.
-fn line(buf: &[u8]) -> Result<Option<(&[u8], usize)>, ProtocolError> {
-    match buf.windows(2).position(|w| w == b"\r\n") {
-        Some(end) => Ok(Some((&buf[..end], end + 2))),
-        None if buf.len() > MAX_LINE => Err(ProtocolError(format!("a reply line over {MAX_LINE} bytes"))),
-        None => Ok(None),
+/// What the client accepts from a server: values up to 1 GiB, reply lines up to 8 KiB.
+const LIMITS: Limits = Limits {
+    max_key_bytes: MAX_KEY,
+    max_value_bytes: 1 << 30,
+    max_line_bytes: MAX_LINE,
+    max_meta_flags: 17,
+    binary: true,
+    text: true,
+};
+
+/// The reply at the front of `buf`, decoded by the protocol crate (text, or binary when it
+/// starts with the response magic): Ok(None) until it is complete.
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Wire<'_>, usize)>, ProtocolError> {
+    match decode_reply(buf, &LIMITS) {
+        ReplyDecoded::Reply { reply, consumed } => Ok(Some((reply, consumed))),
+        ReplyDecoded::Incomplete { .. } => Ok(None),
+        ReplyDecoded::Invalid(why) => Err(ProtocolError(why.to_string())),
     }
 }
 
-fn text(line: &[u8]) -> String {
-    String::from_utf8_lossy(line).into_owned()
-}
-
-fn server_error(line: &[u8]) -> Option<Reply> {
-    let is_error = line == b"ERROR" || line.starts_with(b"CLIENT_ERROR") || line.starts_with(b"SERVER_ERROR");
-    is_error.then(|| Reply::ServerError(text(line)))
-}
-
-/// A one-line reply from the start of `buf`: Ok(None) until the line is complete.
-pub(crate) fn parse_line(buf: &[u8], atomic: Option<bool>) -> Result<Option<(Reply, usize)>, ProtocolError> {
-    let Some((line, used)) = line(buf)? else { return Ok(None) };
-    if let Some(error) = server_error(line) {
-        return Ok(Some((error, used)));
+/// The bytes the reply at the front of `buf` needs in all, when its header says (0 when not
+/// known): a read buffer grows once for a large value.
+pub(crate) fn needed(buf: &[u8]) -> usize {
+    match decode_reply(buf, &LIMITS) {
+        ReplyDecoded::Incomplete { needed } => needed,
+        _ => 0,
     }
-    let bad = || ProtocolError(format!("unexpected reply {:?}", text(line)));
-    let reply = match (line, atomic) {
-        (b"STORED", _) => Reply::Stored,
-        (b"NOT_FOUND", _) => Reply::NotFound,
-        (_, Some(signed)) => atomic_reply(line, signed).ok_or_else(bad)?,
-        (b"NOT_STORED", _) => Reply::NotStored,
-        (b"EXISTS", _) => Reply::Exists,
-        (b"DELETED", _) => Reply::Deleted,
-        (b"TOUCHED", _) => Reply::Touched,
-        (b"OK", _) => Reply::Ok,
-        (digits, _) => Reply::Number(std::str::from_utf8(digits).ok().and_then(|d| d.parse().ok()).ok_or_else(bad)?),
-    };
-    Ok(Some((reply, used)))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn unexpected(raw: &[u8]) -> ProtocolError {
+    ProtocolError(format!("unexpected reply {:?}", text(raw.strip_suffix(b"\r\n").unwrap_or(raw))))
+}
+
+/// `ERROR`, `CLIENT_ERROR ...` and `SERVER_ERROR ...`, with the server's words.
+fn server_error(wire: &Wire<'_>) -> Option<Reply> {
+    match wire {
+        Wire::Error => Some(Reply::ServerError("ERROR".into())),
+        Wire::ClientError(rest) => Some(Reply::ServerError(format!("CLIENT_ERROR {}", text(rest)))),
+        Wire::ServerError(rest) => Some(Reply::ServerError(format!("SERVER_ERROR {}", text(rest)))),
+        _ => None,
+    }
+}
+
+/// A one-line reply (`raw`: its bytes, for an atomic's numbers, which the decoder leaves).
+pub(crate) fn line_reply(wire: &Wire<'_>, raw: &[u8], atomic: Option<bool>) -> Result<Reply, ProtocolError> {
+    if let Some(error) = server_error(wire) {
+        return Ok(error);
+    }
+    Ok(match (wire, atomic) {
+        (Wire::Status(Status::Stored), _) => Reply::Stored,
+        (Wire::Status(Status::NotFound), _) => Reply::NotFound,
+        (Wire::Status(Status::Ok | Status::Exists), Some(signed)) => {
+            atomic_reply(raw.strip_suffix(b"\r\n").unwrap_or(raw), signed).ok_or_else(|| unexpected(raw))?
+        }
+        (Wire::Status(Status::NotStored), None) => Reply::NotStored,
+        (Wire::Status(Status::Exists), None) => Reply::Exists,
+        (Wire::Status(Status::Deleted), None) => Reply::Deleted,
+        (Wire::Status(Status::Touched), None) => Reply::Touched,
+        (Wire::Status(Status::Ok), None) => Reply::Ok,
+        (Wire::Number(n), None) => Reply::Number(*n),
+        _ => return Err(unexpected(raw)),
+    })
 }
 
 fn atomic_reply(line: &[u8], signed: bool) -> Option<Reply> {
@@ -337,54 +367,23 @@ fn atomic_reply(line: &[u8], signed: bool) -> Option<Reply> {
 
 /// One element of a retrieval reply.
 #[derive(Debug)]
-pub(crate) enum Retrieved {
-    /// A `VALUE` block: the key's place in the buffer and the item.
-    Value(Range<usize>, Item),
+pub(crate) enum Retrieved<'a> {
+    /// A `VALUE` block: its key and the item.
+    Value(&'a [u8], Item),
     /// `END`.
     End,
     /// An error line in place of the reply.
     Error(Reply),
 }
 
-/// One element of a retrieval reply from the start of `buf`: Ok(None) until it is complete.
-pub(crate) fn parse_retrieved(buf: &[u8]) -> Result<Option<(Retrieved, usize)>, ProtocolError> {
-    let Some((line, used)) = line(buf)? else { return Ok(None) };
-    if line == b"END" {
-        return Ok(Some((Retrieved::End, used)));
+/// What a decoded reply is as an element of a retrieval reply.
+pub(crate) fn retrieved<'a>(wire: Wire<'a>, raw: &[u8]) -> Result<Retrieved<'a>, ProtocolError> {
+    if let Some(error) = server_error(&wire) {
+        return Ok(Retrieved::Error(error));
     }
-    if let Some(error) = server_error(line) {
-        return Ok(Some((Retrieved::Error(error), used)));
+    match wire {
+        Wire::Value { key, flags, data, cas } => Ok(Retrieved::Value(key, Item { value: data.to_vec(), flags, cas })),
+        Wire::Status(Status::End) => Ok(Retrieved::End),
+        _ => Err(unexpected(raw)),
     }
-    let bad = || ProtocolError(format!("unexpected reply {:?}", text(line)));
-    let fields = line.strip_prefix(b"VALUE ").ok_or_else(bad)?;
-    let words: Vec<&[u8]> = fields.split(|&b| b == b' ').collect();
-    let parse = |w: &[u8]| std::str::from_utf8(w).ok().and_then(|w| w.parse::<u64>().ok());
-    let (key, flags, bytes, cas) = match words[..] {
-        [key, flags, bytes] => (key, parse(flags), parse(bytes), None),
-        [key, flags, bytes, cas] => (key, parse(flags), parse(bytes), Some(parse(cas).ok_or_else(bad)?)),
-        _ => return Err(bad()),
-    };
-    let flags = flags.and_then(|f| u32::try_from(f).ok()).ok_or_else(bad)?;
-    let bytes = bytes.and_then(|b| usize::try_from(b).ok()).ok_or_else(bad)?;
-    let total = used.checked_add(bytes).and_then(|t| t.checked_add(2)).ok_or_else(bad)?;
-    if buf.len() < total {
-        return Ok(None);
-    }
-    if &buf[total - 2..total] != b"\r\n" {
-        return Err(ProtocolError("a value not followed by CRLF".to_string()));
-    }
-    let key_start = b"VALUE ".len();
-    let item = Item { value: buf[used..total - 2].to_vec(), flags, cas };
-    Ok(Some((Retrieved::Value(key_start..key_start + key.len(), item), total)))
-}
-
-/// How many bytes a `VALUE` header in `buf` says its block needs, when known: used to grow the
-/// read buffer once for a large value.
-pub(crate) fn wanted(buf: &[u8]) -> Option<usize> {
-    if buf.first() == Some(&0x81) && buf.len() >= 24 {
-        return (u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize).checked_add(24);
-    }
-    let (line, used) = line(buf).ok()??;
-    let bytes: usize = std::str::from_utf8(line.strip_prefix(b"VALUE ")?).ok()?.split(' ').nth(2)?.parse().ok()?;
-    used.checked_add(bytes)?.checked_add(2)
 }

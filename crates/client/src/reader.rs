@@ -3,7 +3,7 @@
 //! blocking and the async client; it does no I/O.
 
 use crate::binary;
-use crate::codec::{parse_line, parse_retrieved, wanted, Expect, Op, ProtocolError, Reply, Retrieved};
+use crate::codec::{decode, line_reply, needed, retrieved, Expect, Op, ProtocolError, Reply, Retrieved};
 
 /// Where in a round's expected replies the reading is.
 pub(crate) struct RoundReader<'e> {
@@ -33,96 +33,88 @@ impl<'e> RoundReader<'e> {
     ) -> Result<usize, ProtocolError> {
         let mut at = 0;
         while let Some(expect) = self.expects.get(self.next) {
-            let used = match expect {
-                Expect::Line { op } | Expect::Atomic { op, .. } => {
-                    let atomic = match expect {
-                        Expect::Atomic { signed, .. } => Some(*signed),
-                        _ => None,
-                    };
-                    parse_line(&buf[at..], atomic)?.map(|(reply, used)| {
-                        results[*op] = Some(reply);
-                        self.next += 1;
-                        used
-                    })
-                }
-                Expect::Values { ops: wanted } => self.feed_values(&buf[at..], wanted, ops, results)?,
-                Expect::Binary { op } => binary::parse(&buf[at..])?.map(|(response, used)| {
+            let Some((wire, used)) = decode(&buf[at..])? else { break };
+            let raw = &buf[at..at + used];
+            match expect {
+                Expect::Line { op } => results[*op] = Some(line_reply(&wire, raw, None)?),
+                Expect::Atomic { op, signed } => results[*op] = Some(line_reply(&wire, raw, Some(*signed))?),
+                Expect::Values { ops: wanted } => self.value(retrieved(wire, raw)?, wanted, ops, results)?,
+                Expect::Binary { op } => {
+                    let response = binary::response(wire).ok_or_else(|| not_binary(raw))?;
                     results[*op] = Some(binary::reply_for(&ops[*op], &response));
-                    self.next += 1;
-                    used
-                }),
-                Expect::BinaryGets { ops: wanted } => self.feed_binary_gets(&buf[at..], wanted, ops, results)?,
-            };
-            match used {
-                Some(used) => at += used,
-                None => break,
+                }
+                Expect::BinaryGets { ops: wanted } => {
+                    let response = binary::response(wire).ok_or_else(|| not_binary(raw))?;
+                    self.binary_get(response, wanted, ops, results)?;
+                }
             }
+            if matches!(expect, Expect::Line { .. } | Expect::Atomic { .. } | Expect::Binary { .. }) {
+                self.next += 1;
+            }
+            at += used;
         }
         Ok(at)
     }
 
     /// One response to a batch of quiet gets: a hit, or the `NOOP` that ends the batch.
-    fn feed_binary_gets(
+    fn binary_get(
         &mut self,
-        buf: &[u8],
+        response: binary::Response<'_>,
         wanted: &[usize],
         ops: &[Op<'_>],
         results: &mut [Option<Reply>],
-    ) -> Result<Option<usize>, ProtocolError> {
-        let Some((response, used)) = binary::parse(buf)? else { return Ok(None) };
+    ) -> Result<(), ProtocolError> {
         if binary::is_noop(&response) {
             for &op in wanted {
                 results[op].get_or_insert(Reply::Miss);
             }
             self.next += 1;
-            return Ok(Some(used));
+            return Ok(());
         }
         let op = response.opaque as usize;
         if !wanted.contains(&op) || (response.status == 0 && response.key != ops[op].key()) {
             return Err(ProtocolError(format!("a binary response for request {op}, not asked for")));
         }
         results[op] = Some(binary::reply_for(&ops[op], &response));
-        Ok(Some(used))
+        Ok(())
     }
 
     /// One element of a retrieval reply; moves to the next expectation at its end.
-    fn feed_values(
+    fn value(
         &mut self,
-        buf: &[u8],
+        element: Retrieved<'_>,
         wanted: &[usize],
         ops: &[Op<'_>],
         results: &mut [Option<Reply>],
-    ) -> Result<Option<usize>, ProtocolError> {
-        let Some((element, used)) = parse_retrieved(buf)? else { return Ok(None) };
-        match element {
+    ) -> Result<(), ProtocolError> {
+        let reply = match element {
             Retrieved::Value(key, item) => {
-                let key = &buf[key];
                 let Some(found) = wanted[self.cursor..].iter().position(|&op| ops[op].key() == key) else {
-                    return Err(ProtocolError(format!(
-                        "a value for {:?}, not asked for",
-                        String::from_utf8_lossy(key)
-                    )));
+                    let key = String::from_utf8_lossy(key);
+                    return Err(ProtocolError(format!("a value for {key:?}, not asked for")));
                 };
                 for &op in &wanted[self.cursor..self.cursor + found] {
                     results[op] = Some(Reply::Miss);
                 }
                 results[wanted[self.cursor + found]] = Some(Reply::Hit(item));
                 self.cursor += found + 1;
+                return Ok(());
             }
-            Retrieved::End | Retrieved::Error(_) => {
-                let reply = match element {
-                    Retrieved::Error(error) => error,
-                    _ => Reply::Miss,
-                };
-                for &op in &wanted[self.cursor..] {
-                    results[op] = Some(reply.clone());
-                }
-                self.cursor = 0;
-                self.next += 1;
-            }
+            Retrieved::End => Reply::Miss,
+            Retrieved::Error(error) => error,
+        };
+        for &op in &wanted[self.cursor..] {
+            results[op] = Some(reply.clone());
         }
-        Ok(Some(used))
+        self.cursor = 0;
+        self.next += 1;
+        Ok(())
     }
+}
+
+fn not_binary(raw: &[u8]) -> ProtocolError {
+    let shown = String::from_utf8_lossy(&raw[..raw.len().min(64)]).into_owned();
+    ProtocolError(format!("a text reply {shown:?} where a binary response was expected"))
 }
 
 /// The largest reply block read (a value of up to 1 GiB and its header).
@@ -160,7 +152,7 @@ impl ReadBuf {
         self.buf.copy_within(self.start..self.end, 0);
         self.end -= self.start;
         self.start = 0;
-        let need = wanted(&self.buf[..self.end]).unwrap_or(0).max(self.end + READ_CHUNK);
+        let need = needed(&self.buf[..self.end]).max(self.end + READ_CHUNK);
         if need > MAX_BLOCK {
             return Err(ProtocolError(format!("a reply of {need} bytes")));
         }
@@ -180,7 +172,8 @@ impl ReadBuf {
     fn take_binary_stats(&mut self) -> Result<Option<String>, ProtocolError> {
         let mut text = String::new();
         let mut at = 0;
-        while let Some((response, used)) = binary::parse(&self.pending()[at..])? {
+        while let Some((wire, used)) = decode(&self.pending()[at..])? {
+            let response = binary::response(wire).ok_or_else(|| not_binary(&self.pending()[at..at + used]))?;
             at += used;
             if response.status != 0 {
                 text = "ERROR\r\n".into();
@@ -283,7 +276,9 @@ VALUE g 0 0 55\r\n\r\nEND\r\nCLIENT_ERROR bad data chunk\r\n";
             let used = reader.feed(&pending, ops, &mut replies)?;
             pending.drain(..used);
         }
-        assert!(reader.done() && pending.is_empty());
+        if !reader.done() || !pending.is_empty() {
+            return Err(ProtocolError("replies missing or left over".into()));
+        }
         Ok(replies)
     }
 
@@ -364,10 +359,12 @@ VALUE g 0 0 55\r\n\r\nEND\r\nCLIENT_ERROR bad data chunk\r\n";
         buf.space().unwrap()[..header.len()].copy_from_slice(header);
         buf.filled(header.len());
         assert!(buf.space().unwrap().len() >= 1_000_002);
+        // A value over the 1 GiB limit is a protocol error, and the buffer does not grow for it.
         let mut huge = ReadBuf::new();
         let header = b"VALUE k 0 99999999999\r\n";
         huge.space().unwrap()[..header.len()].copy_from_slice(header);
         huge.filled(header.len());
-        assert!(huge.space().is_err());
+        assert!(huge.space().unwrap().len() < 1 << 20);
+        assert!(decode(huge.pending()).is_err());
     }
 }
