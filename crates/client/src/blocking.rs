@@ -4,25 +4,23 @@
 //! replies back into the caller's order. No runtime and no background thread: ejected servers
 //! return and partitions are refreshed when a call notices their time has come.
 
-use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::api::Pipeline;
 use crate::codec::{Op, Reply};
 use crate::conn::Conn;
 use crate::error::{Error, Failure};
-use crate::fleet::{Config, Fleet};
+use crate::fleet::Config;
 use crate::ketama::ServerSpec;
 use crate::plan::{finish, merge, plan, subset, Group};
+use crate::shared::{one_server, Shared};
 use crate::Topology;
 
 /// A client of a fleet. `Send + Sync`: share it between threads (each call takes its own
 /// connections from the pools).
 pub struct Client {
-    fleet: Mutex<Fleet>,
-    pools: Mutex<HashMap<SocketAddr, Vec<Conn>>>,
+    shared: Shared<Conn>,
 }
 
 /// What happened to one place's connection during a call.
@@ -34,49 +32,33 @@ struct Outcome {
 impl Client {
     /// A client of the fleet `config` describes. Nothing is connected until used.
     pub fn new(config: Config) -> Result<Client, Error> {
-        Ok(Client { fleet: Mutex::new(Fleet::new(config)?), pools: Mutex::new(HashMap::new()) })
+        Ok(Client { shared: Shared::new(config)? })
     }
 
     /// A client of one server, with the defaults.
     pub fn connect(address: impl ToSocketAddrs) -> Result<Client, Error> {
         let addr = address.to_socket_addrs().ok().and_then(|mut a| a.next());
-        let addr = addr.ok_or_else(|| Error::Config("no address".into()))?;
-        Client::new(Config::new(vec![ServerSpec::new(&addr.ip().to_string(), addr.port())]))
-    }
-
-    fn fleet(&self) -> MutexGuard<'_, Fleet> {
-        self.fleet.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn pools(&self) -> MutexGuard<'_, HashMap<SocketAddr, Vec<Conn>>> {
-        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        Client::new(one_server(addr.ok_or_else(|| Error::Config("no address".into()))?))
     }
 
     /// The server `key` goes to now (None when every server is ejected).
     pub fn server_for(&self, key: &[u8]) -> Option<ServerSpec> {
-        let fleet = self.fleet();
-        fleet.server_for(key).ok().map(|i| fleet.nodes[i].spec.clone())
+        self.shared.server_for(key)
     }
 
     /// What the client knows of each server's partitions (None: not tierkv, or not asked yet).
     pub fn topologies(&self) -> Vec<Option<Topology>> {
-        self.fleet().topologies()
+        self.shared.topologies()
     }
 
     fn take(&self, addr: SocketAddr) -> Result<Conn, Error> {
-        if let Some(conn) = self.pools().get_mut(&addr).and_then(Vec::pop) {
-            return Ok(conn);
-        }
-        let config = self.fleet().config.clone();
-        Conn::open(addr, &config)
-    }
-
-    fn give_back(&self, addr: SocketAddr, conn: Conn) {
-        let limit = self.fleet().config.pool_size;
-        let mut pools = self.pools();
-        let pool = pools.entry(addr).or_default();
-        if pool.len() < limit {
-            pool.push(conn);
+        match self.shared.pooled(addr) {
+            Some(conn) => Ok(conn),
+            None => {
+                // Cloned so that the fleet is not locked while connecting.
+                let config = self.shared.fleet().config.clone();
+                Conn::open(addr, &config)
+            }
         }
     }
 
@@ -84,19 +66,13 @@ impl Client {
     /// when that is due.
     fn prepare(&self) {
         let now = Instant::now();
-        let stale = {
-            let mut fleet = self.fleet();
-            fleet.refresh(now);
-            fleet.stale_partitions(now)
-        };
-        for server in stale {
-            let addr = self.fleet().nodes[server].addr;
+        for (server, addr) in self.shared.due(now) {
             let fetched = self.take(addr).and_then(|mut conn| {
                 let reply = conn.stats("tierkv")?;
-                self.give_back(addr, conn);
+                self.shared.give_back(addr, conn);
                 Ok(reply)
             });
-            self.fleet().learned(server, fetched, now);
+            self.shared.fleet().learned(server, fetched, now);
         }
     }
 
@@ -111,17 +87,17 @@ impl Client {
         let mut errors: Vec<Option<Error>> = vec![None; ops.len()];
         self.prepare();
         let groups = {
-            let fleet = self.fleet();
+            let fleet = self.shared.fleet();
             plan(ops, |key| fleet.place(key), &mut errors, fleet.config.binary())
         };
         let mut failures = Vec::new();
         for (group, outcome) in groups.iter().zip(self.exchange(&groups, ops, &mut replies)) {
             if let Some(conn) = outcome.conn {
-                self.give_back(group.place.addr, conn);
+                self.shared.give_back(group.place.addr, conn);
             }
             failures.push(outcome.failure);
         }
-        let again = self.fleet().settle(&groups, failures, ops, &replies, &mut errors, retry);
+        let again = self.shared.fleet().settle(&groups, failures, ops, &replies, &mut errors, retry);
         if !again.is_empty() {
             let retried = self.run_once(&subset(ops, &again), false);
             merge(&again, retried, &mut replies, &mut errors);

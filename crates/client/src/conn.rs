@@ -95,17 +95,10 @@ impl Conn {
         let fail = |error| Failure { error, sent: true };
         let protocol = |e: ProtocolError| fail(Error::Protocol { server: server.to_string(), message: e.0 });
         let mut reader = RoundReader::new(expects);
-        loop {
-            let used = reader.feed(self.buf.pending(), ops, replies).map_err(protocol)?;
-            self.buf.consume(used);
-            if reader.done() {
-                return match self.buf.pending() {
-                    [] => Ok(()),
-                    _ => Err(protocol(ProtocolError("more reply bytes than requests".into()))),
-                };
-            }
+        while !reader.read_from(&mut self.buf, ops, replies).map_err(protocol)? {
             self.fill().map_err(fail)?;
         }
+        Ok(())
     }
 
     /// Sends `bytes` and reads the replies `expects` describes.

@@ -21,6 +21,7 @@ mod fleet;
 pub mod ketama;
 mod plan;
 mod reader;
+mod shared;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 mod topology;

@@ -23,6 +23,22 @@ impl<'e> RoundReader<'e> {
         self.next == self.expects.len()
     }
 
+    /// Parses what has arrived in `buf` into `results`: Ok(true) once every reply is in.
+    pub(crate) fn read_from(
+        &mut self,
+        buf: &mut ReadBuf,
+        ops: &[Op<'_>],
+        results: &mut [Option<Reply>],
+    ) -> Result<bool, ProtocolError> {
+        let used = self.feed(buf.pending(), ops, results)?;
+        buf.consume(used);
+        match (self.done(), buf.pending()) {
+            (false, _) => Ok(false),
+            (true, []) => Ok(true),
+            (true, _) => Err(ProtocolError("more reply bytes than requests".into())),
+        }
+    }
+
     /// Consumes the complete replies at the start of `buf` into `results` (indexed as `ops`);
     /// returns the bytes consumed.
     pub(crate) fn feed(

@@ -2,9 +2,7 @@
 //! on tokio's sockets. Planning, encoding, decoding and failover are the shared ones; only the
 //! waiting differs. No lock is held across an `.await`.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -13,10 +11,11 @@ use tokio::net::TcpStream;
 use crate::api::Pipeline;
 use crate::codec::{Expect, Op, ProtocolError, Reply};
 use crate::error::{Error, Failure};
-use crate::fleet::{login, stats_request, Config, Fleet, LOGIN_OPS};
+use crate::fleet::{login, stats_request, Config, LOGIN_OPS};
 use crate::ketama::ServerSpec;
 use crate::plan::{finish, merge, plan, subset, Group};
 use crate::reader::{ReadBuf, RoundReader};
+use crate::shared::{one_server, Shared};
 use crate::Topology;
 
 /// A byte stream tokio can drive: TCP, or TLS over TCP.
@@ -103,17 +102,10 @@ impl Conn {
         let fail = |error| Failure { error, sent: true };
         let protocol = |e: ProtocolError| fail(Error::Protocol { server: server.to_string(), message: e.0 });
         let mut reader = RoundReader::new(expects);
-        loop {
-            let used = reader.feed(self.buf.pending(), ops, replies).map_err(protocol)?;
-            self.buf.consume(used);
-            if reader.done() {
-                return match self.buf.pending() {
-                    [] => Ok(()),
-                    _ => Err(protocol(ProtocolError("more reply bytes than requests".into()))),
-                };
-            }
+        while !reader.read_from(&mut self.buf, ops, replies).map_err(protocol)? {
             self.fill(limit).await.map_err(fail)?;
         }
+        Ok(())
     }
 
     async fn stats(&mut self, group: &str, limit: Option<Duration>) -> Result<String, Error> {
@@ -133,84 +125,58 @@ impl Conn {
 
 /// An async client of a fleet; share it (in an `Arc`) between tasks.
 pub struct Client {
-    fleet: Mutex<Fleet>,
-    pools: Mutex<HashMap<SocketAddr, Vec<Conn>>>,
+    shared: Shared<Conn>,
 }
 
 impl Client {
     /// A client of the fleet `config` describes. Nothing is connected until used.
     pub fn new(config: Config) -> Result<Client, Error> {
-        Ok(Client { fleet: Mutex::new(Fleet::new(config)?), pools: Mutex::new(HashMap::new()) })
+        Ok(Client { shared: Shared::new(config)? })
     }
 
     /// A client of one server, with the defaults.
     pub fn connect(addr: SocketAddr) -> Result<Client, Error> {
-        Client::new(Config::new(vec![ServerSpec::new(&addr.ip().to_string(), addr.port())]))
-    }
-
-    fn fleet(&self) -> MutexGuard<'_, Fleet> {
-        self.fleet.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn pools(&self) -> MutexGuard<'_, HashMap<SocketAddr, Vec<Conn>>> {
-        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        Client::new(one_server(addr))
     }
 
     /// The server `key` goes to now (None when every server is ejected).
     pub fn server_for(&self, key: &[u8]) -> Option<ServerSpec> {
-        let fleet = self.fleet();
-        fleet.server_for(key).ok().map(|i| fleet.nodes[i].spec.clone())
+        self.shared.server_for(key)
     }
 
     /// What the client knows of each server's partitions (None: not tierkv, or not asked yet).
     pub fn topologies(&self) -> Vec<Option<Topology>> {
-        self.fleet().topologies()
+        self.shared.topologies()
     }
 
     async fn take(&self, addr: SocketAddr) -> Result<Conn, Error> {
-        let pooled = self.pools().get_mut(&addr).and_then(Vec::pop);
-        match pooled {
+        match self.shared.pooled(addr) {
             Some(conn) => Ok(conn),
             None => {
-                let config = self.fleet().config.clone();
+                let config = self.shared.fleet().config.clone();
                 Conn::open(addr, &config).await
             }
         }
     }
 
-    fn give_back(&self, addr: SocketAddr, conn: Conn) {
-        let limit = self.fleet().config.pool_size;
-        let mut pools = self.pools();
-        let pool = pools.entry(addr).or_default();
-        if pool.len() < limit {
-            pool.push(conn);
-        }
-    }
-
     fn io_timeout(&self) -> Option<Duration> {
-        self.fleet().config.io_timeout
+        self.shared.fleet().config.io_timeout
     }
 
     async fn prepare(&self) {
         let now = Instant::now();
-        let stale = {
-            let mut fleet = self.fleet();
-            fleet.refresh(now);
-            fleet.stale_partitions(now)
-        };
-        for server in stale {
-            let addr = self.fleet().nodes[server].addr;
+        for (server, addr) in self.shared.due(now) {
             let fetched = match self.take(addr).await {
                 Ok(mut conn) => {
                     let reply = conn.stats("tierkv", self.io_timeout()).await;
                     if reply.is_ok() {
-                        self.give_back(addr, conn);
+                        self.shared.give_back(addr, conn);
                     }
                     reply
                 }
                 Err(error) => Err(error),
             };
-            self.fleet().learned(server, fetched, now);
+            self.shared.fleet().learned(server, fetched, now);
         }
     }
 
@@ -239,11 +205,11 @@ impl Client {
     ) -> Vec<usize> {
         self.prepare().await;
         let groups = {
-            let fleet = self.fleet();
+            let fleet = self.shared.fleet();
             plan(ops, |key| fleet.place(key), errors, fleet.config.binary())
         };
         let failures = self.exchange(&groups, ops, replies).await;
-        self.fleet().settle(&groups, failures, ops, replies, errors, retry)
+        self.shared.fleet().settle(&groups, failures, ops, replies, errors, retry)
     }
 
     /// Sends every group's rounds and reads their replies, round by round.
@@ -274,7 +240,7 @@ impl Client {
         }
         for (group, conn) in groups.iter().zip(conns) {
             if let Some(conn) = conn {
-                self.give_back(group.place.addr, conn);
+                self.shared.give_back(group.place.addr, conn);
             }
         }
         failures
