@@ -4,6 +4,7 @@ use super::admission::AdmissionPolicy;
 use super::index::{BUCKET_BYTES, MAX_PAGES, MAX_SLOTS, WAYS};
 use super::layout::{FORMAT_VERSION, PAGE, SEGMENT_HEADER, SLOT_RECORD, SUPERBLOCK_PAGES, VALUE_LEN_MASK};
 use super::mapblock::{Bloom, ENTRY_BYTES, PER_BLOCK};
+use super::sets::SetsConfig;
 
 /// The segment size unless told otherwise.
 pub const DEFAULT_SEGMENT_BYTES: u32 = 1 << 20;
@@ -38,6 +39,9 @@ pub struct FlashConfig {
     pub admission: AdmissionPolicy,
     /// None: the full DRAM index of #11 (8 bytes per item). Some: the cascade index.
     pub cascade: Option<CascadeConfig>,
+    /// Some: the sets index (Kangaroo: small items in set-associative pages behind a small log).
+    /// At most one of `cascade` and `sets`.
+    pub sets: Option<SetsConfig>,
     /// The file's identity (`flash::claim_file`): a region written under another is not used.
     pub identity: u64,
     /// A commit of marks is followed by a device flush (fdatasync) before the changes it
@@ -173,6 +177,7 @@ impl FlashConfig {
             max_reads: 256,
             admission: AdmissionPolicy::All,
             cascade: None,
+            sets: None,
             identity: 1,
             sync_commits: false,
         }
@@ -195,7 +200,11 @@ impl FlashConfig {
             let pages_per_stream = 1u64 << (c.t3_bits - c.stream_bits);
             c.snapshot_bytes + (2 * pages_per_stream + u64::from(c.reorg_at) + 2) * page
         });
-        Ok(index + table + buffers + reads + cascade)
+        // The sets' DRAM state, the pages and items of the moves in flight, the snapshot section.
+        let sets = layout.sets.map_or(0, |s| {
+            u64::from(s.sets) * s.dram_per_set() + u64::from(s.max_moves) * (2 * page + 1024) + s.snapshot_bytes
+        });
+        Ok(index + table + buffers + reads + cascade + sets)
     }
 
     /// A hash of every setting that shapes the regions (partitions, file size, segment size,
@@ -212,6 +221,17 @@ impl FlashConfig {
                 u64::from(c.block_entries),
             ]
         });
+        let sets = self.sets.map(|s| {
+            [
+                u64::from(s.log_percent),
+                u64::from(s.threshold),
+                u64::from(s.max_item_bytes),
+                u64::from(s.bloom_bits),
+                u64::from(s.max_moves),
+                2,
+                0,
+            ]
+        });
         let fields = [
             u64::from(FORMAT_VERSION),
             u64::from(self.partitions),
@@ -220,8 +240,8 @@ impl FlashConfig {
             u64::from(self.expected_item_bytes),
             u64::from(c.is_some()),
         ];
-        let mut bytes = Vec::with_capacity(13 * 8);
-        for v in fields.iter().chain(c.iter().flatten()) {
+        let mut bytes = Vec::with_capacity(20 * 8);
+        for v in fields.iter().chain(c.iter().flatten()).chain(sets.iter().flatten()) {
             bytes.extend_from_slice(&v.to_le_bytes());
         }
         xxhash_rust::xxh3::xxh3_64(&bytes)
@@ -249,6 +269,8 @@ pub struct RegionLayout {
     pub buckets: u32,
     /// The cascade index's places (None: the full index).
     pub cascade: Option<CascadeLayout>,
+    /// The sets index's places (Some only with `FlashConfig::sets`).
+    pub sets: Option<super::sets::SetsLayout>,
 }
 
 /// Why a configuration cannot be laid out.
@@ -278,6 +300,12 @@ impl RegionLayout {
         let region_bytes =
             (cfg.file_bytes.saturating_sub(PAGE as u64) / u64::from(cfg.partitions)) / PAGE as u64 * PAGE as u64;
         let region_offset = PAGE as u64 + region_bytes * u64::from(cfg.partition);
+        if let Some(sc) = &cfg.sets {
+            if cfg.cascade.is_some() {
+                return Err(LayoutError("one index: the cascade index or the sets index".into()));
+            }
+            return RegionLayout::with_sets(cfg, sc, region_offset, region_bytes);
+        }
         let seg = u64::from(seg);
         let superblocks = (SUPERBLOCK_PAGES * PAGE) as u64;
         let rough_slots = region_bytes.saturating_sub(superblocks) / seg;
@@ -329,6 +357,7 @@ impl RegionLayout {
             slots: slots as u32,
             buckets: buckets as u32,
             cascade,
+            sets: None,
         })
     }
 

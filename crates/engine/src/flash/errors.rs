@@ -63,6 +63,8 @@ pub enum RecoveryError {
     SnapshotPlaces,
     /// The cascade index's section of the snapshot is damaged or of another layout.
     CascadeSnapshot,
+    /// The sets index's section of the snapshot does not check out.
+    SetsSnapshot,
     /// A segment read back damaged after a crash, so nothing is adopted.
     SegmentDamaged {
         /// Its slot in the ring.
@@ -81,6 +83,7 @@ impl std::fmt::Display for RecoveryError {
             RecoveryError::SnapshotRing => f.write_str("the index snapshot's ring is inconsistent"),
             RecoveryError::SnapshotPlaces => f.write_str("the index snapshot names places outside the ring"),
             RecoveryError::CascadeSnapshot => f.write_str("the cascade index snapshot is damaged or of another layout"),
+            RecoveryError::SetsSnapshot => f.write_str("the sets index snapshot is damaged or of another layout"),
             RecoveryError::SegmentDamaged { slot } => {
                 write!(f, "segment {slot} reads back damaged; nothing is adopted")
             }

@@ -88,7 +88,16 @@ impl FlashStore {
             (Ok(_), Some(_)) => {
                 self.gc.reading = Some((slot, s.gen));
                 self.gc.walking = true;
-                self.rewrite_hits(slot, s.gen, &buf[..s.used as usize], now);
+                if self.sets.is_some() {
+                    self.move_segment(slot, s.gen, &buf[..s.used as usize], now);
+                    if self.sets.as_deref().is_some_and(|s| s.moves.holding) {
+                        // Retired when its moves are done (`finish_segment`).
+                        self.gc.buf = Some(buf);
+                        return;
+                    }
+                } else {
+                    self.rewrite_hits(slot, s.gen, &buf[..s.used as usize], now);
+                }
                 self.gc.walking = false;
                 self.gc.reading = None;
             }
@@ -168,7 +177,7 @@ impl FlashStore {
 pub(super) type DumpVisit<'a> = dyn FnMut(&[u8], &[u8], ItemMeta, usize) + 'a;
 
 /// Whether index entry `e` names the item at byte `at` of `slot` in generation `gen`.
-fn names(e: super::index::Entry, slot: u32, gen: u8, at: usize) -> bool {
+pub(super) fn names(e: super::index::Entry, slot: u32, gen: u8, at: usize) -> bool {
     e.slot() == slot && e.gen() == gen && e.offset_units() as usize == at / ITEM_ALIGN
 }
 

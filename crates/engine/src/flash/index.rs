@@ -98,18 +98,43 @@ pub(super) struct FlashIndex {
     /// The cascade index's tier 1: one bucket per key (a power of two of them, so the bucket is
     /// the hash's top bits) and CLOCK eviction (`clock_insert`).
     clock: bool,
+    /// The sets index's log index: one bucket per key (the bucket names the key's run of sets),
+    /// eviction by the caller's age.
+    one_choice: bool,
 }
 
 impl FlashIndex {
     /// A table of `buckets` buckets (at least one).
     pub(super) fn new(buckets: u32) -> FlashIndex {
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false }
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false, one_choice: false }
+    }
+
+    /// The sets index's log index: `buckets` one-choice buckets.
+    pub(super) fn new_one_choice(buckets: u32) -> FlashIndex {
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false, one_choice: true }
+    }
+
+    /// The entries in bucket `b`.
+    pub(super) fn bucket_entries(&self, b: usize) -> impl Iterator<Item = Entry> + '_ {
+        self.buckets[b].0.iter().filter(|&&e| e != 0).map(|&e| Entry(e))
+    }
+
+    /// Removes the tombstone (pages 0) with `tag` from bucket `b`, if there is one.
+    pub(super) fn remove_tombstone(&mut self, b: usize, tag: u16) -> bool {
+        let ways = &mut self.buckets[b].0;
+        match ways.iter().position(|&e| e != 0 && Entry(e).tag() == tag && Entry(e).pages() == 0) {
+            Some(w) => {
+                ways[w] = 0;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The cascade index's tier 1: `buckets` (a power of two) one-choice CLOCK buckets.
     pub(super) fn new_clock(buckets: u32) -> FlashIndex {
         debug_assert!(buckets.is_power_of_two());
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: true }
+        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: true, one_choice: false }
     }
 
     /// The entry with `tag` in bucket `bucket`, if any (a fingerprint's tier-1 entry).
@@ -134,7 +159,7 @@ impl FlashIndex {
     fn pair(&self, hash: KeyHash) -> [usize; 2] {
         let n = self.buckets.len();
         let first = self.bucket_of(hash);
-        if n == 1 || self.clock {
+        if n == 1 || self.clock || self.one_choice {
             return [first, first];
         }
         let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
@@ -178,7 +203,7 @@ impl FlashIndex {
     /// bucket `b` may belong to: `b` is its key's first bucket or its second.
     pub(super) fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
         let n = self.buckets.len();
-        let first_if_second = if n == 1 || self.clock {
+        let first_if_second = if n == 1 || self.clock || self.one_choice {
             b
         } else {
             let step = (u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;

@@ -30,6 +30,7 @@ mod recovery;
 mod ring;
 #[cfg(test)]
 mod scenarios;
+mod sets;
 mod setup;
 mod stats;
 #[cfg(test)]
@@ -56,6 +57,7 @@ pub use layout::ItemMeta;
 use layout::{decode_item, item_bytes, Corrupt, PAGE};
 pub use recovery::{OpenReport, NEW_FILE};
 use ring::{Slot, SlotState, WriteBuf};
+pub use sets::{SetsConfig, SetsLayout, SetsStats};
 pub use setup::{OpenError, TestIo, TierFile, TierSettings};
 pub use stats::{FlashMemory, FlashStats};
 
@@ -124,11 +126,13 @@ struct PendingRead {
     map: Option<Box<cascade::lookup::MapRead>>,
     /// Flash reads this lookup issued.
     reads: u32,
+    /// The sets index: the set read and the version it must still have.
+    set: Option<(u32, u16)>,
 }
 
 impl PendingRead {
     fn new(token: u64, hash: KeyHash, key: &[u8]) -> PendingRead {
-        PendingRead { token, hash, key: key.to_vec(), entry: Entry(0), below: None, map: None, reads: 0 }
+        PendingRead { token, hash, key: key.to_vec(), entry: Entry(0), below: None, map: None, reads: 0, set: None }
     }
 }
 
@@ -163,6 +167,8 @@ const TOKEN_MAP_WRITE: u64 = 6 << 56;
 const TOKEN_REORG: u64 = 7 << 56;
 const TOKEN_SUPER: u64 = 8 << 56;
 const TOKEN_SYNC: u64 = 9 << 56;
+const TOKEN_SET_READ: u64 = 10 << 56;
+const TOKEN_MOVE: u64 = 11 << 56;
 const TOKEN_KIND: u64 = 0xFF << 56;
 
 /// One partition's flash store.
@@ -173,6 +179,8 @@ pub struct FlashStore {
     /// The full index, or the cascade index's tier 1.
     index: FlashIndex,
     cascade: Option<Box<cascade::Cascade>>,
+    /// The sets index (`index` is then the log's).
+    sets: Option<Box<sets::Sets>>,
     slots: Vec<Slot>,
     /// The ring: `used_slots` slots in use, oldest at `tail`, the next to fill at `head`.
     head: u32,
@@ -226,6 +234,7 @@ impl FlashStore {
             let (t2, t3) = c.counts();
             stats.items += t2 + t3;
         }
+        stats.items += self.sets.as_deref().map_or(0, sets::Sets::items);
         stats.in_flight = self.io.in_flight() as u64;
         stats
     }
@@ -268,6 +277,9 @@ impl FlashStore {
         self.index.clear();
         if let Some(c) = self.cascade.as_deref_mut() {
             c.clear();
+        }
+        if let Some(s) = self.sets.as_deref_mut() {
+            s.clear();
         }
         for slot in &mut self.slots {
             slot.live = 0;
@@ -381,6 +393,12 @@ impl FlashStore {
     /// Whether a lookup of `key` may find anything: `may_contain`, or (cascade index) a lower
     /// tier's DRAM block or Bloom filter says maybe (no I/O; false positives cost a lookup).
     pub fn may_hold(&self, hash: KeyHash) -> bool {
+        if let Some(sets) = self.sets.as_deref() {
+            return match self.index.find(hash) {
+                Some(e) => Self::valid(&self.slots, e),
+                None => sets.may_contain(self.fingerprint(hash)),
+            };
+        }
         self.may_contain(hash)
             || self
                 .cascade
@@ -400,6 +418,11 @@ impl FlashStore {
         self.stats.lookups += 1;
         let entry = match self.index.find(hash) {
             Some(e) if Self::valid(&self.slots, e) => e,
+            Some(e) if self.sets.is_some() && cascade::is_tombstone(e) => {
+                self.stats.miss_index += 1;
+                self.count_outcome(0, false, 0);
+                return Lookup::Miss;
+            }
             Some(_) => {
                 // Its newest item is gone: no older one below may answer for it.
                 self.index.remove(hash);
@@ -409,6 +432,7 @@ impl FlashStore {
                 return Lookup::Miss;
             }
             None if self.cascade.is_some() => return self.lookup_below(hash, key, token, now),
+            None if self.sets.is_some() => return self.lookup_set(hash, key, token),
             None => {
                 self.stats.miss_index += 1;
                 return Lookup::Miss;
@@ -667,6 +691,8 @@ impl FlashStore {
             TOKEN_REORG => self.reorg_done(number as u64, c),
             TOKEN_SUPER => self.watermark_done(number as u32, c),
             TOKEN_SYNC => self.ticket_done(number as u64, c.result.is_ok()),
+            TOKEN_SET_READ => self.set_read_done(number, c, now, out),
+            TOKEN_MOVE => self.move_done(number as u64, c, now),
             _ => {}
         }
     }

@@ -116,6 +116,9 @@ impl FlashStore {
         if let Some(c) = store.cascade.as_deref_mut() {
             c.next_seq = c.next_seq.max(store.epoch << 32);
         }
+        if let Some(s) = store.sets.as_deref_mut() {
+            s.next_seq = s.next_seq.max(store.epoch << 32);
+        }
         store.watermark = store.next_seq;
         if let Some(sb) = sb.as_ref().ok().filter(|sb| sb.identity == store.cfg.identity) {
             store.durable.sb_generation = sb.generation;
@@ -142,11 +145,13 @@ impl FlashStore {
         let seed = u64::from(cfg.partition) ^ now.nanos;
         FlashStore {
             admission: admission_for(cfg.admission, cfg.partitions, seed, now.nanos),
-            index: match layout.cascade {
-                Some(_) => FlashIndex::new_clock(layout.buckets),
-                None => FlashIndex::new(layout.buckets),
+            index: match (layout.cascade, layout.sets) {
+                (Some(_), _) => FlashIndex::new_clock(layout.buckets),
+                (None, Some(_)) => FlashIndex::new_one_choice(layout.buckets),
+                (None, None) => FlashIndex::new(layout.buckets),
             },
             cascade: layout.cascade.map(|geo| Box::new(super::cascade::Cascade::new(geo))),
+            sets: layout.sets.map(|geo| Box::new(super::sets::Sets::new(geo))),
             slots: vec![Slot::EMPTY; layout.slots as usize],
             head: 0,
             used_slots: 0,
@@ -182,6 +187,9 @@ impl FlashStore {
         self.index.clear();
         if let Some(geo) = self.layout.cascade {
             self.cascade = Some(Box::new(super::cascade::Cascade::new(geo)));
+        }
+        if let Some(geo) = self.layout.sets {
+            self.sets = Some(Box::new(super::sets::Sets::new(geo)));
         }
         self.slots.fill(Slot::EMPTY);
         self.head = 0;
@@ -319,7 +327,8 @@ impl FlashStore {
     fn snapshot_pages(&self) -> (usize, usize, usize) {
         let slot_pages = self.slots.len().div_ceil(SLOTS_PER_PAGE);
         let bucket_pages = (self.layout.buckets as usize).div_ceil(BUCKETS_PER_PAGE);
-        let cascade_pages = self.layout.cascade.map_or(0, |c| c.snapshot_bytes.div_ceil(PAGE as u64) as usize);
+        let extra = self.layout.cascade.map(|c| c.snapshot_bytes).or(self.layout.sets.map(|s| s.snapshot_bytes));
+        let cascade_pages = extra.map_or(0, |bytes| bytes.div_ceil(PAGE as u64) as usize);
         (slot_pages, bucket_pages, 1 + slot_pages + bucket_pages + cascade_pages)
     }
 
@@ -424,6 +433,9 @@ impl FlashStore {
         if let Some(c) = self.cascade.as_deref_mut() {
             c.load(&extra)?;
         }
+        if let Some(s) = self.sets.as_deref_mut() {
+            s.load(&extra)?;
+        }
         self.check_ring()
     }
 
@@ -446,7 +458,7 @@ impl FlashStore {
             return Err(RecoveryError::SnapshotPlaces);
         }
         let slots = &mut self.slots;
-        for e in self.index.entries() {
+        for e in self.index.entries().filter(|&e| !super::cascade::is_tombstone(e)) {
             let slot = &mut slots[e.slot() as usize];
             if slot.gen == e.gen() && slot.state == SlotState::Sealed {
                 slot.live += 1;
@@ -457,7 +469,11 @@ impl FlashStore {
 
     fn save_snapshot(&mut self) -> Result<(u64, u64), i32> {
         let (_, _, pages) = self.snapshot_pages();
-        let extra = self.cascade.as_deref_mut().map(|c| c.save()).unwrap_or_default();
+        let extra = match (self.cascade.as_deref_mut(), self.sets.as_deref()) {
+            (Some(c), _) => c.save(),
+            (None, Some(s)) => s.save(),
+            (None, None) => Vec::new(),
+        };
         let mut hasher = Xxh3::new();
         let mut buf = AlignedBuf::new(SNAPSHOT_CHUNK);
         for first in (0..pages).step_by(SNAPSHOT_CHUNK / PAGE) {

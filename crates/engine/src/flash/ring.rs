@@ -174,6 +174,9 @@ impl FlashStore {
     /// Puts `entry` in the (tier-1) index: the key's previous entry is forgotten; an entry a full
     /// bucket pushes out is dropped (full index) or demoted (cascade index).
     pub(super) fn t1_insert(&mut self, hash: KeyHash, entry: Entry) {
+        if self.sets.is_some() {
+            return self.set_log_insert(hash, entry);
+        }
         let slots = &self.slots;
         let displaced = if self.cascade.is_some() {
             // CLOCK: the oldest entry not read since the hand passed goes first.
@@ -194,6 +197,39 @@ impl FlashStore {
                 self.dropped_entry(hash, Some((displaced.evicted_bucket, evicted)));
                 self.forget(Some(evicted));
             }
+        }
+        if Self::valid(&self.slots, entry) {
+            self.slots[entry.slot() as usize].live += 1;
+        }
+    }
+
+    /// `t1_insert` for the sets index's log index: one bucket, what a full bucket lets go of
+    /// ranked by `set_age`, and a set that may hold the key of an entry let go of is voided.
+    fn set_log_insert(&mut self, hash: KeyHash, entry: Entry) {
+        let bucket = self.index.bucket_of(hash);
+        let ages: [u64; super::index::WAYS] = {
+            let mut ages = [0; super::index::WAYS];
+            for (a, e) in ages.iter_mut().zip(self.index.bucket_entries(bucket)) {
+                *a = self.set_age(bucket, e);
+            }
+            ages
+        };
+        let ranked: Vec<(Entry, u64)> = self.index.bucket_entries(bucket).zip(ages).collect();
+        let age = |e: Entry| ranked.iter().find(|(r, _)| *r == e).map_or(0, |&(_, a)| a);
+        let displaced = self.index.insert(hash, entry, |_| true, age);
+        self.dropped_entry(hash, displaced.replaced.map(|e| (displaced.replaced_bucket, e)));
+        self.forget(displaced.replaced);
+        if let Some(evicted) = displaced.evicted {
+            if Self::valid(&self.slots, evicted) {
+                self.stats.index_evictions += 1;
+            }
+            // Its drop mark waits for the next commit: this runs inside completions (a
+            // tombstone put down when a write finishes) and must not start a write.
+            if Self::valid(&self.slots, evicted) {
+                self.defer_drop(u64::from(displaced.evicted_bucket as u32) << 16 | u64::from(evicted.tag()));
+            }
+            self.forget(Some(evicted));
+            self.lost_entry(displaced.evicted_bucket, evicted);
         }
         if Self::valid(&self.slots, entry) {
             self.slots[entry.slot() as usize].live += 1;

@@ -107,6 +107,12 @@ pub struct FlashMemory {
     pub t3_filters: u64,
     /// The cascade index's merge buffers.
     pub merge_buffers: u64,
+    /// The sets index's per-set Bloom filters.
+    pub set_filters: u64,
+    /// Its per-set hit bits, versions and item counts.
+    pub set_state: u64,
+    /// Its moves' pages and items.
+    pub set_moves: u64,
 }
 
 impl FlashMemory {
@@ -121,6 +127,9 @@ impl FlashMemory {
             + self.t2_filters
             + self.t3_filters
             + self.merge_buffers
+            + self.set_filters
+            + self.set_state
+            + self.set_moves
     }
 }
 
@@ -140,7 +149,11 @@ impl FlashStore {
             .sum();
         let (demotion, t2_filters, t3_filters, merge_buffers) =
             self.cascade.as_deref().map_or((0, 0, 0, 0), |c| c.heap_bytes());
+        let (set_filters, set_state, set_moves) = self.sets.as_deref().map_or((0, 0, 0), |s| s.heap_bytes());
         FlashMemory {
+            set_filters,
+            set_state,
+            set_moves,
             demotion,
             t2_filters,
             t3_filters,

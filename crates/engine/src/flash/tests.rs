@@ -239,7 +239,7 @@ impl Harness {
         for chunk in keys.chunks(8) {
             self.find_all(chunk, &mut found);
         }
-        if self.cfg.cascade.is_some() {
+        if self.cfg.cascade.is_some() || self.cfg.sets.is_some() {
             // A lookup whose mapping moved below tier 1 while its data was read (these very
             // lookups promote and demote) ends as a miss: ask once more, one key at a time.
             let missing: Vec<u32> = keys.into_iter().filter(|&k| !found.contains_key(&key(k))).collect();
@@ -392,7 +392,7 @@ impl Harness {
 const KEYS: u32 = 40;
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(super) enum Op {
     Insert(u32, usize, Option<u8>),
     Lookup(u32),
     Delete(u32),
@@ -408,7 +408,7 @@ enum Op {
     CrashDuringClose(u16),
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(super) fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         20 => (0..KEYS, prop_oneof![8 => 1usize..300, 2 => 300usize..5000, 1 => 5000usize..20_000], prop::option::weighted(0.2, 1u8..5)).prop_map(|(k, l, t)| Op::Insert(k, l, t)),
         20 => (0..KEYS).prop_map(Op::Lookup),
@@ -424,7 +424,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn run(ops: &[Op], seed: u64, faults: Faults, cfg: FlashConfig) {
+pub(super) fn run(ops: &[Op], seed: u64, faults: Faults, cfg: FlashConfig) {
     let mut h = Harness::with(cfg, seed, faults);
     for op in ops {
         run_op(&mut h, op);

@@ -323,6 +323,17 @@ impl FlashStore {
 
     /// Counts a finished lookup by the tier that answered (0: a miss) and its flash reads.
     pub(in super::super) fn count_outcome(&mut self, tier: u8, hit: bool, reads: u32) {
+        if let Some(s) = self.sets.as_deref_mut() {
+            let s = &mut s.stats;
+            if hit {
+                s.hits_log += 1;
+                s.reads_hit += u64::from(reads);
+            } else {
+                s.misses += 1;
+                s.reads_miss += u64::from(reads);
+            }
+            return;
+        }
         let Some(c) = self.cascade.as_deref_mut() else { return };
         let s = &mut c.stats;
         let reads = u64::from(reads);

@@ -363,6 +363,9 @@ impl FlashStore {
 
     /// Makes sure no lower tier serves `fp` again (a delete or an overwrite that stored nothing).
     pub(super) fn bury(&mut self, fp: (u32, u16)) {
+        if self.sets.is_some() {
+            return self.bury_set(fp);
+        }
         if self.cascade.as_deref().is_some_and(|c| c.below_may_contain(fp)) {
             self.push_below(Mapping { bucket: fp.0, entry: tombstone(fp.1) });
         }
@@ -524,11 +527,13 @@ impl FlashStore {
     /// may shadow leaves a tombstone.
     pub(super) fn sweep_range(&mut self, from: usize, to: usize) -> usize {
         let slots = &self.slots;
-        if self.cascade.is_none() {
+        if self.cascade.is_none() && self.sets.is_none() {
             return self.index.sweep(from, to, |e| Self::valid(slots, e));
         }
         let mut dead = Vec::new();
-        let cleared = self.index.sweep_collect(from, to, |e| Self::valid(slots, e), &mut dead);
+        // (The sets index keeps its tombstones: they shadow sets.)
+        let keep = |e: Entry| Self::valid(slots, e) || (self.sets.is_some() && is_tombstone(e));
+        let cleared = self.index.sweep_collect(from, to, keep, &mut dead);
         for (bucket, e) in dead {
             self.bury((bucket as u32, e.tag()));
         }

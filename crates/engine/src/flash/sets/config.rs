@@ -1,0 +1,145 @@
+//! How the sets index is sized and where its parts lie in a partition's region: a small
+//! segment ring in front (the log, `log_percent` of the region, with the one-choice DRAM index)
+//! and the rest as 4 KiB sets, `per_bucket` of them behind each index bucket, so that every log
+//! item bound for a set sits in one bucket.
+//!
+//! ```text
+//!  | superblocks | snapshot (slots, index buckets, sets section) | sets: page per set | ring |
+//! ```
+
+use super::super::config::{LayoutError, RegionLayout};
+use super::super::index::{BUCKET_BYTES, MAX_SLOTS};
+use super::super::layout::{PAGE, SLOT_RECORD, SUPERBLOCK_PAGES};
+use super::super::mapblock::Bloom;
+use super::super::FlashConfig;
+use super::page::{SET_HEADER, SET_ITEM_HEADER};
+
+/// The sets index's settings (Kangaroo's KLog + KSet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetsConfig {
+    /// Percent of the region the log in front of the sets takes (Kangaroo: about 5).
+    pub log_percent: u32,
+    /// Log items bound for one set that move them into it together (threshold admission).
+    pub threshold: u32,
+    /// Items of at most this many bytes in a set (its 24-byte header, key and value) live in
+    /// sets; larger ones stay in the log.
+    pub max_item_bytes: u32,
+    /// Bloom filter bits per item a set is expected to hold.
+    pub bloom_bits: u32,
+    /// Set moves (read, merge, write) in flight at most.
+    pub max_moves: u32,
+}
+
+impl Default for SetsConfig {
+    fn default() -> SetsConfig {
+        SetsConfig { log_percent: 5, threshold: 2, max_item_bytes: 1024, bloom_bits: 4, max_moves: 64 }
+    }
+}
+
+/// Average log-index entries per bucket when the log is full (of `WAYS`): one choice of
+/// bucket, so room is left for a bucket's share to vary.
+const ENTRIES_PER_BUCKET: u64 = 6;
+
+/// Where the sets lie and how their DRAM state is sized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetsLayout {
+    /// File offset of set 0 (set `s` is the page `s` pages after it).
+    pub offset: u64,
+    /// Sets in the region: `buckets * per_bucket`.
+    pub sets: u32,
+    /// Sets behind each log-index bucket.
+    pub per_bucket: u32,
+    /// Each set's Bloom filter.
+    pub bloom: Bloom,
+    /// Bytes of the snapshot's sets section at most.
+    pub snapshot_bytes: u64,
+    /// Log items bound for a set that move them (`SetsConfig::threshold`).
+    pub threshold: u32,
+    /// The largest item a set takes (`SetsConfig::max_item_bytes`).
+    pub max_item_bytes: u32,
+    /// Moves in flight at most (`SetsConfig::max_moves`).
+    pub max_moves: u32,
+}
+
+impl SetsLayout {
+    /// DRAM per set: its Bloom filter, hit bits, version and item count.
+    pub fn dram_per_set(&self) -> u64 {
+        self.bloom.bytes() as u64 + super::SET_DRAM_BYTES
+    }
+
+    /// The file offset of set `s`.
+    pub fn set_offset(&self, s: u32) -> u64 {
+        self.offset + u64::from(s) * PAGE as u64
+    }
+}
+
+fn snapshot_section(sets: u64, bloom: Bloom) -> u64 {
+    64 + sets * (bloom.bytes() as u64 + super::SNAPSHOT_PER_SET)
+}
+
+impl RegionLayout {
+    /// Lays out a region holding the sets index (see the module drawing).
+    pub(in super::super) fn with_sets(
+        cfg: &FlashConfig,
+        sc: &SetsConfig,
+        region_offset: u64,
+        region_bytes: u64,
+    ) -> Result<RegionLayout, LayoutError> {
+        if !(1..=50).contains(&sc.log_percent) || sc.threshold == 0 || sc.max_moves == 0 || sc.bloom_bits == 0 {
+            return Err(LayoutError("sets: a log of 1-50%, a threshold, moves and Bloom bits of 1+".into()));
+        }
+        if !(64..=(PAGE - SET_HEADER) as u32).contains(&sc.max_item_bytes) {
+            return Err(LayoutError(format!("sets: items of 64 to {} bytes", PAGE - SET_HEADER)));
+        }
+        let (page, seg) = (PAGE as u64, u64::from(cfg.segment_bytes));
+        let superblocks = (SUPERBLOCK_PAGES * PAGE) as u64;
+        let min_slots = u64::from(cfg.write_buffers) + 4;
+        let slots = (region_bytes * u64::from(sc.log_percent) / 100 / seg).max(min_slots);
+        if slots > u64::from(MAX_SLOTS) {
+            return Err(LayoutError(format!("{slots} log segments per partition: use larger segments")));
+        }
+        let entries = slots * seg / u64::from(cfg.expected_item_bytes);
+        let buckets = entries.div_ceil(ENTRIES_PER_BUCKET).max(1);
+        let per_set_item = u64::from(cfg.expected_item_bytes).saturating_sub(16).max(SET_ITEM_HEADER as u64 + 8);
+        let bloom = Bloom::sized(((page - SET_HEADER as u64) / per_set_item) as usize, sc.bloom_bits);
+        let index_snapshot = page
+            + (slots * SLOT_RECORD as u64).next_multiple_of(page)
+            + (buckets * BUCKET_BYTES as u64).next_multiple_of(page);
+        let avail = region_bytes.saturating_sub(superblocks + index_snapshot + slots * seg + 2 * page);
+        let sets_fit = avail / (page + bloom.bytes() as u64 + super::SNAPSHOT_PER_SET);
+        let per_bucket = sets_fit / buckets;
+        if per_bucket == 0 || buckets > u64::from(u32::MAX) || buckets * per_bucket > u64::from(u32::MAX) {
+            return Err(LayoutError(format!(
+                "a {region_bytes}-byte region per partition has room for {sets_fit} sets behind {buckets} log buckets; \
+                 at least one per bucket is needed (a larger file or a larger --flash-sets-log share)"
+            )));
+        }
+        let sets = buckets * per_bucket;
+        let snapshot_bytes = snapshot_section(sets, bloom);
+        let snapshot = index_snapshot + snapshot_bytes.next_multiple_of(page);
+        let offset = region_offset + superblocks + snapshot;
+        let segments_offset = offset + sets * page;
+        debug_assert!(segments_offset + slots * seg <= region_offset + region_bytes);
+        Ok(RegionLayout {
+            region_offset,
+            region_bytes,
+            snapshot_offset: region_offset + superblocks,
+            snapshot_bytes: snapshot,
+            segments_offset,
+            segment_bytes: seg as u32,
+            slots: slots as u32,
+            buckets: buckets as u32,
+            cascade: None,
+            sets: Some(SetsLayout {
+                offset,
+                sets: sets as u32,
+                per_bucket: per_bucket as u32,
+                bloom,
+                snapshot_bytes,
+                threshold: sc.threshold,
+                max_item_bytes: sc.max_item_bytes,
+                max_moves: sc.max_moves,
+            }),
+        })
+    }
+}

@@ -1,0 +1,344 @@
+//! The sets index (Kangaroo, SOSP'21): most of the region is 4 KiB sets whose pages hold small
+//! items with their keys, so a key's hash names its set and no per-item index is needed; a
+//! Bloom filter per set in DRAM keeps misses nearly free, one DRAM hit bit per item position
+//! feeds RRIP inside the set (`page.rs`). In front, a small log (the segment ring, a few percent
+//! of the region) with a one-choice DRAM index whose bucket names a run of sets, so "every log
+//! item bound for set S" is one bucket walk. When the ring reclaims its oldest segment, a set
+//! that at least `threshold` log items are bound for gets them all in one page write (`moves.rs`);
+//! below it, items hit while in the log are written to the log again and the rest are dropped,
+//! unless the set may hold an older copy of the key (then the item is written to the set).
+//! Large items stay in the log (the full index's rules).
+//!
+//! Never stale: a log entry shadows its set; a key whose newest state left the log while its set
+//! may hold an older copy keeps a tombstone entry in the log index (`bury`); a tombstone the
+//! index cannot keep voids the set (its page is ignored until written again). A set's DRAM
+//! version (the low bits of its last write's sequence number, 0 = void) must match the page a
+//! read returns. After a crash every set is void (their tombstones were only in DRAM); a clean
+//! close saves the sets' DRAM state in the snapshot (`persist.rs`).
+
+mod config;
+mod moves;
+pub(super) mod page;
+mod persist;
+#[cfg(test)]
+mod tests;
+
+pub use config::{SetsConfig, SetsLayout};
+
+use super::cascade::{is_tombstone, tombstone};
+use super::index::Entry;
+use super::io::{AlignedBuf, Completion, IoKind, IoOp};
+use super::layout::PAGE;
+use super::{FlashItem, FlashStore, Lookup, Now, PendingRead, ReadDone, TOKEN_SET_READ};
+use crate::hash::KeyHash;
+use crate::time::is_expired;
+
+/// DRAM per set besides its Bloom filter: hit bits (u32), version (u16), item count (u8).
+pub(super) const SET_DRAM_BYTES: u64 = 7;
+/// Snapshot bytes per set besides its Bloom filter: version and item count.
+pub(super) const SNAPSHOT_PER_SET: u64 = 3;
+
+/// The sets index's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetsStats {
+    /// Lookups answered by the log (a buffer or a read).
+    pub hits_log: u64,
+    /// Lookups answered by a set.
+    pub hits_set: u64,
+    /// Device reads of the lookups that hit.
+    pub reads_hit: u64,
+    /// Lookups that found nothing.
+    pub misses: u64,
+    /// Their device reads (of a set whose Bloom filter said maybe, or of a log item with the
+    /// same tag).
+    pub reads_miss: u64,
+    /// Set pages read for lookups that did not hold the key (Bloom false positives).
+    pub false_positives: u64,
+    /// Set pages that failed their checks (a miss each).
+    pub bad_pages: u64,
+    /// Set pages written.
+    pub set_writes: u64,
+    /// Items they brought in from the log.
+    pub items_moved: u64,
+    /// Log items read back to join their set's write.
+    pub move_reads: u64,
+    /// Items written to a set only because it may hold an older copy (below the threshold).
+    pub shadow_moves: u64,
+    /// Small items below the threshold: dropped, or written to the log again (hit while there).
+    pub threshold_drops: u64,
+    /// Items written to the log again at a reclaim (hit while there).
+    pub readmitted: u64,
+    /// Items RRIP evicted from sets.
+    pub rrip_evictions: u64,
+    /// Tombstones put in the log index.
+    pub tombstones: u64,
+    /// Sets voided (a tombstone the index could not keep, a failed write).
+    pub voided: u64,
+    /// Set writes (and move reads) the device failed.
+    pub io_errors: u64,
+}
+
+impl SetsStats {
+    /// Device reads per hit.
+    pub fn reads_per_hit(&self) -> f64 {
+        self.reads_hit as f64 / (self.hits_log + self.hits_set).max(1) as f64
+    }
+    /// Device reads per miss.
+    pub fn reads_per_miss(&self) -> f64 {
+        self.reads_miss as f64 / self.misses.max(1) as f64
+    }
+    /// Items each set write carried from the log.
+    pub fn items_per_write(&self) -> f64 {
+        self.items_moved as f64 / self.set_writes.max(1) as f64
+    }
+}
+
+/// The sets' DRAM state.
+pub(super) struct Sets {
+    pub geo: SetsLayout,
+    blooms: Vec<u8>,
+    hits: Vec<u32>,
+    /// 0: void (nothing in the page is used); else the low bits of its last write's sequence.
+    versions: Vec<u16>,
+    counts: Vec<u8>,
+    /// The next set write's sequence number.
+    pub next_seq: u64,
+    pub moves: moves::Moves,
+    pub stats: SetsStats,
+}
+
+/// A page's sequence number as the DRAM version that must match it (never 0).
+fn version_of(seq: u64) -> u16 {
+    (seq % 65535) as u16 + 1
+}
+
+impl Sets {
+    pub(super) fn new(geo: SetsLayout) -> Sets {
+        let n = geo.sets as usize;
+        Sets {
+            blooms: vec![0; n * geo.bloom.bytes()],
+            hits: vec![0; n],
+            versions: vec![0; n],
+            counts: vec![0; n],
+            next_seq: 1,
+            moves: moves::Moves::new(geo.max_moves as usize),
+            stats: SetsStats::default(),
+            geo,
+        }
+    }
+
+    /// The set a fingerprint (log-index bucket, tag) is bound for.
+    pub(super) fn set_of(&self, fp: (u32, u16)) -> u32 {
+        fp.0 * self.geo.per_bucket + u32::from(fp.1) % self.geo.per_bucket
+    }
+
+    fn bloom(&self, s: u32) -> &[u8] {
+        let b = self.geo.bloom.bytes();
+        &self.blooms[s as usize * b..][..b]
+    }
+
+    /// Whether set `s` may hold the key of `fp` (its Bloom filter says maybe).
+    pub(super) fn may_contain(&self, fp: (u32, u16)) -> bool {
+        let s = self.set_of(fp);
+        self.versions[s as usize] != 0 && self.geo.bloom.may_contain(self.bloom(s), fp)
+    }
+
+    /// Adds `fp` to its set's filter (an item on its way in).
+    pub(super) fn add(&mut self, fp: (u32, u16)) {
+        let s = self.set_of(fp) as usize;
+        let b = self.geo.bloom.bytes();
+        self.geo.bloom.add(&mut self.blooms[s * b..][..b], fp);
+    }
+
+    pub(super) fn version(&self, s: u32) -> u16 {
+        self.versions[s as usize]
+    }
+
+    /// Set `s`'s page is no longer used (until written again).
+    pub(super) fn void(&mut self, s: u32) {
+        let b = self.geo.bloom.bytes();
+        self.blooms[s as usize * b..][..b].fill(0);
+        self.versions[s as usize] = 0;
+        self.hits[s as usize] = 0;
+        self.counts[s as usize] = 0;
+        self.stats.voided += 1;
+        self.moves.voided(s);
+    }
+
+    /// Set `s` was written as sequence `seq` holding the keys of `fps`.
+    pub(super) fn written(&mut self, s: u32, seq: u64, fps: &[(u32, u16)]) {
+        let b = self.geo.bloom.bytes();
+        let filter = &mut self.blooms[s as usize * b..][..b];
+        filter.fill(0);
+        for &fp in fps {
+            self.geo.bloom.add(filter, fp);
+        }
+        self.versions[s as usize] = version_of(seq);
+        self.hits[s as usize] = 0;
+        self.counts[s as usize] = fps.len().min(255) as u8;
+    }
+
+    /// Forgets every set (flush_all, or a crash).
+    pub(super) fn clear(&mut self) {
+        self.blooms.fill(0);
+        self.versions.fill(0);
+        self.hits.fill(0);
+        self.counts.fill(0);
+        self.moves.abort_all();
+    }
+
+    /// Items the sets hold (as of their last writes).
+    pub(super) fn items(&self) -> u64 {
+        self.counts.iter().map(|&c| u64::from(c)).sum()
+    }
+
+    /// Heap bytes: filters, per-set state, and the moves' buffers.
+    pub(super) fn heap_bytes(&self) -> (u64, u64, u64) {
+        let state = self.hits.capacity() * 4 + self.versions.capacity() * 2 + self.counts.capacity();
+        (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes())
+    }
+}
+
+impl FlashStore {
+    /// The log-index bucket and tag of a fingerprint as a key hash (for the index's calls).
+    fn hash_at(&self, fp: (u32, u16)) -> KeyHash {
+        let n = u64::from(self.index.buckets());
+        let x = (u64::from(fp.0) << 32).div_ceil(n);
+        KeyHash(x << 16 | u64::from(fp.1))
+    }
+
+    /// Makes sure the set below does not answer for `fp` again: a tombstone in the log index if
+    /// the set may hold the key.
+    pub(super) fn bury_set(&mut self, fp: (u32, u16)) {
+        let Some(sets) = self.sets.as_deref_mut() else { return };
+        sets.moves.touched(sets.set_of(fp), fp.1);
+        if !sets.may_contain(fp) {
+            return;
+        }
+        sets.stats.tombstones += 1;
+        let hash = self.hash_at(fp);
+        self.t1_insert(hash, tombstone(fp.1));
+    }
+
+    /// An entry the log index let go of without a set write taking its item: if the set may
+    /// hold an older copy of the key (or it was a tombstone), the set is voided.
+    pub(super) fn lost_entry(&mut self, bucket: usize, e: Entry) {
+        let fp = (bucket as u32, e.tag());
+        let Some(sets) = self.sets.as_deref_mut() else { return };
+        if sets.may_contain(fp) || (is_tombstone(e) && sets.version(sets.set_of(fp)) != 0) {
+            let s = sets.set_of(fp);
+            sets.void(s);
+        }
+    }
+
+    /// How a full one-choice bucket ranks its entries for eviction (smallest first): dead entries
+    /// no set needs, then live items oldest first, and last what shadows a set.
+    pub(super) fn set_age(&self, bucket: usize, e: Entry) -> u64 {
+        let shadows = |e: Entry| self.sets.as_deref().is_some_and(|s| s.may_contain((bucket as u32, e.tag())));
+        if Self::valid(&self.slots, e) {
+            1 + self.slots[e.slot() as usize].seq.min(u64::MAX - 2)
+        } else if is_tombstone(e) || shadows(e) {
+            u64::MAX
+        } else {
+            0
+        }
+    }
+
+    /// A lookup the log index knows nothing of: the key's set, if its filter says maybe.
+    pub(super) fn lookup_set(&mut self, hash: KeyHash, key: &[u8], token: u64) -> Lookup {
+        let fp = self.fingerprint(hash);
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if !sets.may_contain(fp) {
+            sets.stats.misses += 1;
+            self.stats.miss_index += 1;
+            return Lookup::Miss;
+        }
+        let s = sets.set_of(fp);
+        let offset = sets.geo.set_offset(s);
+        let mut pending = PendingRead::new(token, hash, key);
+        pending.set = Some((s, sets.version(s)));
+        pending.reads = 1;
+        let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+        let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
+        self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token: TOKEN_SET_READ | i as u64 });
+        if self.submit_at_once {
+            self.io.flush();
+        }
+        self.stats.reads += 1;
+        self.stats.read_bytes += PAGE as u64;
+        Lookup::Pending
+    }
+
+    /// A set page read for lookup `i` is back.
+    pub(super) fn set_read_done(&mut self, i: usize, c: Completion, now: Now, out: &mut Vec<ReadDone>) {
+        let pending = self.reads[i].take().expect("a set read in flight");
+        self.free_reads.push(i);
+        let item = self.find_in_set(&pending, &c, now);
+        if self.page_pool.len() < self.cfg.max_reads as usize {
+            self.page_pool.push(c.buf);
+        }
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if item.is_some() {
+            sets.stats.hits_set += 1;
+            sets.stats.reads_hit += 1;
+            self.stats.hits_flash += 1;
+        } else {
+            sets.stats.misses += 1;
+            sets.stats.reads_miss += 1;
+        }
+        out.push(ReadDone { token: pending.token, item });
+    }
+
+    /// The key's current item in the page read for `p`, if it is there; misses are counted.
+    fn find_in_set(&mut self, p: &PendingRead, c: &Completion, now: Now) -> Option<FlashItem> {
+        let (s, version) = p.set.expect("a set read");
+        let partition = self.cfg.partition;
+        let seed = self.set_seed();
+        // Written, deleted or moved meanwhile: the page is not the key's current state.
+        let current = self.index.find(p.hash).is_none();
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if c.result.is_err() {
+            self.stats.miss_io_error += 1;
+            return None;
+        }
+        if !current || sets.version(s) != version {
+            self.stats.miss_superseded += 1;
+            return None;
+        }
+        let page = match page::decode_page(&c.buf[..PAGE], s, partition, seed) {
+            Ok(page) if version_of(page.seq) == version => page,
+            Ok(_) => {
+                self.stats.miss_superseded += 1;
+                return None;
+            }
+            Err(_) => {
+                sets.stats.bad_pages += 1;
+                self.stats.miss_corrupt += 1;
+                return None;
+            }
+        };
+        let Some((pos, view)) = page.find(&p.key) else {
+            sets.stats.false_positives += 1;
+            self.stats.miss_tag += 1;
+            return None;
+        };
+        if is_expired(view.meta.expiry, now.unix) {
+            self.stats.miss_expired += 1;
+            return None;
+        }
+        if pos < page::HIT_BITS {
+            sets.hits[s as usize] |= 1 << pos;
+        }
+        Some(FlashItem { value: view.value.to_vec(), meta: view.meta })
+    }
+
+    /// The seed every set page of this region is checksummed under.
+    pub(super) fn set_seed(&self) -> u64 {
+        self.cfg.identity ^ u64::from(self.cfg.partition).rotate_left(32) ^ 0x5345_5453
+    }
+
+    /// The sets index's counters, if the store has one.
+    pub fn sets_stats(&self) -> Option<SetsStats> {
+        self.sets.as_deref().map(|s| s.stats)
+    }
+}

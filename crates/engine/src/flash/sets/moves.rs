@@ -1,0 +1,406 @@
+//! Moving log items into their sets when the ring reclaims its oldest segment (Kangaroo's
+//! threshold admission). For each set the segment's current small items are bound for, the
+//! one-choice bucket walk counts every log item bound for it; at `threshold` or more they all go
+//! in one page write: the set's page and the log items outside the segment are read, merged with
+//! RRIP (`page::merge`), written, and their log entries dropped. The segment is retired when
+//! its moves are done; until then it stays readable and the ring takes no new segment past it.
+//!
+//! Changes made while a move is in flight win: an item whose log entry changed is not dropped
+//! from the log, a tombstone put down meanwhile is kept, and a set voided meanwhile stays void.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::super::cascade::is_tombstone;
+use super::super::gc::walk_items;
+use super::super::index::Entry;
+use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
+use super::super::layout::{decode_item, ITEM_ALIGN, PAGE};
+use super::super::ring::SlotState;
+use super::super::{FlashStore, Now, TOKEN_MOVE};
+use super::page::{self, set_item_bytes, SetItem, RRPV_INSERT};
+use crate::hash::KeyHash;
+use crate::time::is_expired;
+
+/// Token sub-numbers of a move's set page read and write (below: the index of a log item read).
+const SUB_PAGE: u64 = 0xFFFF;
+const SUB_WRITE: u64 = 0xFFFE;
+
+/// An item on its way from the log into its set.
+pub(super) struct Moving {
+    hash: KeyHash,
+    entry: Entry,
+    item: SetItem,
+}
+
+/// One set's move.
+pub(super) struct Move {
+    set: u32,
+    incoming: Vec<Moving>,
+    /// Log entries of the set outside the reclaimed segment, to be read.
+    others: Vec<Entry>,
+    page: Option<AlignedBuf>,
+    page_ok: bool,
+    waiting: u32,
+    /// After the merge: the page's fingerprints, the tombstones it applied, its sequence, RRIP
+    /// evictions.
+    fps: Vec<(u32, u16)>,
+    applied: Vec<u16>,
+    seq: u64,
+    evicted: u32,
+}
+
+/// What happened to a set while its move was queued or in flight.
+#[derive(Default)]
+struct Mark {
+    /// Tags buried meanwhile.
+    touched: Vec<u16>,
+    voided: bool,
+}
+
+/// The moves of the segment being reclaimed.
+pub(in super::super) struct Moves {
+    slots: Vec<Option<Move>>,
+    queue: VecDeque<Move>,
+    marks: HashMap<u32, Mark>,
+    /// A reclaimed segment waits for these moves before it is retired.
+    pub holding: bool,
+}
+
+impl Moves {
+    pub(super) fn new(max: usize) -> Moves {
+        Moves { slots: (0..max).map(|_| None).collect(), queue: VecDeque::new(), marks: HashMap::new(), holding: false }
+    }
+
+    /// A tag of set `s` was buried (a move of `s` must keep its tombstone).
+    pub(super) fn touched(&mut self, s: u32, tag: u16) {
+        if let Some(m) = self.marks.get_mut(&s) {
+            m.touched.push(tag);
+        }
+    }
+
+    /// Set `s` was voided: a move of it must not write what it merged.
+    pub(super) fn voided(&mut self, s: u32) {
+        if let Some(m) = self.marks.get_mut(&s) {
+            m.voided = true;
+        }
+    }
+
+    pub(super) fn abort_all(&mut self) {
+        for m in self.marks.values_mut() {
+            m.voided = true;
+        }
+    }
+
+    pub(super) fn heap_bytes(&self) -> u64 {
+        let one = |m: &Move| {
+            m.incoming.iter().map(|i| i.item.key.capacity() + i.item.value.capacity() + 64).sum::<usize>()
+                + m.others.capacity() * 8
+                + m.fps.capacity() * 8
+                + m.page.as_ref().map_or(0, |p| p.len())
+        };
+        let moving: usize = self.slots.iter().flatten().chain(self.queue.iter()).map(one).sum();
+        (moving + self.slots.capacity() * std::mem::size_of::<Option<Move>>()) as u64
+    }
+
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.slots.iter().all(Option::is_none)
+    }
+}
+
+impl FlashStore {
+    /// The reclaimed segment's items: each small current one is bound for its set (moved with
+    /// the set's other log items at the threshold, else written to the log again if it was
+    /// hit there, else dropped, unless its set may hold an older copy); large ones follow the
+    /// full index's rule. Queues the moves; `holding` says the segment waits for them.
+    pub(in super::super) fn move_segment(&mut self, slot: u32, gen: u8, segment: &[u8], now: Now) {
+        let seed = self.slots[slot as usize].seq;
+        let max_item = self.layout.sets.expect("the sets index").max_item_bytes as usize;
+        let mut bound: HashMap<u32, Vec<Moving>> = HashMap::new();
+        walk_items(segment, seed, |at, item| {
+            let hash = KeyHash::of(item.key);
+            let Some(entry) = self.index.find(hash) else { return };
+            if !super::super::gc::names(entry, slot, gen, at) || self.pending(hash) {
+                return;
+            }
+            let small = set_item_bytes(item.key.len(), item.value.len()) <= max_item;
+            let expired = is_expired(item.meta.expiry, now.unix);
+            if expired || !small {
+                if expired || !(entry.hit() && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
+                    self.drop_log(hash);
+                }
+                return;
+            }
+            let s = self.sets.as_deref().expect("the sets index").set_of(self.fingerprint(hash));
+            let moving =
+                SetItem { key: item.key.to_vec(), value: item.value.to_vec(), meta: item.meta, rrpv: RRPV_INSERT };
+            bound.entry(s).or_default().push(Moving { hash, entry, item: moving });
+        });
+        let mut sets: Vec<(u32, Vec<Moving>)> = bound.into_iter().collect();
+        sets.sort_unstable_by_key(|(s, _)| *s);
+        for (s, items) in sets {
+            self.bind(s, slot, items, now);
+        }
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        sets.moves.holding = !sets.moves.idle();
+        self.launch_moves();
+    }
+
+    /// Decides set `s`'s share of the reclaimed segment `slot` (see `move_segment`).
+    fn bind(&mut self, s: u32, slot: u32, items: Vec<Moving>, now: Now) {
+        let sets = self.sets.as_deref().expect("the sets index");
+        let bucket = s / sets.geo.per_bucket;
+        let others: Vec<Entry> = self
+            .index
+            .bucket_entries(bucket as usize)
+            .filter(|&e| {
+                !is_tombstone(e)
+                    && e.slot() != slot
+                    && Self::valid(&self.slots, e)
+                    && sets.set_of((bucket, e.tag())) == s
+            })
+            .collect();
+        let threshold = sets.geo.threshold as usize;
+        let (go, stay): (Vec<Moving>, Vec<Moving>) = if items.len() + others.len() >= threshold {
+            (items, Vec::new())
+        } else {
+            items.into_iter().partition(|m| !m.entry.hit() && sets.may_contain(self.fingerprint(m.hash)))
+        };
+        for m in stay {
+            self.sets.as_deref_mut().expect("sets").stats.threshold_drops += 1;
+            let (key, value, meta) = (&m.item.key, &m.item.value, m.item.meta);
+            let bytes = super::super::layout::item_bytes(key.len(), value.len());
+            if !(m.entry.hit() && self.readmit(m.hash, key, value, meta, bytes, now)) {
+                self.drop_log(m.hash);
+            }
+        }
+        if go.is_empty() {
+            return;
+        }
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if go.len() + others.len() < threshold {
+            sets.stats.shadow_moves += go.len() as u64;
+        }
+        for m in &go {
+            let fp = (bucket, m.hash.tag());
+            sets.add(fp);
+        }
+        sets.moves.marks.insert(s, Mark::default());
+        let mv = Move {
+            set: s,
+            incoming: go,
+            others,
+            page: None,
+            page_ok: false,
+            waiting: 0,
+            fps: Vec::new(),
+            applied: Vec::new(),
+            seq: 0,
+            evicted: 0,
+        };
+        sets.moves.queue.push_back(mv);
+    }
+
+    /// Writes an item hit in the log to the log's head again; false if it could not be.
+    fn readmit(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        meta: super::super::ItemMeta,
+        bytes: usize,
+        now: Now,
+    ) -> bool {
+        if !self.admission.admit_rewrite(bytes, now.nanos) || self.append(hash, key, value, meta, now).is_none() {
+            return false;
+        }
+        self.stats.gc_rewrites += 1;
+        self.stats.write_rewrite_bytes += bytes as u64;
+        if let Some(sets) = self.sets.as_deref_mut() {
+            sets.stats.readmitted += 1;
+        }
+        true
+    }
+
+    /// Drops a key's log entry (its item left the log without reaching its set).
+    fn drop_log(&mut self, hash: KeyHash) {
+        let old = self.index.remove(hash);
+        self.forget(old);
+        self.bury_set(self.fingerprint(hash));
+    }
+
+    /// Starts queued moves while there is room.
+    fn launch_moves(&mut self) {
+        loop {
+            let sets = self.sets.as_deref_mut().expect("the sets index");
+            let Some(id) = sets.moves.slots.iter().position(Option::is_none) else { return };
+            let Some(mv) = sets.moves.queue.pop_front() else { break };
+            sets.moves.slots[id] = Some(mv);
+            self.start_move(id);
+        }
+        self.finish_segment();
+    }
+
+    /// Reads what move `id` needs: the set's page and its log items outside the segment.
+    fn start_move(&mut self, id: usize) {
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        let mv = sets.moves.slots[id].as_mut().expect("a move");
+        let offset = sets.geo.set_offset(mv.set);
+        let token = TOKEN_MOVE | (id as u64) << 16;
+        let mut reads = vec![(offset, PAGE, token | SUB_PAGE)];
+        for (n, e) in mv.others.iter().enumerate() {
+            if self.slots[e.slot() as usize].state == SlotState::Sealed {
+                let first_page = u64::from(e.offset_units()) * ITEM_ALIGN as u64 / PAGE as u64;
+                let at = self.layout.segment_offset(e.slot()) + first_page * PAGE as u64;
+                reads.push((at, e.pages() as usize * PAGE, token | n as u64));
+            }
+        }
+        mv.waiting = reads.len() as u32;
+        sets.stats.move_reads += reads.len() as u64 - 1;
+        for (offset, len, token) in reads {
+            self.io.submit(IoOp { kind: IoKind::Read, offset, buf: AlignedBuf::new(len), len, at: 0, token });
+            self.stats.reads += 1;
+            self.stats.read_bytes += len as u64;
+        }
+        self.io.flush();
+    }
+
+    /// A move's read or write is back.
+    pub(in super::super) fn move_done(&mut self, number: u64, c: Completion, now: Now) {
+        let (id, sub) = ((number >> 16) as usize, number & 0xFFFF);
+        if sub == SUB_WRITE {
+            return self.move_written(id, c.result.is_ok());
+        }
+        let item = if sub == SUB_PAGE || c.result.is_err() { None } else { self.read_moving(id, sub as usize, &c.buf) };
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        sets.stats.io_errors += u64::from(c.result.is_err());
+        let mv = sets.moves.slots[id].as_mut().expect("a move");
+        if sub == SUB_PAGE {
+            mv.page_ok = c.result.is_ok();
+            mv.page = Some(c.buf);
+        } else if let Some(m) = item {
+            mv.incoming.push(m);
+        }
+        mv.waiting -= 1;
+        if mv.waiting == 0 {
+            self.write_move(id, now);
+        }
+    }
+
+    /// The log item a move read (entry `n` of its others), if it checks out and is still there.
+    fn read_moving(&self, id: usize, n: usize, buf: &[u8]) -> Option<Moving> {
+        let sets = self.sets.as_deref().expect("the sets index");
+        let mv = sets.moves.slots[id].as_ref().expect("a move");
+        let entry = *mv.others.get(n)?;
+        let at = entry.offset_units() as usize * ITEM_ALIGN % PAGE;
+        let item = decode_item(buf.get(at..)?, self.slots[entry.slot() as usize].seq).ok()?;
+        let hash = KeyHash::of(item.key);
+        let current = self.index.find(hash).is_some_and(|e| e.same_place(entry)) && Self::valid(&self.slots, entry);
+        let fits = set_item_bytes(item.key.len(), item.value.len()) <= sets.geo.max_item_bytes as usize;
+        if !current || !fits || sets.set_of(self.fingerprint(hash)) != mv.set {
+            return None;
+        }
+        let moving = SetItem { key: item.key.to_vec(), value: item.value.to_vec(), meta: item.meta, rrpv: RRPV_INSERT };
+        Some(Moving { hash, entry, item: moving })
+    }
+}
+
+impl FlashStore {
+    /// Everything move `id` read is back: merge the page with the incoming items and write it.
+    fn write_move(&mut self, id: usize, now: Now) {
+        let (partition, seed) = (self.cfg.partition, self.set_seed());
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        let mut mv = sets.moves.slots[id].take().expect("a move");
+        let s = mv.set;
+        let bucket = s / sets.geo.per_bucket;
+        if sets.moves.marks.get(&s).is_some_and(|m| m.voided) {
+            return self.end_move(mv);
+        }
+        let mut buf = mv.page.take().unwrap_or_else(|| AlignedBuf::new(PAGE));
+        let version = sets.version(s);
+        let old: Vec<SetItem> = match page::decode_page(&buf[..PAGE], s, partition, seed) {
+            Ok(p) if version != 0 && mv.page_ok && super::version_of(p.seq) == version => {
+                p.iter().map(|(_, v)| v.owned()).collect()
+            }
+            Ok(_) => Vec::new(),
+            Err(_) => {
+                sets.stats.bad_pages += u64::from(version != 0);
+                Vec::new()
+            }
+        };
+        let tombs: Vec<u16> = self
+            .index
+            .bucket_entries(bucket as usize)
+            .filter(|&e| is_tombstone(e) && sets.set_of((bucket, e.tag())) == s)
+            .map(Entry::tag)
+            .collect();
+        let old: Vec<SetItem> = old
+            .into_iter()
+            .filter(|o| !is_expired(o.meta.expiry, now.unix) && !tombs.contains(&KeyHash::of(&o.key).tag()))
+            .collect();
+        // Items whose log entry changed while the move read are left to the log.
+        let index = &self.index;
+        mv.incoming.retain(|m| index.find(m.hash).is_some_and(|e| e.same_place(m.entry)));
+        mv.incoming.retain(|m| !is_expired(m.item.meta.expiry, now.unix));
+        let incoming: Vec<SetItem> = mv.incoming.iter().map(|m| m.item.clone()).collect();
+        let (kept, evicted) = page::merge(old, sets.hits[s as usize], incoming);
+        mv.fps = kept.iter().map(|i| (bucket, KeyHash::of(&i.key).tag())).collect();
+        mv.applied = tombs;
+        mv.evicted = evicted;
+        mv.seq = sets.next_seq;
+        sets.next_seq += 1;
+        page::encode_page(&mut buf, s, mv.seq, partition, seed, &kept);
+        let offset = sets.geo.set_offset(s);
+        sets.moves.slots[id] = Some(mv);
+        let token = TOKEN_MOVE | (id as u64) << 16 | SUB_WRITE;
+        self.io.submit(IoOp { kind: IoKind::Write, offset, buf, len: PAGE, at: 0, token });
+        self.stats.write_bytes += PAGE as u64;
+        self.io.flush();
+    }
+
+    /// Move `id`'s page write is back: the set now answers for what it holds, and its items
+    /// leave the log.
+    fn move_written(&mut self, id: usize, ok: bool) {
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        let mv = sets.moves.slots[id].take().expect("a move");
+        let s = mv.set;
+        let (voided, touched) = sets.moves.marks.get(&s).map_or((false, Vec::new()), |m| (m.voided, m.touched.clone()));
+        if !ok {
+            sets.stats.io_errors += 1;
+            sets.void(s);
+        } else if !voided {
+            sets.written(s, mv.seq, &mv.fps);
+            sets.stats.set_writes += 1;
+            sets.stats.items_moved += mv.incoming.len() as u64;
+            sets.stats.rrip_evictions += u64::from(mv.evicted);
+            let bucket = (s / sets.geo.per_bucket) as usize;
+            for m in &mv.incoming {
+                if self.index.find(m.hash).is_some_and(|e| e.same_place(m.entry)) {
+                    let old = self.index.remove(m.hash);
+                    self.forget(old);
+                }
+            }
+            for tag in mv.applied.iter().filter(|t| !touched.contains(t)) {
+                self.index.remove_tombstone(bucket, *tag);
+            }
+        }
+        self.end_move(mv);
+    }
+
+    fn end_move(&mut self, mv: Move) {
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        sets.moves.marks.remove(&mv.set);
+        self.launch_moves();
+    }
+
+    /// The reclaimed segment's moves are all done: it is retired.
+    fn finish_segment(&mut self) {
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if !sets.moves.holding || !sets.moves.idle() {
+            return;
+        }
+        sets.moves.holding = false;
+        self.gc.walking = false;
+        self.gc.reading = None;
+        self.retire_tail();
+    }
+}

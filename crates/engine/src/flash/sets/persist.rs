@@ -1,0 +1,57 @@
+//! The sets' DRAM state in the snapshot a clean close writes: every set's version and item
+//! count, then every set's Bloom filter. The pages stay on flash; hit bits start clear.
+//!
+//! ```text
+//!   0 magic u64 "TKVSETS1" | 8 length u64 (bytes of this section) | 16 sets u32
+//!  20 bloom bytes u32 | 24 next_seq u64 | 32 per set: version u16 | count u8
+//!  then every set's Bloom filter
+//! ```
+
+use super::Sets;
+use crate::flash::RecoveryError;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"TKVSETS1");
+
+impl Sets {
+    /// The section's bytes.
+    pub(crate) fn save(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.versions.len() * 3 + self.blooms.len());
+        out.extend_from_slice(&MAGIC.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        out.extend_from_slice(&self.geo.sets.to_le_bytes());
+        out.extend_from_slice(&(self.geo.bloom.bytes() as u32).to_le_bytes());
+        out.extend_from_slice(&self.next_seq.to_le_bytes());
+        for (v, c) in self.versions.iter().zip(&self.counts) {
+            out.extend_from_slice(&v.to_le_bytes());
+            out.push(*c);
+        }
+        out.extend_from_slice(&self.blooms);
+        let len = out.len() as u64;
+        out[8..16].copy_from_slice(&len.to_le_bytes());
+        out
+    }
+
+    /// Restores the section `save` wrote for this very geometry.
+    pub(crate) fn load(&mut self, bytes: &[u8]) -> Result<(), RecoveryError> {
+        let bad = || RecoveryError::SetsSnapshot;
+        let n = self.versions.len();
+        let expected = 32 + n * 3 + self.blooms.len();
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        if bytes.len() < expected || u64_at(0) != MAGIC || u64_at(8) != expected as u64 {
+            return Err(bad());
+        }
+        if u32_at(16) != self.geo.sets || u32_at(20) as usize != self.geo.bloom.bytes() {
+            return Err(bad());
+        }
+        self.next_seq = u64_at(24);
+        for i in 0..n {
+            let at = 32 + i * 3;
+            self.versions[i] = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+            self.counts[i] = bytes[at + 2];
+        }
+        self.blooms.copy_from_slice(&bytes[32 + n * 3..expected]);
+        self.hits.fill(0);
+        Ok(())
+    }
+}

@@ -1,0 +1,280 @@
+//! The sets index against the plain model (the flash model test over this index: crashes,
+//! clean restarts, faults) and one scenario per mechanism: threshold admission, moves from the
+//! log into a set, RRIP inside a set, a Bloom false positive, a change while a set read is in
+//! flight, a delete of a key with one copy in the log and an older one in its set.
+
+use proptest::prelude::*;
+
+use super::super::io::sim::Faults;
+use super::super::tests::{cases, config, key, op, run, Harness};
+use super::super::{FlashConfig, Lookup, SetsConfig};
+use crate::hash::KeyHash;
+
+/// `config()` with the sets index: half the region is the log (a few segments), the rest a
+/// few hundred sets, two or three behind each log bucket, so moves, evictions and voids happen
+/// all the time.
+pub(in super::super) fn sets_config() -> FlashConfig {
+    let mut cfg = config();
+    cfg.file_bytes += 512 << 10;
+    cfg.expected_item_bytes = 2048;
+    cfg.sets = Some(SetsConfig { log_percent: 50, max_moves: 4, ..SetsConfig::default() });
+    cfg
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(96), ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_sets_index_serves_only_last_acknowledged_values(ops in prop::collection::vec(op(), 1..120), seed in any::<u64>()) {
+        run(&ops, seed, Faults::default(), sets_config());
+    }
+
+    #[test]
+    fn the_sets_index_turns_faults_into_misses_never_wrong_values(ops in prop::collection::vec(op(), 1..120), seed in any::<u64>()) {
+        run(&ops, seed, Faults { fail_per_million: 20_000, flip_per_million: 50_000 }, sets_config());
+    }
+}
+
+/// The set key `k` is bound for.
+fn set_of(h: &mut Harness, k: u32) -> u32 {
+    let hash = KeyHash::of(&key(k));
+    let store = h.store();
+    let fp = store.fingerprint(hash);
+    store.sets.as_deref().expect("sets").set_of(fp)
+}
+
+/// `n` keys from `from` on bound for set `s`.
+fn keys_for(h: &mut Harness, s: u32, from: u32, n: usize) -> Vec<u32> {
+    (from..from + 1_000_000).filter(|&k| set_of(h, k) == s).take(n).collect()
+}
+
+/// Writes large items (they stay in the log) of keys bound for none of `avoid` until every
+/// segment written before has been reclaimed, then lets the moves finish.
+fn cycle_log(h: &mut Harness, avoid: &[u32]) {
+    let slots = h.store().layout().slots;
+    let reclaims = h.store().stats().reclaims;
+    let mut k = 5_000_000;
+    while h.store().stats().reclaims < reclaims + u64::from(slots) + 1 {
+        k += 1;
+        if avoid.contains(&set_of(h, k)) {
+            continue;
+        }
+        h.insert(k, 3000, None);
+        h.poll();
+    }
+    h.settle();
+}
+
+/// Looks `k` up to the end: Some(cas) on a hit (checked against the model by the harness).
+fn get(h: &mut Harness, k: u32) -> bool {
+    let hits = h.store().stats().hits_flash + h.store().stats().hits_buffer;
+    if h.lookup(k).is_some() {
+        h.settle();
+    }
+    h.store().stats().hits_flash + h.store().stats().hits_buffer > hits
+}
+
+fn sets_stats(h: &mut Harness) -> super::SetsStats {
+    h.store().sets_stats().expect("sets")
+}
+
+#[test]
+fn items_bound_for_a_set_move_together_and_a_lone_one_is_dropped() {
+    let mut h = Harness::with(sets_config(), 1, Faults::default());
+    let pair = keys_for(&mut h, 7, 0, 2);
+    let lone_set = 11;
+    let lone = keys_for(&mut h, lone_set, 0, 1)[0];
+    for &k in pair.iter().chain([&lone]) {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[7, lone_set]);
+    let s = sets_stats(&mut h);
+    assert!(s.set_writes >= 1 && s.items_moved >= 2, "{s:?}");
+    assert!(s.threshold_drops >= 1, "{s:?}");
+    let before = sets_stats(&mut h);
+    for &k in &pair {
+        assert!(get(&mut h, k), "moved items are served from their set");
+    }
+    assert!(!get(&mut h, lone), "below the threshold and never hit: dropped");
+    let after = sets_stats(&mut h);
+    assert_eq!(after.hits_set - before.hits_set, 2);
+    assert_eq!(after.reads_hit - before.reads_hit, 2, "one read per hit");
+}
+
+#[test]
+fn an_item_hit_in_the_log_is_written_to_the_log_again_below_the_threshold() {
+    let mut h = Harness::with(sets_config(), 2, Faults::default());
+    let k = keys_for(&mut h, 5, 0, 1)[0];
+    h.insert(k, 100, None);
+    h.settle();
+    // Read it while it is on flash in the log: its hit bit.
+    h.store().submit();
+    let sealed = {
+        let slots = h.store().layout().slots;
+        for i in 0..slots * 40 {
+            h.insert(6_000_000 + i, 3000, None);
+            h.poll();
+            if h.store().stats().segments_written >= 1 {
+                break;
+            }
+        }
+        h.settle();
+        get(&mut h, k)
+    };
+    assert!(sealed);
+    let mut i = 7_000_000;
+    while sets_stats(&mut h).readmitted == 0 {
+        i += 1;
+        if set_of(&mut h, i) != 5 {
+            h.insert(i, 3000, None);
+            h.poll();
+        }
+    }
+    h.settle();
+    assert!(get(&mut h, k), "re-admitted to the log");
+}
+
+#[test]
+fn rrip_keeps_the_items_read_in_a_set_and_evicts_the_others() {
+    let mut h = Harness::with(sets_config(), 3, Faults::default());
+    let keys = keys_for(&mut h, 3, 0, 9);
+    // Four items of ~900 bytes fill most of a page.
+    for &k in &keys[..4] {
+        h.insert(k, 900, None);
+    }
+    cycle_log(&mut h, &[3]);
+    assert!(keys[..4].iter().all(|&k| get(&mut h, k)));
+    // keys[1] is read again; then more items come and the page overflows.
+    assert!(get(&mut h, keys[1]));
+    for &k in &keys[4..] {
+        h.insert(k, 900, None);
+    }
+    // (Reads of the others after the hit would mark them too.)
+    cycle_log(&mut h, &[3]);
+    let s = sets_stats(&mut h);
+    assert!(s.rrip_evictions >= 1, "{s:?}");
+    assert!(get(&mut h, keys[1]), "the item read since the last write stays");
+    let found = keys.iter().filter(|&&k| get(&mut h, k)).count();
+    assert!(found <= 5, "a page holds at most four or five such items, found {found}");
+}
+
+#[test]
+fn a_bloom_false_positive_costs_one_read_and_is_a_miss() {
+    let mut h = Harness::with(sets_config(), 4, Faults::default());
+    let keys = keys_for(&mut h, 9, 0, 3);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[9]);
+    // A key never written whose set's filter says maybe anyway.
+    let absent = (keys[2] + 1..keys[2] + 1_000_000)
+        .find(|&k| {
+            let hash = KeyHash::of(&key(k));
+            let store = h.store();
+            let fp = store.fingerprint(hash);
+            store.index.find(hash).is_none() && store.sets.as_deref().unwrap().may_contain(fp)
+        })
+        .expect("a false positive");
+    let before = sets_stats(&mut h);
+    assert!(!get(&mut h, absent));
+    let after = sets_stats(&mut h);
+    assert_eq!(after.false_positives - before.false_positives, 1);
+    assert_eq!(after.reads_miss - before.reads_miss, 1);
+}
+
+#[test]
+fn a_change_while_a_set_read_is_in_flight_is_never_undone_by_the_read() {
+    let mut h = Harness::with(sets_config(), 5, Faults::default());
+    let keys = keys_for(&mut h, 13, 0, 2);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[13]);
+    // A read of the set is in flight when the key is written again, and when it is deleted.
+    let t = h.lookup(keys[0]).expect("a set read");
+    h.insert(keys[0], 120, None);
+    h.settle();
+    assert!(!h.pending.contains_key(&t));
+    assert!(get(&mut h, keys[0]), "the new value (the harness checks it)");
+    let before = h.store().stats().miss_superseded;
+    h.lookup(keys[1]).expect("a set read");
+    h.delete(keys[1]);
+    h.settle();
+    assert_eq!(h.store().stats().miss_superseded, before + 1);
+    assert!(!get(&mut h, keys[1]));
+}
+
+#[test]
+fn a_deleted_key_with_a_copy_in_the_log_and_an_older_one_in_its_set_stays_deleted() {
+    let mut h = Harness::with(sets_config(), 6, Faults::default());
+    let keys = keys_for(&mut h, 17, 0, 2);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[17]);
+    assert!(get(&mut h, keys[0]));
+    h.insert(keys[0], 150, None);
+    h.settle();
+    h.delete(keys[0]);
+    assert!(sets_stats(&mut h).tombstones >= 1);
+    assert!(!get(&mut h, keys[0]));
+    // Through a clean restart (the tombstone is in the snapshot) and more moves into the set.
+    h.clean_restart();
+    assert!(!get(&mut h, keys[0]));
+    let more = keys_for(&mut h, 17, keys[1] + 1, 2);
+    for &k in &more {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[17]);
+    assert!(!get(&mut h, keys[0]));
+    assert!(get(&mut h, keys[1]) && get(&mut h, more[0]));
+}
+
+#[test]
+fn after_a_crash_the_sets_are_void_never_stale() {
+    let mut h = Harness::with(sets_config(), 7, Faults::default());
+    let keys = keys_for(&mut h, 19, 0, 2);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[19]);
+    assert!(get(&mut h, keys[0]));
+    h.crash();
+    assert!(!get(&mut h, keys[0]), "the set's tombstones were in DRAM: it is void");
+    assert_eq!(h.store().sets.as_deref().unwrap().version(19), 0);
+}
+
+#[test]
+fn the_sets_layout_fits_its_region_and_bad_settings_say_why() {
+    let cfg = sets_config();
+    let layout = super::super::RegionLayout::new(&cfg).unwrap();
+    let sets = layout.sets.unwrap();
+    assert!(sets.offset + u64::from(sets.sets) * 4096 <= layout.segments_offset);
+    assert!(layout.segment_offset(layout.slots) <= cfg.file_bytes);
+    assert_eq!(sets.sets % sets.per_bucket, 0);
+    assert_eq!(sets.sets / sets.per_bucket, layout.buckets);
+    let mut bad = sets_config();
+    bad.sets = Some(SetsConfig { log_percent: 0, ..SetsConfig::default() });
+    assert!(super::super::RegionLayout::new(&bad).unwrap_err().0.contains("log"));
+    let mut tiny = sets_config();
+    tiny.file_bytes = 420 << 10;
+    assert!(super::super::RegionLayout::new(&tiny).unwrap_err().0.contains("sets"));
+    let mut both = sets_config();
+    both.cascade = super::super::tests::cascade_config().cascade;
+    assert!(super::super::RegionLayout::new(&both).is_err());
+}
+
+#[test]
+fn a_lookup_answers_from_the_log_first() {
+    let mut h = Harness::with(sets_config(), 8, Faults::default());
+    let keys = keys_for(&mut h, 21, 0, 2);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[21]);
+    h.insert(keys[0], 130, None);
+    let hash = KeyHash::of(&key(keys[0]));
+    let (k0, now) = (key(keys[0]), h.now);
+    // In the write buffer: answered at once, the newer value.
+    assert!(matches!(h.store().lookup(hash, &k0, 999_999, now), Lookup::Hit(_)));
+}
