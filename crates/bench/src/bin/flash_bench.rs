@@ -13,7 +13,7 @@ use tierkv_bench::loadgen::process_cpu_seconds;
 use tierkv_bench::workload::{key_sequence, write_text_key, Distribution};
 use tierkv_engine::flash::{
     engine_for, open_file, CascadeConfig, CascadeStats, FlashConfig, FlashIo, FlashStore, InsertOutcome, ItemMeta,
-    Lookup, Now, ReadDone,
+    Lookup, Now, ReadDone, SetsConfig, SetsStats,
 };
 use tierkv_engine::KeyHash;
 
@@ -58,9 +58,15 @@ struct Args {
     /// Keep an existing file (reopen it) instead of starting fresh.
     #[arg(long)]
     keep: bool,
-    /// The index: full (8 bytes of DRAM per item) or cascade (Cascade Mapping).
+    /// The index: full (8 bytes of DRAM per item), cascade (Cascade Mapping) or sets (Kangaroo).
     #[arg(long, default_value = "full")]
     index: IndexKind,
+    /// The sets index: percent of the file its log takes.
+    #[arg(long, default_value_t = 5)]
+    sets_log_percent: u32,
+    /// The sets index: log items bound for a set that move them into it.
+    #[arg(long, default_value_t = 2)]
+    sets_threshold: u32,
     /// The cascade index's tier-1 DRAM budget in MiB.
     #[arg(long, default_value_t = 16)]
     index_mib: u64,
@@ -73,6 +79,7 @@ struct Args {
 enum IndexKind {
     Full,
     Cascade,
+    Sets,
 }
 
 /// This process's user + system CPU seconds.
@@ -95,6 +102,10 @@ fn open(args: &Args, start: Instant) -> (FlashStore, String) {
     cfg.expected_item_bytes = args.expected_item_bytes.unwrap_or(on_flash);
     if args.index == IndexKind::Cascade {
         cfg.cascade = Some(CascadeConfig::with_t1_bytes(args.index_mib << 20));
+    }
+    if args.index == IndexKind::Sets {
+        let (log_percent, threshold) = (args.sets_log_percent, args.sets_threshold);
+        cfg.sets = Some(SetsConfig { log_percent, threshold, ..SetsConfig::default() });
     }
     let (store, report) = FlashStore::open(engine, cfg, now(start)).unwrap_or_else(|e| panic!("open: {e}"));
     let mode = format!("io={} direct={direct} {} ({} items)", store.io_name(), report.reason, report.items);
@@ -210,9 +221,11 @@ fn main() {
     let (mut store, mode) = open(&args, start);
     println!("flash-bench: {} MiB at {}, {mode}", args.size_mib, args.path.display());
     let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u64;
-    // 90% of the segment ring (the cascade index's mapping areas take part of the file).
+    // 90% of the segment ring (the cascade index's mapping areas take part of the file), and
+    // of the sets.
     let ring = u64::from(store.layout().slots) * u64::from(store.layout().segment_bytes);
-    let items = args.items.unwrap_or(ring / on_flash * 9 / 10);
+    let in_sets = store.layout().sets.map_or(0, |s| u64::from(s.sets) * (4064 / (24 + args.key_bytes + args.value_bytes) as u64));
+    let items = args.items.unwrap_or((ring / on_flash + in_sets) * 9 / 10);
     let rate = insert_all(&mut store, &args, items, start);
     let s = store.stats();
     println!(
@@ -226,6 +239,7 @@ fn main() {
         println!("warm-up: {} gets, hit ratio {:.4}, {seconds:.1} s", warm.len(), hits as f64 / warm.len() as f64);
     }
     let tiers_before = store.cascade_stats();
+    let sets_before = store.sets_stats();
     let before = store.stats();
     let cpu = cpu_seconds();
     let (hits, seconds, hist) = get_all(&mut store, &args, &keys, 0, start);
@@ -262,6 +276,9 @@ fn main() {
     );
     if let (Some(a), Some(b)) = (tiers_before, tiers_after) {
         report_tiers(&store, a, b);
+    }
+    if let (Some(a), Some(b)) = (sets_before, store.sets_stats()) {
+        report_sets(a, b);
     }
     report_memory_and_writes(&store, hits as f64 / keys.len() as f64);
     churn(&mut store, &args, items, start);
@@ -307,6 +324,36 @@ fn report_tiers(store: &FlashStore, a: CascadeStats, b: CascadeStats) {
     );
 }
 
+/// The sets index: hits by where they were found, reads per hit and per miss over the measured
+/// GETs (present and absent keys), and what the moves did since the start.
+fn report_sets(a: SetsStats, b: SetsStats) {
+    let per = |reads: u64, n: u64| reads as f64 / n.max(1) as f64;
+    println!(
+        "sets (measured gets): {} log hits, {} set hits, reads per hit {:.4}; {} misses at {:.4} reads ({} Bloom false positives)",
+        b.hits_log - a.hits_log,
+        b.hits_set - a.hits_set,
+        per(b.reads_hit - a.reads_hit, b.hits_log - a.hits_log + b.hits_set - a.hits_set),
+        b.misses - a.misses,
+        per(b.reads_miss - a.reads_miss, b.misses - a.misses),
+        b.false_positives - a.false_positives,
+    );
+    println!(
+        "sets (since start): {} set writes carrying {} items ({:.2} per write), {} move reads, {} shadow moves, {} threshold drops, {} readmitted, {} RRIP evictions, {} tombstones, {} voided, {} bad pages, {} I/O errors",
+        b.set_writes,
+        b.items_moved,
+        b.items_per_write(),
+        b.move_reads,
+        b.shadow_moves,
+        b.threshold_drops,
+        b.readmitted,
+        b.rrip_evictions,
+        b.tombstones,
+        b.voided,
+        b.bad_pages,
+        b.io_errors,
+    );
+}
+
 /// DRAM per item, counted two ways: per item the index holds (its own count) and per item a
 /// uniform lookup finds (items inserted x `served`, the measured hit ratio on present keys).
 fn report_memory_and_writes(store: &FlashStore, served: f64) {
@@ -315,7 +362,7 @@ fn report_memory_and_writes(store: &FlashStore, served: f64) {
     let items = s.items.max(1) as f64;
     let found = (s.inserts as f64 * served).max(1.0);
     println!(
-        "dram: {:.3} bytes per indexed item ({} items), {:.3} per item found ({found:.0} = inserts x hit ratio); per indexed item: index/tier 1 {:.3}, demotion blocks {:.3}, tier-2 filters {:.3}, tier-3 filters {:.3}, merge buffers {:.3}, segment table {:.3}, write buffers {:.3}, gc buffer {:.3}, reads {:.3}",
+        "dram: {:.3} bytes per indexed item ({} items), {:.3} per item found ({found:.0} = inserts x hit ratio); per indexed item: index/tier 1/log index {:.3}, demotion blocks {:.3}, tier-2 filters {:.3}, tier-3 filters {:.3}, merge buffers {:.3}, set filters {:.3}, set state {:.3}, set moves {:.3}, segment table {:.3}, write buffers {:.3}, gc buffer {:.3}, reads {:.3}",
         m.total() as f64 / items,
         s.items,
         m.total() as f64 / found,
@@ -324,13 +371,16 @@ fn report_memory_and_writes(store: &FlashStore, served: f64) {
         m.t2_filters as f64 / items,
         m.t3_filters as f64 / items,
         m.merge_buffers as f64 / items,
+        m.set_filters as f64 / items,
+        m.set_state as f64 / items,
+        m.set_moves as f64 / items,
         m.segment_table as f64 / items,
         m.write_buffers as f64 / items,
         m.gc_buffer as f64 / items,
         m.reads as f64 / items
     );
     println!(
-        "device: {} bytes written, {} read; write amplification {:.3} (bytes written / bytes admitted); {} index evictions, {} busy",
+        "device: {} bytes written, {} read; write amplification {:.3} (device bytes written / bytes of items admitted); {} index evictions, {} busy",
         s.write_bytes,
         s.read_bytes,
         s.write_bytes as f64 / s.admitted_bytes.max(1) as f64,

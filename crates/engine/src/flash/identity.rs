@@ -80,11 +80,15 @@ pub(super) fn claim_file(io: &mut dyn IoEngine, cfg: &FlashConfig, force: bool) 
         partitions: cfg.partitions,
         file_bytes: cfg.file_bytes,
         segment_bytes: cfg.segment_bytes,
-        index: u32::from(cfg.cascade.is_some()),
+        index: if cfg.sets.is_some() { 2 } else { u32::from(cfg.cascade.is_some()) },
         layout_key: cfg.layout_key(),
         identity: 0,
     };
-    let index_name = |index: u32| if index == 1 { "cascade" } else { "full" };
+    let index_name = |index: u32| match index {
+        1 => "cascade",
+        2 => "sets",
+        _ => "full",
+    };
     let (old, changed, new_file) = match FileHeader::classify(&page[..PAGE]) {
         FirstPage::Ours(found) if found.layout_key == header.layout_key => {
             return Ok(Claim { identity: found.identity, changed: None, new_file: false });

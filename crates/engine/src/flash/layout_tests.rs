@@ -20,6 +20,7 @@ struct Shape {
     file_bytes: u64,
     segment_bytes: u32,
     cascade: bool,
+    sets: bool,
 }
 
 fn config(shape: Shape, partition: u32) -> FlashConfig {
@@ -31,6 +32,10 @@ fn config(shape: Shape, partition: u32) -> FlashConfig {
         let mut c = CascadeConfig::with_t1_bytes(256);
         (c.reorg_at, c.pages_per_stream, c.block_entries) = (2, 4, 6);
         cfg.cascade = Some(c);
+    }
+    if shape.sets {
+        cfg.expected_item_bytes = 2048;
+        cfg.sets = Some(SetsConfig { log_percent: 40, max_moves: 4, ..SetsConfig::default() });
     }
     cfg
 }
@@ -178,13 +183,15 @@ impl Fleet {
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
-    (1u32..=3, prop_oneof![Just(6u64 << 20), Just(12u64 << 20), Just(9u64 << 20)], any::<bool>(), any::<bool>())
-        .prop_map(|(partitions, file_bytes, big, cascade)| Shape {
+    (1u32..=3, prop_oneof![Just(6u64 << 20), Just(12u64 << 20), Just(9u64 << 20)], any::<bool>(), 0u8..3).prop_map(
+        |(partitions, file_bytes, big, index)| Shape {
             partitions,
             file_bytes,
             segment_bytes: if big { 128 << 10 } else { 64 << 10 },
-            cascade,
-        })
+            cascade: index == 1,
+            sets: index == 2,
+        },
+    )
 }
 
 #[derive(Clone, Debug)]
@@ -242,10 +249,17 @@ proptest! {
 /// key, -t 2 again must serve none of v1; the same with 256m -> 512m -> 256m.
 #[test]
 fn a_round_trip_through_another_layout_serves_no_old_value() {
-    let two = Shape { partitions: 2, file_bytes: 12 << 20, segment_bytes: 64 << 10, cascade: false };
+    let two = Shape { partitions: 2, file_bytes: 12 << 20, segment_bytes: 64 << 10, cascade: false, sets: false };
     let one = Shape { partitions: 1, ..two };
     let small = Shape { file_bytes: 6 << 20, ..two };
-    for (a, b) in [(two, one), (two, small), (Shape { cascade: true, ..two }, Shape { cascade: true, ..one })] {
+    for (a, b) in [
+        (two, one),
+        (two, small),
+        (Shape { cascade: true, ..two }, Shape { cascade: true, ..one }),
+        (Shape { sets: true, ..two }, Shape { sets: true, ..one }),
+        (two, Shape { sets: true, ..two }),
+        (Shape { sets: true, ..two }, Shape { cascade: true, ..two }),
+    ] {
         let mut fleet = Fleet::new(a, 7);
         for k in 0..KEYS {
             fleet.insert(k);
@@ -271,7 +285,7 @@ fn a_round_trip_through_another_layout_serves_no_old_value() {
 
 #[test]
 fn a_foreign_file_is_refused_unless_forced_and_an_old_format_is_taken_over() {
-    let shape = Shape { partitions: 1, file_bytes: 3 << 20, segment_bytes: 64 << 10, cascade: false };
+    let shape = Shape { partitions: 1, file_bytes: 3 << 20, segment_bytes: 64 << 10, cascade: false, sets: false };
     let disk = SimDisk::new(DISK as usize, 1);
     let mut page = AlignedBuf::new(layout::PAGE);
     page[..22].copy_from_slice(b"#!/bin/sh\necho hello\n\n");

@@ -338,7 +338,7 @@ fn cascade_deletes_and_failed_overwrites_stay_gone_through_merges_and_a_restart(
 
 #[test]
 fn a_store_holds_no_more_dram_than_its_configuration_says() {
-    for cfg in [config(), super::tests::cascade_config()] {
+    for cfg in [config(), super::tests::cascade_config(), super::sets::tests::sets_config()] {
         let bound = cfg.dram_bytes().unwrap();
         let mut h = Harness::with(cfg, 11, Faults::default());
         for k in 0..3000 {

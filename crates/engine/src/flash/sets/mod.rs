@@ -21,7 +21,7 @@ mod moves;
 pub(super) mod page;
 mod persist;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 pub use config::{SetsConfig, SetsLayout};
 
