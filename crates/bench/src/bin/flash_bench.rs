@@ -224,7 +224,8 @@ fn main() {
     // 90% of the segment ring (the cascade index's mapping areas take part of the file), and
     // of the sets.
     let ring = u64::from(store.layout().slots) * u64::from(store.layout().segment_bytes);
-    let in_sets = store.layout().sets.map_or(0, |s| u64::from(s.sets) * (4064 / (24 + args.key_bytes + args.value_bytes) as u64));
+    let in_sets =
+        store.layout().sets.map_or(0, |s| u64::from(s.sets) * (4064 / (24 + args.key_bytes + args.value_bytes) as u64));
     let items = args.items.unwrap_or((ring / on_flash + in_sets) * 9 / 10);
     let rate = insert_all(&mut store, &args, items, start);
     let s = store.stats();

@@ -232,15 +232,16 @@ impl FlashStore {
     }
 
     /// How a full one-choice bucket ranks its entries for eviction (smallest first): dead entries
-    /// no set needs, then live items oldest first, and last what shadows a set.
+    /// no set needs, then live items oldest first, then live items whose set may hold an older
+    /// copy (letting one go voids the set), and last tombstones and dead entries that shadow.
     pub(super) fn set_age(&self, bucket: usize, e: Entry) -> u64 {
         let shadows = |e: Entry| self.sets.as_deref().is_some_and(|s| s.may_contain((bucket as u32, e.tag())));
-        if Self::valid(&self.slots, e) {
-            1 + self.slots[e.slot() as usize].seq.min(u64::MAX - 2)
-        } else if is_tombstone(e) || shadows(e) {
-            u64::MAX
-        } else {
-            0
+        let seq = |e: Entry| self.slots[e.slot() as usize].seq & ((1 << 61) - 1);
+        match (Self::valid(&self.slots, e), is_tombstone(e) || shadows(e)) {
+            (true, false) => 1 + seq(e),
+            (true, true) => (1 << 62) + seq(e),
+            (false, true) => u64::MAX,
+            (false, false) => 0,
         }
     }
 

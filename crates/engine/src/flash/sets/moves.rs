@@ -49,12 +49,15 @@ pub(super) struct Move {
     evicted: u32,
 }
 
-/// What happened to a set while its move was queued or in flight.
+/// What happened to a set since its move in flight merged (one move of a set runs at a time).
 #[derive(Default)]
 struct Mark {
     /// Tags buried meanwhile.
     touched: Vec<u16>,
+    /// Voided meanwhile: the page written holds what was merged before.
     voided: bool,
+    /// Moves of the set queued or in flight.
+    moves: u32,
 }
 
 /// The moves of the segment being reclaimed.
@@ -184,7 +187,7 @@ impl FlashStore {
             let fp = (bucket, m.hash.tag());
             sets.add(fp);
         }
-        sets.moves.marks.insert(s, Mark::default());
+        sets.moves.marks.entry(s).or_default().moves += 1;
         let mv = Move {
             set: s,
             incoming: go,
@@ -228,14 +231,23 @@ impl FlashStore {
         self.bury_set(self.fingerprint(hash));
     }
 
-    /// Starts queued moves while there is room.
+    /// Starts queued moves while there is room, one per set at a time.
     fn launch_moves(&mut self) {
+        let mut later = Vec::new();
         loop {
             let sets = self.sets.as_deref_mut().expect("the sets index");
-            let Some(id) = sets.moves.slots.iter().position(Option::is_none) else { return };
+            let Some(id) = sets.moves.slots.iter().position(Option::is_none) else { break };
             let Some(mv) = sets.moves.queue.pop_front() else { break };
+            if sets.moves.slots.iter().flatten().any(|m| m.set == mv.set) {
+                later.push(mv);
+                continue;
+            }
             sets.moves.slots[id] = Some(mv);
             self.start_move(id);
+        }
+        let moves = &mut self.sets.as_deref_mut().expect("the sets index").moves;
+        for mv in later.into_iter().rev() {
+            moves.queue.push_front(mv);
         }
         self.finish_segment();
     }
@@ -312,8 +324,9 @@ impl FlashStore {
         let mut mv = sets.moves.slots[id].take().expect("a move");
         let s = mv.set;
         let bucket = s / sets.geo.per_bucket;
-        if sets.moves.marks.get(&s).is_some_and(|m| m.voided) {
-            return self.end_move(mv);
+        // What happens from here on is checked when the write is back.
+        if let Some(mark) = sets.moves.marks.get_mut(&s) {
+            (mark.voided, mark.touched) = (false, Vec::new());
         }
         let mut buf = mv.page.take().unwrap_or_else(|| AlignedBuf::new(PAGE));
         let version = sets.version(s);
@@ -374,9 +387,14 @@ impl FlashStore {
             sets.stats.rrip_evictions += u64::from(mv.evicted);
             let bucket = (s / sets.geo.per_bucket) as usize;
             for m in &mv.incoming {
-                if self.index.find(m.hash).is_some_and(|e| e.same_place(m.entry)) {
-                    let old = self.index.remove(m.hash);
-                    self.forget(old);
+                match self.index.find(m.hash) {
+                    Some(e) if e.same_place(m.entry) => {
+                        let old = self.index.remove(m.hash);
+                        self.forget(old);
+                    }
+                    Some(_) => {}
+                    // Deleted meanwhile (its entry gone, no tombstone): the page holds it.
+                    None => self.bury_set(self.fingerprint(m.hash)),
                 }
             }
             for tag in mv.applied.iter().filter(|t| !touched.contains(t)) {
@@ -387,8 +405,13 @@ impl FlashStore {
     }
 
     fn end_move(&mut self, mv: Move) {
-        let sets = self.sets.as_deref_mut().expect("the sets index");
-        sets.moves.marks.remove(&mv.set);
+        let marks = &mut self.sets.as_deref_mut().expect("the sets index").moves.marks;
+        if let Some(mark) = marks.get_mut(&mv.set) {
+            mark.moves -= 1;
+            if mark.moves == 0 {
+                marks.remove(&mv.set);
+            }
+        }
         self.launch_moves();
     }
 
