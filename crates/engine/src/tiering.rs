@@ -77,6 +77,8 @@ pub struct FlashReport {
     pub cascade: Option<CascadeStats>,
     /// Mappings per index tier (the full index is all tier 1).
     pub tiers: TierCounts,
+    /// The sets index's counters (None: another index).
+    pub sets: Option<crate::flash::SetsStats>,
 }
 
 /// Why a flash store cannot be put behind a partition.

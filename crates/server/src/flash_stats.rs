@@ -71,13 +71,36 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_recovered_items",
     // Flash hits of plain gets answered from the read, not copied into DRAM (a first hit).
     "flash_hits_not_promoted",
+    // The sets index (zeros with another index): hits in the log and in sets, the reads of
+    // hits and misses, Bloom false positives; set writes and the items they carried, log items
+    // read back for them, threshold drops and re-admissions, RRIP evictions, tombstones, voided
+    // sets, damaged pages; DRAM of the per-set filters, per-set state and moves.
+    "flash_sets_log_hits",
+    "flash_sets_set_hits",
+    "flash_sets_reads_hit",
+    "flash_sets_misses",
+    "flash_sets_reads_miss",
+    "flash_sets_false_positives",
+    "flash_sets_writes",
+    "flash_sets_items_moved",
+    "flash_sets_move_reads",
+    "flash_sets_threshold_drops",
+    "flash_sets_readmitted",
+    "flash_sets_rrip_evictions",
+    "flash_sets_tombstones",
+    "flash_sets_voided",
+    "flash_sets_bad_pages",
+    "flash_sets_filter_bytes",
+    "flash_sets_state_bytes",
+    "flash_sets_move_bytes",
 ];
-pub(crate) const FIGURES: usize = 56;
+pub(crate) const FIGURES: usize = 74;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
     let Some(r) = partition.flash_ref().and_then(|tier| tier.flash_report()) else { return [0; FIGURES] };
     let (s, t, m) = (&r.store, &r.tier, &r.memory);
+    let x = r.sets.unwrap_or_default();
     // The full index answers every hit from tier 1, with one read each (none from a buffer).
     let c = r.cascade.unwrap_or(tierkv_engine::flash::CascadeStats {
         hits_t1: s.hits_flash + s.hits_buffer,
@@ -143,6 +166,24 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.commits,
         s.recovered_items,
         t.copies_served,
+        x.hits_log,
+        x.hits_set,
+        x.reads_hit,
+        x.misses,
+        x.reads_miss,
+        x.false_positives,
+        x.set_writes,
+        x.items_moved,
+        x.move_reads,
+        x.threshold_drops,
+        x.readmitted,
+        x.rrip_evictions,
+        x.tombstones,
+        x.voided,
+        x.bad_pages,
+        m.set_filters,
+        m.set_state,
+        m.set_moves,
     ]
 }
 
@@ -160,9 +201,20 @@ pub(crate) fn report(figures: &[u64; FIGURES], size: u64, put: &mut dyn FnMut(&s
     let (reads, hits) = (figures[15], figures[13]);
     let per_hit = if hits == 0 { 0.0 } else { reads as f64 / hits as f64 };
     put("flash_reads_per_hit", &format!("{per_hit:.3}"));
+    let figure = |name: &str| NAMES.iter().position(|n| *n == name).map_or(0, |at| figures[at]);
+    let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let set_hits = figure("flash_sets_log_hits") + figure("flash_sets_set_hits");
+    put("flash_sets_reads_per_hit", &format!("{:.3}", ratio(figure("flash_sets_reads_hit"), set_hits)));
+    put(
+        "flash_sets_reads_per_miss",
+        &format!("{:.3}", ratio(figure("flash_sets_reads_miss"), figure("flash_sets_misses"))),
+    );
+    put(
+        "flash_sets_items_per_write",
+        &format!("{:.2}", ratio(figure("flash_sets_items_moved"), figure("flash_sets_writes"))),
+    );
     // The rest of memcached's extstore keys: its compaction is tierkv's segment GC; its pages,
     // OOM gets and byte accounting have no counterpart and stay at memcached's idle value.
-    let figure = |name: &str| NAMES.iter().position(|n| *n == name).map_or(0, |at| figures[at]);
     put("get_oom_extstore", &0);
     put("extstore_compact_lost", &figure("flash_gc_drops"));
     put("extstore_compact_rescues", &figure("flash_gc_rewrites"));
@@ -205,8 +257,16 @@ pub(crate) fn settings(
         },
     );
     put("flash_segment_size", &flash.segment_bytes);
-    put("flash_index", &if flash.cascade_t1_bytes.is_some() { "cascade" } else { "full" });
+    let index = match (flash.sets, flash.cascade_t1_bytes.is_some()) {
+        (true, _) => "sets",
+        (false, true) => "cascade",
+        (false, false) => "full",
+    };
+    put("flash_index", &index);
     put("flash_index_mib", &(flash.cascade_t1_bytes.unwrap_or(0) >> 20));
+    if flash.sets {
+        put("flash_sets_log_percent", &flash.sets_log_percent);
+    }
     put("flash_sync", &if flash.sync { "yes" } else { "no" });
     put("flash_poll_us", &flash.poll.as_micros());
     put("flash_memory_mib", &flash.memory_bytes.div_ceil(1 << 20));

@@ -127,6 +127,13 @@ fn the_cascade_index_serves_the_last_acknowledged_value_across_clean_restarts() 
     model_rounds("cascade", &["--flash-index", "cascade", "--flash-test-index-kib", "16", "--flash-size", "64m"]);
 }
 
+/// The same with the sets index: values of 500-2500 bytes, so about a fifth go to sets (up to
+/// 1 KiB with their header) and the rest stay in its log, given half the file here.
+#[test]
+fn the_sets_index_serves_the_last_acknowledged_value_across_clean_restarts() {
+    model_rounds("sets", &["--flash-index", "sets", "--flash-sets-log-percent", "50", "--flash-size", "64m"]);
+}
+
 /// Four rounds of random operations with a clean restart after each: every value served is the
 /// model's, most gets hit, and (with the cascade index) its lower tiers did the work.
 fn model_rounds(name: &str, extra: &[&str]) {
@@ -187,7 +194,12 @@ fn model_rounds(name: &str, extra: &[&str]) {
             }
         }
         drop(conn);
-        if round == 3 && !extra.is_empty() {
+        if round == 3 && name == "sets" {
+            let stats = stats_of(port);
+            eprintln!("sets: {stats:?}");
+            assert!(stats["flash_sets_set_hits"] > 50 && stats["flash_sets_writes"] > 50, "sets were used: {stats:?}");
+        }
+        if round == 3 && name == "cascade" {
             let stats = stats_of(port);
             let below = stats["flash_hits_tier2"] + stats["flash_hits_tier3"];
             eprintln!("cascade: {stats:?}");
@@ -201,7 +213,11 @@ fn model_rounds(name: &str, extra: &[&str]) {
     // The live data (~14 MB) is four times the DRAM log: without flash most gets would miss.
     let ratio = hits as f64 / gets as f64;
     eprintln!("{hits} of {gets} gets of keys set hit ({ratio:.3})");
-    assert!(ratio > 0.9, "hit ratio {ratio:.3} of keys set");
+    // The sets index drops a small item whose set no other log item is bound for unless it was
+    // read in the log (threshold admission): here a few thousand small items over thousands of
+    // sets, so most of them (measured: 0.81 of all gets hit).
+    let least = if name == "sets" { 0.75 } else { 0.9 };
+    assert!(ratio > least, "hit ratio {ratio:.3} of keys set");
     drop(server);
     let _ = std::fs::remove_file(&flash);
 }
@@ -219,6 +235,12 @@ fn stats_of(port: u16) -> HashMap<String, u64> {
 #[test]
 fn a_kill_9_in_a_write_heavy_run_never_leads_to_a_wrong_value() {
     kill_9_run("kill", &[]);
+}
+
+/// The same with the sets index.
+#[test]
+fn a_kill_9_with_the_sets_index_never_leads_to_a_wrong_value() {
+    kill_9_run("kill-sets", &["--flash-index", "sets"]);
 }
 
 /// The same with the cascade index (a small tier 1: mappings on flash in both lives).

@@ -429,6 +429,7 @@ impl FlashTier for Partition {
             },
             io: tier.store.io_name(),
             cascade: tier.store.cascade_stats(),
+            sets: tier.store.sets_stats(),
             tiers: tier.store.tier_counts(),
         })
     }

@@ -76,6 +76,16 @@ impl Entry {
     }
 }
 
+/// A tombstone: the key's tag with pages 0 (never a real entry, never 0). The cascade index
+/// pushes them below tier 1; the sets index keeps them in the log index, shadowing a set.
+pub(super) fn tombstone(tag: u16) -> Entry {
+    Entry(u64::from(tag) << 48 | 0xFF << 8)
+}
+
+pub(super) fn is_tombstone(e: Entry) -> bool {
+    e.pages() == 0
+}
+
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct Bucket([u64; WAYS]);

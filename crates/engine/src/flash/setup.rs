@@ -9,7 +9,7 @@ use super::config::{CascadeConfig, FlashConfig, LayoutError, RegionLayout};
 use super::identity::{claim_file, ClaimError};
 use super::io::{engine_for, open_file, threads::ThreadsEngine, FlashIo, IoEngine};
 use super::recovery::OpenReport;
-use super::{AdmissionPolicy, FlashStore, Now, StoreError};
+use super::{AdmissionPolicy, FlashStore, Now, SetsConfig, StoreError};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +34,9 @@ pub struct TierSettings {
     /// The cascade index with this many bytes of tier 1 for all partitions; None: the full
     /// index.
     pub cascade_t1_bytes: Option<u64>,
+    /// The sets index (Kangaroo) with this percent of the file as its log, instead of the full
+    /// or cascade index.
+    pub sets: Option<u32>,
     /// Tests only: small mapping blocks and early merges, so they happen constantly.
     pub small_index: bool,
     /// Tests only: I/O on the thread pool with slower reads or failing writes.
@@ -71,6 +74,9 @@ impl FlashConfig {
         if settings.small_index {
             cfg.expected_item_bytes = 2048;
         }
+        if let Some(log_percent) = settings.sets {
+            cfg.sets = Some(SetsConfig { log_percent, ..SetsConfig::default() });
+        }
         cfg
     }
 
@@ -78,7 +84,8 @@ impl FlashConfig {
     /// a few mapping blocks before its item, and merges read too), its write buffers, and a
     /// few for commits.
     pub fn io_depth(&self) -> u32 {
-        self.max_reads * if self.cascade.is_some() { 2 } else { 1 } + self.write_buffers + 8
+        let moves = self.sets.map_or(0, |s| s.max_moves * 2);
+        self.max_reads * if self.cascade.is_some() { 2 } else { 1 } + self.write_buffers + 8 + moves
     }
 }
 

@@ -26,6 +26,10 @@ pub(crate) struct FlashSettings {
     pub cascade_t1_bytes: Option<u64>,
     /// Tests only (`--flash-test-index-kib`): small mapping blocks and early merges too.
     pub cascade_small: bool,
+    /// `--flash-index sets`: small items in set-associative pages behind a small log.
+    pub sets: bool,
+    /// `--flash-sets-log-percent`: the sets index's log share of the file.
+    pub sets_log_percent: u32,
     /// `--flash-force`: take over a file that is not tierkv's.
     pub force: bool,
     /// `--flash-sync`: a device flush after each commit of invalidations.
@@ -52,6 +56,7 @@ impl FlashSettings {
             io: self.io,
             cascade_t1_bytes: self.cascade_t1_bytes,
             small_index: self.cascade_small,
+            sets: self.sets.then_some(self.sets_log_percent),
             test_io,
         }
     }
@@ -112,6 +117,7 @@ impl Config {
                     ("--flash-segment-size", self.flash_segment_size.is_some()),
                     ("--flash-index", self.flash_index.is_some()),
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
+                    ("--flash-sets-log-percent", self.flash_sets_log_percent.is_some()),
                     ("--flash-force", self.flash_force),
                     ("--flash-sync", self.flash_sync),
                     ("--flash-poll-us", self.flash_poll_us.is_some()),
@@ -157,6 +163,13 @@ impl Config {
         let io = if read_delay_ms > 0 || fail_writes_while.is_some() { FlashIo::Threads } else { io };
         let cascade_t1_bytes = self.flash_index_kind(size)?;
         let cascade_small = self.flash_test_index_kib.is_some();
+        let sets = self.flash_index.as_deref() == Some("sets");
+        let sets_log_percent = match (sets, self.flash_sets_log_percent) {
+            (_, None) => tierkv_engine::flash::SetsConfig::default().log_percent,
+            (false, Some(_)) => return Err(ConfigError::flag("--flash-sets-log-percent", "needs --flash-index sets")),
+            (true, Some(p)) if (1..=50).contains(&p) => p,
+            (true, Some(_)) => return Err(ConfigError::flag("--flash-sets-log-percent", "must be 1 to 50")),
+        };
         let poll_us = self.flash_poll_us.unwrap_or(DEFAULT_FLASH_POLL_US);
         if poll_us > MAX_FLASH_POLL_US {
             return Err(ConfigError::flag("--flash-poll-us", format!("must be at most {MAX_FLASH_POLL_US}")));
@@ -171,6 +184,8 @@ impl Config {
             fail_writes_while,
             cascade_t1_bytes,
             cascade_small,
+            sets,
+            sets_log_percent,
             force: self.flash_force,
             sync: self.flash_sync,
             poll: std::time::Duration::from_micros(poll_us),
@@ -226,7 +241,8 @@ impl Config {
         ))
     }
 
-    /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None. With
+    /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None (the
+    /// full index, or the sets index, which `flash` reads from `--flash-index` itself). With
     /// neither given (`auto`), the full index while it fits in the memory limit (`-m`), else the
     /// cascade index: a big flash file never brings a DRAM index larger than the DRAM budget.
     fn flash_index_kind(&self, size: u64) -> Result<Option<u64>, ConfigError> {
@@ -243,13 +259,16 @@ impl Config {
         };
         match (kind, self.flash_index_mib) {
             ("full", None) => Ok(None),
-            ("full", Some(_)) => Err(ConfigError::flag("--flash-index-mib", "needs --flash-index cascade")),
+            ("full" | "sets", Some(_)) => Err(ConfigError::flag("--flash-index-mib", "needs --flash-index cascade")),
+            ("sets", None) => Ok(None),
             ("cascade", None) => Ok(Some((size / 512).max(1 << 20))),
             ("cascade", Some(0)) => Err(ConfigError::flag("--flash-index-mib", "must be at least 1")),
             ("cascade", Some(mib)) => {
                 mib.checked_mul(1 << 20).map(Some).ok_or_else(|| ConfigError::flag("--flash-index-mib", "is too large"))
             }
-            (other, _) => Err(ConfigError::flag("--flash-index", format!("{other:?} must be auto, full or cascade"))),
+            (other, _) => {
+                Err(ConfigError::flag("--flash-index", format!("{other:?} must be auto, full, cascade or sets")))
+            }
         }
     }
 }

@@ -204,14 +204,19 @@ pub(crate) struct Config {
     #[arg(long = "flash-segment-size", value_name = "SIZE", help_heading = "Flash")]
     pub flash_segment_size: Option<String>,
     /// The flash index: full (8 bytes of DRAM per flash item, one read per hit), cascade
-    /// (Cascade Mapping: hot mappings in DRAM, the rest on flash; about a byte per item) or
-    /// auto (full while its DRAM fits in -m, else cascade) [default: auto].
+    /// (Cascade Mapping: hot mappings in DRAM, the rest on flash; about a byte per item), sets
+    /// (Kangaroo: small items in 4 KiB sets behind a small log; one read per hit, a Bloom filter
+    /// per set) or auto (full while its DRAM fits in -m, else cascade) [default: auto].
     #[arg(long = "flash-index", value_name = "KIND", help_heading = "Flash")]
     pub flash_index: Option<String>,
     /// The cascade index's DRAM for hot mappings (tier 1) in MiB, shared by the workers
     /// [default: the flash size / 512].
     #[arg(long = "flash-index-mib", value_name = "MIB", help_heading = "Flash")]
     pub flash_index_mib: Option<u64>,
+    /// The sets index: percent of the flash file its log takes (small items pass through it
+    /// into the sets; items over 1 KiB live there) [default: 5].
+    #[arg(long = "flash-sets-log-percent", value_name = "PERCENT", help_heading = "Flash")]
+    pub flash_sets_log_percent: Option<u32>,
     /// Take over a --flash-path file that holds something other than tierkv's flash data
     /// (without it such a file is refused at start-up, untouched).
     #[arg(long = "flash-force", help_heading = "Flash")]

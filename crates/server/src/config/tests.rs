@@ -250,10 +250,23 @@ fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
     assert_eq!(with("8g", &["--flash-index", "full"]).unwrap(), None);
     assert_eq!(with("1g", &["--flash-index", "cascade"]).unwrap(), Some(2 << 20));
     assert_eq!(with("1g", &["--flash-index-mib", "32"]).unwrap(), Some(32 << 20));
+    let sets = |more: &[&str]| {
+        let mut args = vec!["--flash-path", "/f", "--flash-size", "1g", "--flash-index", "sets"];
+        args.extend_from_slice(more);
+        settings_of(&args)
+            .map(|s| s.flash.expect("a flash tier"))
+            .map(|f| (f.sets, f.sets_log_percent, f.cascade_t1_bytes))
+    };
+    assert_eq!(sets(&[]).unwrap(), (true, 5, None));
+    assert_eq!(sets(&["--flash-sets-log-percent", "20"]).unwrap(), (true, 20, None));
     for (more, complaint) in [
         (&["--flash-index", "full", "--flash-index-mib", "4"][..], "--flash-index-mib"),
         (&["--flash-index", "slick"][..], "--flash-index"),
         (&["--flash-index-mib", "0"][..], "--flash-index-mib"),
+        (&["--flash-index", "sets", "--flash-index-mib", "4"][..], "--flash-index-mib"),
+        (&["--flash-sets-log-percent", "10"][..], "--flash-sets-log-percent"),
+        (&["--flash-index", "sets", "--flash-sets-log-percent", "0"][..], "--flash-sets-log-percent"),
+        (&["--flash-index", "sets", "--flash-sets-log-percent", "51"][..], "--flash-sets-log-percent"),
     ] {
         let error = with("1g", more).unwrap_err();
         assert!(error.starts_with(complaint), "{more:?}: {error}");

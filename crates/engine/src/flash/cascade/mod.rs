@@ -45,14 +45,7 @@ use super::{FlashStore, TOKEN_MAP_WRITE};
 
 pub(super) use lookup::Below;
 
-/// A tombstone: the key's tag with pages 0 (never a real entry, never 0).
-pub(super) fn tombstone(tag: u16) -> Entry {
-    Entry(u64::from(tag) << 48 | 0xFF << 8)
-}
-
-pub(super) fn is_tombstone(e: Entry) -> bool {
-    e.pages() == 0
-}
+pub(super) use super::index::{is_tombstone, tombstone};
 
 /// One tier-2 block of a stream.
 pub(super) struct T2Block {

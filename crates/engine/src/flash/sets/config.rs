@@ -99,7 +99,7 @@ impl RegionLayout {
             return Err(LayoutError(format!("{slots} log segments per partition: use larger segments")));
         }
         let entries = slots * seg / u64::from(cfg.expected_item_bytes);
-        let buckets = entries.div_ceil(ENTRIES_PER_BUCKET).max(1);
+        let mut buckets = entries.div_ceil(ENTRIES_PER_BUCKET).max(1);
         let per_set_item = u64::from(cfg.expected_item_bytes).saturating_sub(16).max(SET_ITEM_HEADER as u64 + 8);
         let bloom = Bloom::sized(((page - SET_HEADER as u64) / per_set_item) as usize, sc.bloom_bits);
         let index_snapshot = page
@@ -107,13 +107,16 @@ impl RegionLayout {
             + (buckets * BUCKET_BYTES as u64).next_multiple_of(page);
         let avail = region_bytes.saturating_sub(superblocks + index_snapshot + slots * seg + 2 * page);
         let sets_fit = avail / (page + bloom.bytes() as u64 + super::SNAPSHOT_PER_SET);
-        let per_bucket = sets_fit / buckets;
-        if per_bucket == 0 || buckets > u64::from(u32::MAX) || buckets * per_bucket > u64::from(u32::MAX) {
+        // A small region (the log is at least a few segments) has fewer sets than the log would
+        // want buckets: one set per bucket then, and a smaller log index.
+        buckets = buckets.min(sets_fit);
+        if sets_fit == 0 || buckets > u64::from(u32::MAX) || sets_fit > u64::from(u32::MAX) {
             return Err(LayoutError(format!(
-                "a {region_bytes}-byte region per partition has room for {sets_fit} sets behind {buckets} log buckets; \
-                 at least one per bucket is needed (a larger file or a larger --flash-sets-log share)"
+                "a {region_bytes}-byte region per partition has room for {sets_fit} sets besides a log of \
+                 {slots} segments of {seg} bytes; use a larger file"
             )));
         }
+        let per_bucket = sets_fit / buckets;
         let sets = buckets * per_bucket;
         let snapshot_bytes = snapshot_section(sets, bloom);
         let snapshot = index_snapshot + snapshot_bytes.next_multiple_of(page);

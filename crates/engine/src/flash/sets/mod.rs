@@ -25,8 +25,7 @@ pub(super) mod tests;
 
 pub use config::{SetsConfig, SetsLayout};
 
-use super::cascade::{is_tombstone, tombstone};
-use super::index::Entry;
+use super::index::{is_tombstone, tombstone, Entry};
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::layout::PAGE;
 use super::{FlashItem, FlashStore, Lookup, Now, PendingRead, ReadDone, TOKEN_SET_READ};

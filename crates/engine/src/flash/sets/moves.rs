@@ -10,9 +10,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::super::cascade::is_tombstone;
 use super::super::gc::walk_items;
-use super::super::index::Entry;
+use super::super::index::{is_tombstone, Entry};
 use super::super::io::{AlignedBuf, Completion, IoKind, IoOp};
 use super::super::layout::{decode_item, ITEM_ALIGN, PAGE};
 use super::super::ring::SlotState;
