@@ -132,7 +132,8 @@ impl FlashStore {
     /// ring.
     pub fn dump_slot(&mut self, n: u32, now: Now, f: &mut DumpVisit<'_>) -> bool {
         if n >= self.used_slots {
-            return false;
+            // The sets index: then its sets, one page each.
+            return self.dump_set(n - self.used_slots, now, f);
         }
         let slot = (self.tail() + n) % self.layout.slots;
         let s = self.slots[slot as usize];

@@ -332,6 +332,35 @@ impl FlashStore {
         Some(FlashItem { value: view.value.to_vec(), meta: view.meta })
     }
 
+    /// `dump_slot` past the ring: calls `f` with every current item of set `s` (one blocking
+    /// read, for `lru_crawler metadump`); false past the last set (or without sets).
+    pub(super) fn dump_set(&mut self, s: u32, now: Now, f: &mut super::gc::DumpVisit<'_>) -> bool {
+        let Some(sets) = self.sets.as_deref() else { return false };
+        if s >= sets.geo.sets {
+            return false;
+        }
+        let (version, offset) = (sets.version(s), sets.geo.set_offset(s));
+        if version == 0 {
+            return true;
+        }
+        let (partition, seed) = (self.cfg.partition, self.set_seed());
+        let (buf, result) = self.sync_io(IoKind::Read, offset, AlignedBuf::new(PAGE), PAGE);
+        let Ok(page) = result.map_err(|_| ()).and_then(|_| page::decode_page(&buf, s, partition, seed).map_err(|_| ()))
+        else {
+            return true;
+        };
+        if version_of(page.seq) != version {
+            return true;
+        }
+        for (_, item) in page.iter() {
+            // A key the log index names (a newer copy, or a tombstone) is not the set's.
+            if self.index.find(KeyHash::of(item.key)).is_none() && !is_expired(item.meta.expiry, now.unix) {
+                f(item.key, item.value, item.meta, page::set_item_bytes(item.key.len(), item.value.len()));
+            }
+        }
+        true
+    }
+
     /// The seed every set page of this region is checksummed under.
     pub(super) fn set_seed(&self) -> u64 {
         self.cfg.identity ^ u64::from(self.cfg.partition).rotate_left(32) ^ 0x5345_5453

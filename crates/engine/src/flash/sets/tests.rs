@@ -278,3 +278,22 @@ fn a_lookup_answers_from_the_log_first() {
     // In the write buffer: answered at once, the newer value.
     assert!(matches!(h.store().lookup(hash, &k0, 999_999, now), Lookup::Hit(_)));
 }
+
+#[test]
+fn a_dump_lists_the_items_in_sets_after_the_log() {
+    let mut h = Harness::with(sets_config(), 9, Faults::default());
+    let keys = keys_for(&mut h, 23, 0, 3);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[23]);
+    h.delete(keys[2]);
+    let (mut n, mut found) = (0, Vec::new());
+    let now = h.now;
+    while h.store().dump_slot(n, now, &mut |key, _, _, _| found.push(key.to_vec())) {
+        n += 1;
+    }
+    assert!(found.contains(&key(keys[0])) && found.contains(&key(keys[1])));
+    assert!(!found.contains(&key(keys[2])), "a deleted key is not listed");
+    assert!(n > h.store().layout().slots, "the sets were walked too");
+}
