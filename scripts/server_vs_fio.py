@@ -21,7 +21,7 @@ the block device saw (/proc/diskstats: reads/s, their mean latency and the mean 
 IOPS and CPU per I/O (its usr+sys). Then a pipeline-1 run (one connection): p50/p99 latency
 and server CPU per GET.
 
-Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade] [--pairs N] [--depths 32,128]
+Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade|sets] [--pairs N] [--depths 32,128]
        [--connections C] [--seconds S] [--warmup S] [--dir DIR] [-- SERVER FLAGS...]
        (needs fio: apt-get install fio)
 """
@@ -122,7 +122,7 @@ def pipeline_one(proc, port, seconds):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin")
-    ap.add_argument("--index", default="full", choices=["full", "cascade"])
+    ap.add_argument("--index", default="full", choices=["full", "cascade", "sets"])
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--depths", default="32,128", help="requests in flight, and fio's --iodepth")
     ap.add_argument("--connections", type=int, default=8)

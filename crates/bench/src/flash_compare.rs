@@ -169,6 +169,31 @@ fn stat(stats: &[(String, String)], name: &str) -> u64 {
     stats.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
 }
 
+/// The sets index's figures: DRAM by part, reads per hit and per miss, set writes.
+fn sets_derivation(general: &[(String, String)], heap: u64, on_flash: f64) -> String {
+    let get = |name: &str| stat(general, name);
+    let per = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    let hits = get("flash_sets_set_hits") + get("flash_sets_log_hits");
+    format!(
+        "flash_index_bytes {heap} (every heap byte of the flash tier: log index {}, set filters {}, set state {}, moves {}) / {on_flash} items; hits: log {}, sets {}, {:.3} reads per hit; {} misses at {:.3} reads ({} Bloom false positives); {} set writes carrying {:.2} items each, {} threshold drops, {} readmitted, {} RRIP evictions",
+        get("flash_tier1_bytes"),
+        get("flash_sets_filter_bytes"),
+        get("flash_sets_state_bytes"),
+        get("flash_sets_move_bytes"),
+        get("flash_sets_log_hits"),
+        get("flash_sets_set_hits"),
+        per(get("flash_sets_reads_hit"), hits),
+        get("flash_sets_misses"),
+        per(get("flash_sets_reads_miss"), get("flash_sets_misses")),
+        get("flash_sets_false_positives"),
+        get("flash_sets_writes"),
+        per(get("flash_sets_items_moved"), get("flash_sets_writes")),
+        get("flash_sets_threshold_drops"),
+        get("flash_sets_readmitted"),
+        get("flash_sets_rrip_evictions"),
+    )
+}
+
 /// What a server's flash tier holds and costs in DRAM.
 pub fn dram_figures(server: &str, port: u16, row: &mut FlashRow, key_bytes: usize) -> Result<(), String> {
     let general = stats(port, "")?;
@@ -197,6 +222,10 @@ pub fn dram_figures(server: &str, port: u16, row: &mut FlashRow, key_bytes: usiz
             per("flash_reads_miss", "flash_misses"),
             stat(&general, "flash_misses"),
         );
+        let set_hits = stat(&general, "flash_sets_set_hits") + stat(&general, "flash_sets_log_hits");
+        if set_hits + stat(&general, "flash_sets_misses") > 0 {
+            row.derivation = sets_derivation(&general, heap, on_flash);
+        }
         return Ok(());
     }
     // memcached keeps an item header per extstore object: the 48-byte item, the CAS, the key

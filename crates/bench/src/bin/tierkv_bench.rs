@@ -166,7 +166,7 @@ struct CompareArgs {
     ext_item_size: usize,
     #[arg(long, default_value_t = 128)]
     cgroup_slack_mib: u64,
-    /// tierkv's flash index: full or cascade.
+    /// tierkv's flash index: full, cascade or sets.
     #[arg(long, default_value = "full")]
     flash_index: String,
     /// tierkv's cascade tier-1 MiB (`--flash-index-mib`).
