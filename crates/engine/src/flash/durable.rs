@@ -96,7 +96,7 @@ impl FlashStore {
 
     /// Whether a change of `key` must wait for an invalidation mark: the key has or may have
     /// a flash copy (with the cascade index: tier 1 names it, or a lower tier's DRAM block or
-    /// Bloom filter says maybe), or a mark of its group (or of its demotion stream) is not on
+    /// Bloom filter says maybe; with the sets index: the log or the set's filter), or a mark of its group (or of its demotion stream) is not on
     /// the device yet.
     pub fn needs_durable(&self, hash: KeyHash) -> bool {
         self.may_hold(hash)

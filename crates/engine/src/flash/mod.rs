@@ -385,20 +385,20 @@ impl FlashStore {
     }
 
     /// Whether tier 1 (the whole full index) holds a live entry for `key`: the flash copy of a
-    /// key no write has touched since it was read (no I/O; a tag twin may answer yes).
+    /// key no write has touched since it was read (no I/O; a tag twin may answer yes). With the
+    /// sets index, also a key the log index does not name and its set's filter says may be
+    /// there (a key read from its set is still there unless RRIP evicted it since).
     pub fn may_contain(&self, hash: KeyHash) -> bool {
-        self.index.find(hash).is_some_and(|e| Self::valid(&self.slots, e))
+        match (self.index.find(hash), self.sets.as_deref()) {
+            (Some(e), _) => Self::valid(&self.slots, e),
+            (None, Some(sets)) => sets.may_contain(self.fingerprint(hash)),
+            (None, None) => false,
+        }
     }
 
     /// Whether a lookup of `key` may find anything: `may_contain`, or (cascade index) a lower
     /// tier's DRAM block or Bloom filter says maybe (no I/O; false positives cost a lookup).
     pub fn may_hold(&self, hash: KeyHash) -> bool {
-        if let Some(sets) = self.sets.as_deref() {
-            return match self.index.find(hash) {
-                Some(e) => Self::valid(&self.slots, e),
-                None => sets.may_contain(self.fingerprint(hash)),
-            };
-        }
         self.may_contain(hash)
             || self
                 .cascade
