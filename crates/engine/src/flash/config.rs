@@ -200,9 +200,14 @@ impl FlashConfig {
             let pages_per_stream = 1u64 << (c.t3_bits - c.stream_bits);
             c.snapshot_bytes + (2 * pages_per_stream + u64::from(c.reorg_at) + 2) * page
         });
-        // The sets' DRAM state, the pages and items of the moves in flight, the snapshot section.
+        // The sets' DRAM state, the pages and items of the moves in flight and queued (a
+        // reclaimed segment's small items, copied: twice its bytes with their records), the
+        // snapshot section.
         let sets = layout.sets.map_or(0, |s| {
-            u64::from(s.sets) * s.dram_per_set() + u64::from(s.max_moves) * (2 * page + 1024) + s.snapshot_bytes
+            u64::from(s.sets) * s.dram_per_set()
+                + u64::from(s.max_moves) * (2 * page + 1024)
+                + 2 * segment
+                + s.snapshot_bytes
         });
         Ok(index + table + buffers + reads + cascade + sets)
     }
