@@ -372,7 +372,6 @@ impl FlashStore {
     /// Move `id`'s page write is back: the set now answers for what it holds, and its items
     /// leave the log.
     fn move_written(&mut self, id: usize, ok: bool) {
-        let retiring = self.gc.reading.map_or(u32::MAX, |(slot, _)| slot);
         let sets = self.sets.as_deref_mut().expect("the sets index");
         let mv = sets.moves.slots[id].take().expect("a move");
         let s = mv.set;
@@ -391,11 +390,6 @@ impl FlashStore {
                     Some(e) if e.same_place(m.entry) => {
                         let old = self.index.remove(m.hash);
                         self.forget(old);
-                        // Its record outside the retired segment must not come back after a
-                        // crash (the set will be void then): a drop mark at the next commit.
-                        if m.entry.slot() != retiring {
-                            self.defer_drop(self.group(m.hash));
-                        }
                     }
                     Some(_) => {}
                     // Deleted meanwhile (its entry gone, no tombstone): the page holds it.
