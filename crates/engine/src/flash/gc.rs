@@ -115,15 +115,30 @@ impl FlashStore {
             // A key whose invalidation is on its way must get no newer record (see `durable`).
             if let Some(entry) = self.index.find(hash).filter(|&e| names(e, slot, gen, at) && !self.pending(hash)) {
                 // The cascade index keeps what tier 1 holds (its CLOCK clears hit bits).
-                let keep = (entry.hit() || self.cascade.is_some())
-                    && !is_expired(item.meta.expiry, now.unix)
-                    && self.admission.admit_rewrite(item.bytes, now.nanos);
-                if keep && self.append(hash, item.key, item.value, item.meta, now).is_some() {
-                    self.stats.gc_rewrites += 1;
-                    self.stats.write_rewrite_bytes += item.bytes as u64;
+                if (entry.hit() || self.cascade.is_some()) && !is_expired(item.meta.expiry, now.unix) {
+                    self.rewrite(hash, item.key, item.value, item.meta, item.bytes, now);
                 }
             }
         });
+    }
+
+    /// Writes an item GC keeps to the head again, within the write budget (`bytes` on flash);
+    /// false if the budget or a full ring said no.
+    pub(super) fn rewrite(
+        &mut self,
+        hash: KeyHash,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        bytes: usize,
+        now: Now,
+    ) -> bool {
+        if !self.admission.admit_rewrite(bytes, now.nanos) || self.append(hash, key, value, meta, now).is_none() {
+            return false;
+        }
+        self.stats.gc_rewrites += 1;
+        self.stats.write_rewrite_bytes += bytes as u64;
+        true
     }
 
     /// The `n`th slot of the ring (0: the oldest): calls `f` with every item in it that the

@@ -207,14 +207,11 @@ impl FlashStore {
     /// ranked by `set_age`, and a set that may hold the key of an entry let go of is voided.
     fn set_log_insert(&mut self, hash: KeyHash, entry: Entry) {
         let bucket = self.index.bucket_of(hash);
-        let ages: [u64; super::index::WAYS] = {
-            let mut ages = [0; super::index::WAYS];
-            for (a, e) in ages.iter_mut().zip(self.index.bucket_entries(bucket)) {
-                *a = self.set_age(bucket, e);
-            }
-            ages
-        };
-        let ranked: Vec<(Entry, u64)> = self.index.bucket_entries(bucket).zip(ages).collect();
+        // The ranks are taken before the insert borrows the index (no allocation: one bucket).
+        let mut ranked = [(Entry(0), 0u64); super::index::WAYS];
+        for (r, e) in ranked.iter_mut().zip(self.index.bucket_entries(bucket)) {
+            *r = (e, self.set_age(bucket, e));
+        }
         let age = |e: Entry| ranked.iter().find(|(r, _)| *r == e).map_or(0, |&(_, a)| a);
         let displaced = self.index.insert(hash, entry, |_| true, age);
         self.dropped_entry(hash, displaced.replaced.map(|e| (displaced.replaced_bucket, e)));

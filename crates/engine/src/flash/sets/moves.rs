@@ -212,11 +212,9 @@ impl FlashStore {
         bytes: usize,
         now: Now,
     ) -> bool {
-        if !self.admission.admit_rewrite(bytes, now.nanos) || self.append(hash, key, value, meta, now).is_none() {
+        if !self.rewrite(hash, key, value, meta, bytes, now) {
             return false;
         }
-        self.stats.gc_rewrites += 1;
-        self.stats.write_rewrite_bytes += bytes as u64;
         if let Some(sets) = self.sets.as_deref_mut() {
             sets.stats.readmitted += 1;
         }
