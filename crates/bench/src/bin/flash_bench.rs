@@ -58,6 +58,10 @@ struct Args {
     /// Keep an existing file (reopen it) instead of starting fresh.
     #[arg(long)]
     keep: bool,
+    /// At the end, drop the store without closing it (as a kill -9 would) and time the
+    /// reopen's crash recovery instead of a clean close and a reopen.
+    #[arg(long)]
+    crash: bool,
     /// The index: full (8 bytes of DRAM per item), cascade (Cascade Mapping) or sets (Kangaroo).
     #[arg(long, default_value = "full")]
     index: IndexKind,
@@ -284,13 +288,19 @@ fn main() {
     report_memory_and_writes(&store, hits as f64 / keys.len() as f64);
     churn(&mut store, &args, items, start);
     let began = Instant::now();
-    store.close(now(start)).expect("a clean close");
+    if args.crash {
+        // Writes in flight finish or not; the superblock still says "open".
+        drop(store);
+    } else {
+        store.close(now(start)).expect("a clean close");
+    }
     let closed = began.elapsed().as_secs_f64();
     let began = Instant::now();
     let (store, mode) = open(&Args { keep: true, ..args }, start);
     let reopened = began.elapsed().as_secs_f64();
     let gib = (store.layout().region_bytes as f64) / f64::from(1u32 << 30);
-    println!("close: {closed:.2} s; reopen: {reopened:.2} s = {:.2} s per GiB of flash; {mode}", reopened / gib);
+    let close = if args.crash { "dropped unclosed" } else { "close" };
+    println!("{close}: {closed:.2} s; reopen: {reopened:.2} s = {:.2} s per GiB of flash; {mode}", reopened / gib);
 }
 
 /// Hits and flash reads by the tier that answered, over the measured GETs of present keys.

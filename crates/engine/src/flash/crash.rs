@@ -31,6 +31,8 @@ struct Candidate {
     at: usize,
     pages: u32,
     expiry: u32,
+    /// An item the sets index keeps in a set (not a large one left in the log).
+    small: bool,
 }
 
 /// What the scan of every segment found.
@@ -112,7 +114,17 @@ impl FlashStore {
             };
             self.scan_segment(slot, header.seq, &buf[..segment], &mut found);
         }
-        self.rebuild(found, now)
+        let sets = match self.sets.is_some() {
+            true => {
+                let newest = |group: u64| {
+                    let mark = found.marks.get(&group).copied().unwrap_or(0);
+                    mark.max(found.items.get(&group).map_or(0, |c| c.seq))
+                };
+                Some(self.scan_sets(&newest, found.flush)?)
+            }
+            false => None,
+        };
+        self.rebuild(found, sets, now)
     }
 
     /// Handles the finished writes and merges of mapping blocks the rebuild started (with the
@@ -182,7 +194,10 @@ impl FlashStore {
                     found.max_cas = found.max_cas.max(item.meta.cas);
                     let hash = KeyHash::of(item.key);
                     let pages = ((at + item.bytes - 1) / PAGE - at / PAGE + 1) as u32;
-                    let candidate = Candidate { seq: item.seq, hash, slot, at, pages, expiry: item.meta.expiry };
+                    let small = self.layout.sets.is_some_and(|g| {
+                        super::sets::page::set_item_bytes(item.key.len(), item.value.len()) <= g.max_item_bytes as usize
+                    });
+                    let candidate = Candidate { seq: item.seq, hash, slot, at, pages, expiry: item.meta.expiry, small };
                     let group = self.group(hash);
                     match found.items.get(&group) {
                         Some(older) if older.seq > item.seq => {}
@@ -198,8 +213,14 @@ impl FlashStore {
 
     /// Lays the ring out as the valid segments say (oldest to newest, in slot order) and
     /// indexes every item no newer record killed.
-    fn rebuild(&mut self, found: Found, now: Now) -> Result<u64, RecoveryError> {
+    /// With the sets index, `sets` is what their scan found: a small item at or below its
+    /// set's floor is not adopted, and page items it found killed get tombstones.
+    fn rebuild(&mut self, found: Found, sets: Option<super::sets::SetsScan>, now: Now) -> Result<u64, RecoveryError> {
+        if let Some(scan) = &sets {
+            self.durable.record_seq = self.durable.record_seq.max(scan.max_seq);
+        }
         let Some(&(newest, _, _)) = found.segments.iter().max_by_key(|s| s.1) else {
+            self.bury_killed(sets);
             return Ok(0);
         };
         let &(oldest, _, _) = found.segments.iter().min_by_key(|s| s.1).expect("one at least");
@@ -230,6 +251,7 @@ impl FlashStore {
                     && found.marks.get(group).is_none_or(|&mark| c.seq > mark)
                     && stream_of(c.hash).is_none_or(|s| found.streams.get(&s).is_none_or(|&mark| c.seq > mark))
                     && !is_expired(c.expiry, now.unix)
+                    && sets.as_ref().is_none_or(|scan| !c.small || c.seq > scan.floor(self.set_of_hash(c.hash)))
             })
             .map(|(_, c)| c)
             .collect();
@@ -245,6 +267,7 @@ impl FlashStore {
             }
         }
         self.pump_mapping_io(now, true);
+        self.bury_killed(sets);
         self.stats.recovered_segments = found.segments.len() as u64;
         self.stats.recovered_items = adopted.len() as u64;
         Ok(adopted.len() as u64)

@@ -46,9 +46,9 @@ pub(super) struct Durable {
     pub retiring: Option<u32>,
     /// The generation of the last superblock written.
     pub sb_generation: u64,
-    /// Keys whose invalidation waits for its write (ticket, key): their index entries go the
+    /// Keys whose invalidation waits for its write (ticket, key, sequence number of the segment the mark is in): their index entries go the
     /// moment it is done, before anything else (GC) could copy them past the mark.
-    pub invalidated: Vec<(u64, KeyHash)>,
+    pub invalidated: Vec<(u64, KeyHash, u64)>,
     /// Keys whose entries that moment removed, and whether each named a live item (for
     /// `remove_invalidated`).
     pub removed: HashMap<u64, bool>,
@@ -112,7 +112,7 @@ impl FlashStore {
     /// still waits for its invalidation's ticket (with `--flash-sync`, until the flush).
     pub fn pending(&self, hash: KeyHash) -> bool {
         (!self.durable.pending.is_empty() && self.durable.pending.contains_key(&self.group(hash)))
-            || self.durable.invalidated.iter().any(|&(_, h)| h.0 == hash.0)
+            || self.durable.invalidated.iter().any(|&(_, h, _)| h.0 == hash.0)
     }
 
     /// Appends an invalidation mark for `key`; the change may run once `take_commits` reports
@@ -121,7 +121,9 @@ impl FlashStore {
         self.last_now = now;
         let group = self.group(hash);
         let ticket = self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)?;
-        self.durable.invalidated.push((ticket, hash));
+        // The segment the mark is in grounds the tombstone its change may leave (sets index).
+        let ground = self.head_ground();
+        self.durable.invalidated.push((ticket, hash, ground));
         Ok(ticket)
     }
 
@@ -136,7 +138,7 @@ impl FlashStore {
     pub(super) fn ticket_done(&mut self, ticket: u64, written: bool) {
         let mut i = 0;
         while i < self.durable.invalidated.len() {
-            let (t, hash) = self.durable.invalidated[i];
+            let (t, hash, ground) = self.durable.invalidated[i];
             if t != ticket {
                 i += 1;
                 continue;
@@ -146,7 +148,7 @@ impl FlashStore {
                 let old = self.index.remove(hash);
                 let found = old.is_some_and(|e| Self::valid(&self.slots, e));
                 self.forget(old);
-                self.bury(self.fingerprint(hash));
+                self.bury(self.fingerprint(hash), ground);
                 self.stats.deletes += u64::from(found);
                 *self.durable.removed.entry(hash.0).or_insert(false) |= found;
             }
@@ -228,8 +230,11 @@ impl FlashStore {
     }
 
     /// Makes every segment written so far invalid for recovery (a blocking superblock write).
+    /// With the sets index, so is every set page (their tombstones' grounds go with the
+    /// segments).
     pub(super) fn raise_watermark_now(&mut self) {
         self.watermark = self.next_seq;
+        self.raise_sets_floor();
         let _ = self.write_superblock(STATE_OPEN, 0, 0);
     }
 

@@ -70,6 +70,11 @@ pub enum RecoveryError {
         /// Its slot in the ring.
         slot: u32,
     },
+    /// Set pages could not be read after a crash, so nothing is adopted.
+    SetsUnreadable {
+        /// The first set of the read that kept failing.
+        set: u32,
+    },
 }
 
 impl std::fmt::Display for RecoveryError {
@@ -86,6 +91,9 @@ impl std::fmt::Display for RecoveryError {
             RecoveryError::SetsSnapshot => f.write_str("the sets index snapshot is damaged or of another layout"),
             RecoveryError::SegmentDamaged { slot } => {
                 write!(f, "segment {slot} reads back damaged; nothing is adopted")
+            }
+            RecoveryError::SetsUnreadable { set } => {
+                write!(f, "the set pages from set {set} on cannot be read; nothing is adopted")
             }
         }
     }

@@ -54,7 +54,10 @@ impl FlashStore {
             return;
         }
         if slot.live == 0 {
-            self.retire_tail();
+            // The sets index first rewrites the sets whose tombstones it grounds.
+            if self.sets.is_none() || !self.purge_before_retire(tail, slot.gen, self.last_now) {
+                self.retire_tail();
+            }
             return;
         }
         let Some(buf) = self.gc.buf.take() else { return };
@@ -83,8 +86,15 @@ impl FlashStore {
             h.seq == s.seq && h.slot == slot && h.partition == self.cfg.partition && h.identity == self.cfg.identity
         });
         match (c.result, header) {
-            (Err(_), _) => self.stats.gc_read_errors += 1,
-            (Ok(_), None) => self.stats.gc_bad_segments += 1,
+            (Err(_), _) => {
+                self.stats.gc_read_errors += 1;
+                // The sets index cannot tell which sets the segment's records ground.
+                self.raise_sets_floor();
+            }
+            (Ok(_), None) => {
+                self.stats.gc_bad_segments += 1;
+                self.raise_sets_floor();
+            }
             (Ok(_), Some(_)) => {
                 self.gc.reading = Some((slot, s.gen));
                 self.gc.walking = true;

@@ -29,7 +29,9 @@
 //!  delayed flush_all, 0 = none) | 84 zero u32 | 88 identity u64 (the file's, see above)
 //!  96 watermark u64 (the lowest segment sequence number still valid) | 104 generation u64
 //!  112 record_seq u64 (the last record sequence number handed out) | 120 checksum u64 (xxh3
-//!  of bytes 0..120)
+//!  of bytes 0..120) | 128 sets_floor_seq u64 | 136 sets_floor_epoch u64 (the sets index: set
+//!  pages below either hold nothing valid) | 144 checksum u64 (xxh3 of bytes 0..144; bytes
+//!  128..152 all zero in a superblock written before they were added)
 //!
 //! A region has two superblock pages, written in turn (generation even: the first, odd: the
 //! second); open takes the valid one of the larger generation, so a torn write of one leaves the
@@ -78,7 +80,7 @@ pub(super) const ITEM_MAGIC: u16 = 0x5EA1;
 pub(super) const MARK_MAGIC: u16 = 0x5EA2;
 
 pub(super) const FILE_HEADER_BYTES: usize = 56;
-pub(super) const SUPERBLOCK_BYTES: usize = 128;
+pub(super) const SUPERBLOCK_BYTES: usize = 152;
 /// Superblock pages at the start of a region.
 pub(super) const SUPERBLOCK_PAGES: usize = 2;
 pub(super) const SEGMENT_HEADER: usize = 64;
@@ -146,6 +148,12 @@ pub(super) struct Superblock {
     pub generation: u64,
     /// The last record sequence number handed out.
     pub record_seq: u64,
+    /// Sets index: set pages of a lower record sequence number hold nothing valid (a flush, an
+    /// I/O error on the way to a page or a log segment).
+    pub sets_floor_seq: u64,
+    /// Sets index: set pages written in a lower epoch hold nothing valid (the region started
+    /// empty since).
+    pub sets_floor_epoch: u64,
 }
 
 impl Superblock {
@@ -171,6 +179,10 @@ impl Superblock {
         put64(out, 112, self.record_seq);
         let sum = xxh3_64(&out[..120]);
         put64(out, 120, sum);
+        put64(out, 128, self.sets_floor_seq);
+        put64(out, 136, self.sets_floor_epoch);
+        let sum = xxh3_64(&out[..144]);
+        put64(out, 144, sum);
     }
 
     /// The superblock in `page`, or None if its magic, version or checksum is wrong.
@@ -182,6 +194,14 @@ impl Superblock {
         {
             return None;
         }
+        // Bytes 128..152 came later: all zeros in a superblock written before them.
+        let sets_floors = if u64_at(page, 144) == xxh3_64(&page[..144]) {
+            (u64_at(page, 128), u64_at(page, 136))
+        } else if page[128..152].iter().all(|&b| b == 0) {
+            (0, 0)
+        } else {
+            return None;
+        };
         Some(Superblock {
             state: u32_at(page, 12),
             partition: u32_at(page, 16),
@@ -199,6 +219,8 @@ impl Superblock {
             watermark: u64_at(page, 96),
             generation: u64_at(page, 104),
             record_seq: u64_at(page, 112),
+            sets_floor_seq: sets_floors.0,
+            sets_floor_epoch: sets_floors.1,
         })
     }
 }
@@ -543,6 +565,8 @@ mod tests {
             watermark: 77 << 32,
             generation: 12,
             record_seq: 1 << 40,
+            sets_floor_seq: 5 << 40,
+            sets_floor_epoch: 76,
         };
         let mut page = vec![0u8; PAGE];
         sb.encode(&mut page);
@@ -552,6 +576,12 @@ mod tests {
             bad[bit / 8] ^= 1 << (bit % 8);
             assert_eq!(Superblock::decode(&bad), None, "bit {bit}");
         }
+        // One written before the sets floors were added: read with floors of 0.
+        page[120..152].fill(0);
+        let old = Superblock { sets_floor_seq: 0, sets_floor_epoch: 0, ..sb };
+        let sum = xxh3_64(&page[..120]);
+        put64(&mut page, 120, sum);
+        assert_eq!(Superblock::decode(&page), Some(old));
     }
 
     #[test]

@@ -273,6 +273,8 @@ impl FlashStore {
 
     /// Forgets every item (flush_all): no I/O, the segments are reclaimed as they come due.
     pub fn clear(&mut self) {
+        // No set page written before the flush may answer after a crash either.
+        self.raise_sets_floor();
         self.flush_mark();
         self.index.clear();
         if let Some(c) = self.cascade.as_deref_mut() {
@@ -333,7 +335,7 @@ impl FlashStore {
         if !self.durable.invalidated.is_empty() {
             // An invalidation of the key still on its way (its change never ran) must not
             // remove what this stores when its write finishes.
-            self.durable.invalidated.retain(|&(_, h)| h.0 != hash.0);
+            self.durable.invalidated.retain(|&(_, h, _)| h.0 != hash.0);
         }
         let removed = self.index.remove_at(hash);
         let old = removed.map(|(_, e)| e);
@@ -360,7 +362,7 @@ impl FlashStore {
                 self.drop_group(self.group(hash));
             }
             // The key's older mappings below tier 1 must not come back.
-            self.bury(self.fingerprint(hash));
+            self.bury(self.fingerprint(hash), self.head_ground());
             return outcome;
         }
         self.stats.inserts += 1;
@@ -379,7 +381,7 @@ impl FlashStore {
             self.drop_group(self.group(hash));
         }
         self.forget(old);
-        self.bury(self.fingerprint(hash));
+        self.bury(self.fingerprint(hash), self.head_ground());
         self.stats.deletes += u64::from(found);
         found
     }
@@ -398,12 +400,15 @@ impl FlashStore {
 
     /// Whether a lookup of `key` may find anything: `may_contain`, or (cascade index) a lower
     /// tier's DRAM block or Bloom filter says maybe (no I/O; false positives cost a lookup).
+    /// With the sets index, also a key a voided set's page may still hold on flash (it answers
+    /// no lookup, but a crash could bring it back: a change of it needs a mark).
     pub fn may_hold(&self, hash: KeyHash) -> bool {
         self.may_contain(hash)
             || self
                 .cascade
                 .as_deref()
                 .is_some_and(|c| self.index.find(hash).is_none() && c.below_may_contain(self.fingerprint(hash)))
+            || self.sets.as_deref().is_some_and(|s| s.on_flash(self.fingerprint(hash)))
     }
 
     /// Starts loading the index entries a lookup of `hash` reads (a batch of requests
@@ -426,7 +431,7 @@ impl FlashStore {
             Some(_) => {
                 // Its newest item is gone: no older one below may answer for it.
                 self.index.remove(hash);
-                self.bury(self.fingerprint(hash));
+                self.bury(self.fingerprint(hash), 0);
                 self.stats.miss_index += 1;
                 self.count_outcome(0, false, 0);
                 return Lookup::Miss;
@@ -575,7 +580,7 @@ impl FlashStore {
                 if self.index.find(hash).is_some_and(|e| e.same_place(entry)) {
                     let old = self.index.remove(hash);
                     self.forget(old);
-                    self.bury(self.fingerprint(hash));
+                    self.bury(self.fingerprint(hash), 0);
                 }
             }
         }

@@ -85,21 +85,7 @@ impl FlashStore {
                     sb.partitions, sb.region_bytes, sb.segment_bytes, sb.buckets
                 ),
             ),
-            Ok(sb) if sb.state != STATE_CLEAN => {
-                store.epoch = sb.epoch + 1;
-                store.durable.record_seq = sb.record_seq;
-                // Mapping blocks the rebuild writes carry seqs no block of the crashed run has.
-                if let Some(c) = store.cascade.as_deref_mut() {
-                    c.next_seq = store.epoch << 32;
-                }
-                match store.recover(sb, now) {
-                    Ok(items) => (true, format!("recovered {items} items from the segments after a crash")),
-                    Err(why) => {
-                        store.reset();
-                        (false, why.to_string())
-                    }
-                }
-            }
+            Ok(sb) if sb.state != STATE_CLEAN => store.open_after_crash(sb, now),
             Ok(sb) => match store.load_snapshot(sb) {
                 Ok(()) => (true, "restored".to_string()),
                 Err(why) => {
@@ -117,7 +103,14 @@ impl FlashStore {
             c.next_seq = c.next_seq.max(store.epoch << 32);
         }
         if let Some(s) = store.sets.as_deref_mut() {
-            s.next_seq = s.next_seq.max(store.epoch << 32);
+            match sb.as_ref().ok().filter(|_| restored) {
+                Some(sb) => {
+                    s.floor_seq = s.floor_seq.max(sb.sets_floor_seq);
+                    s.floor_epoch = s.floor_epoch.max(sb.sets_floor_epoch);
+                }
+                // Nothing any earlier run wrote to a set page is used again.
+                None => (s.floor_seq, s.floor_epoch) = (0, store.epoch),
+            }
         }
         store.watermark = store.next_seq;
         if let Some(sb) = sb.as_ref().ok().filter(|sb| sb.identity == store.cfg.identity) {
@@ -138,6 +131,29 @@ impl FlashStore {
         }
         let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
         Ok((store, report))
+    }
+
+    /// Open's way after a run that did not close: the segments (and set pages) are read back.
+    fn open_after_crash(&mut self, sb: &Superblock, now: Now) -> (bool, String) {
+        self.epoch = sb.epoch + 1;
+        self.durable.record_seq = sb.record_seq;
+        // Mapping blocks the rebuild writes carry seqs no block of the crashed run has.
+        if let Some(c) = self.cascade.as_deref_mut() {
+            c.next_seq = self.epoch << 32;
+        }
+        if let Some(s) = self.sets.as_deref_mut() {
+            (s.floor_seq, s.floor_epoch) = (sb.sets_floor_seq, sb.sets_floor_epoch);
+        }
+        match self.recover(sb, now) {
+            Ok(items) => {
+                let from = if self.sets.is_some() { "the segments and the set pages" } else { "the segments" };
+                (true, format!("recovered {items} items from {from} after a crash"))
+            }
+            Err(why) => {
+                self.reset();
+                (false, why.to_string())
+            }
+        }
     }
 
     fn empty(io: Box<dyn IoEngine>, cfg: FlashConfig, layout: RegionLayout, now: Now) -> FlashStore {
@@ -220,6 +236,8 @@ impl FlashStore {
             },
             generation: self.durable.sb_generation,
             record_seq: self.durable.record_seq,
+            sets_floor_seq: self.sets.as_deref().map_or(0, |s| s.floor_seq),
+            sets_floor_epoch: self.sets.as_deref().map_or(0, |s| s.floor_epoch),
         }
     }
 
@@ -435,6 +453,13 @@ impl FlashStore {
         }
         if let Some(s) = self.sets.as_deref_mut() {
             s.load(&extra)?;
+            // Their grounds are not in the snapshot: the sets are purged before the next
+            // retirement.
+            for b in 0..self.index.buckets() as usize {
+                for e in self.index.bucket_entries(b).filter(|&e| super::cascade::is_tombstone(e)) {
+                    s.buried.push(std::cmp::Reverse((0, b as u32, e.tag())));
+                }
+            }
         }
         self.check_ring()
     }

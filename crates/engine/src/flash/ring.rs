@@ -433,7 +433,13 @@ impl FlashStore {
     pub(super) fn drop_tail(&mut self) -> bool {
         let tail = self.tail();
         let walking = self.gc.walking && self.gc.reading.is_some_and(|(slot, _)| slot == tail);
-        if self.used_slots == 0 || self.slots[tail as usize].state != SlotState::Sealed || walking {
+        // The sets index retires a segment only once its items and tombstones reached their
+        // sets (a reclaim): writes wait for it.
+        if self.sets.is_some()
+            || self.used_slots == 0
+            || self.slots[tail as usize].state != SlotState::Sealed
+            || walking
+        {
             return false;
         }
         if self.retire_tail() {

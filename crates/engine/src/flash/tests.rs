@@ -58,7 +58,7 @@ pub(super) struct Harness {
     store: Option<FlashStore>,
     pub(super) now: Now,
     /// The last acknowledged value (and expiry) per key; None: must miss.
-    model: HashMap<Vec<u8>, Option<(Vec<u8>, u32)>>,
+    pub(super) model: HashMap<Vec<u8>, Option<(Vec<u8>, u32)>>,
     pub(super) pending: HashMap<u64, Vec<u8>>,
     next_token: u64,
     version: u64,

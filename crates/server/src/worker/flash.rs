@@ -48,7 +48,11 @@ pub(super) fn attach(
         eprintln!("tierkv: --flash-io: {note}");
     }
     if report.restored {
-        let how = if report.reason.starts_with("recovered") { " (after a crash, from the segments)" } else { "" };
+        let how = match report.reason.strip_prefix("recovered") {
+            Some(r) if r.contains("set pages") => " (after a crash, from the segments and the set pages)",
+            Some(_) => " (after a crash, from the segments)",
+            None => "",
+        };
         eprintln!(
             "tierkv: flash partition {id}: restored {} items in {} ms{how}",
             report.items,

@@ -355,9 +355,11 @@ impl FlashStore {
     }
 
     /// Makes sure no lower tier serves `fp` again (a delete or an overwrite that stored nothing).
-    pub(super) fn bury(&mut self, fp: (u32, u16)) {
+    /// `ground`: the sequence number of the segment holding (or about to hold) the record that
+    /// says so, or an older one (0: none; the sets index purges before the next retirement).
+    pub(super) fn bury(&mut self, fp: (u32, u16), ground: u64) {
         if self.sets.is_some() {
-            return self.bury_set(fp);
+            return self.bury_set(fp, ground);
         }
         if self.cascade.as_deref().is_some_and(|c| c.below_may_contain(fp)) {
             self.push_below(Mapping { bucket: fp.0, entry: tombstone(fp.1) });
@@ -528,7 +530,7 @@ impl FlashStore {
         let keep = |e: Entry| Self::valid(slots, e) || (self.sets.is_some() && is_tombstone(e));
         let cleared = self.index.sweep_collect(from, to, keep, &mut dead);
         for (bucket, e) in dead {
-            self.bury((bucket as u32, e.tag()));
+            self.bury((bucket as u32, e.tag()), 0);
         }
         cleared
     }

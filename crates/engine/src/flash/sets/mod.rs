@@ -13,17 +13,26 @@
 //! may hold an older copy keeps a tombstone entry in the log index (`bury`); a tombstone the
 //! index cannot keep voids the set (its page is ignored until written again). A set's DRAM
 //! version (the low bits of its last write's sequence number, 0 = void) must match the page a
-//! read returns. After a crash every set is void (their tombstones were only in DRAM); a clean
-//! close saves the sets' DRAM state in the snapshot (`persist.rs`).
+//! read returns.
+//!
+//! Across a crash (`recover.rs`): a page's sequence number is a record sequence number taken
+//! when its move was bound, so the log's records and marks and the pages are ordered alike: a
+//! small log record older than its set's page was moved into it (or dropped), a mark or record
+//! newer than a page item kills it. A tombstone lasts no longer than the record that grounds
+//! it: before a segment is retired, every set with a tombstone grounded in it is rewritten
+//! (`buried`, a purge move). A clean close saves the sets' DRAM state in the snapshot
+//! (`persist.rs`).
 
 mod config;
 mod moves;
 pub(super) mod page;
 mod persist;
+mod recover;
 #[cfg(test)]
 pub(super) mod tests;
 
 pub use config::{SetsConfig, SetsLayout};
+pub(super) use recover::SetsScan;
 
 use super::index::{is_tombstone, tombstone, Entry};
 use super::io::{AlignedBuf, Completion, IoKind, IoOp};
@@ -31,6 +40,8 @@ use super::layout::PAGE;
 use super::{FlashItem, FlashStore, Lookup, Now, PendingRead, ReadDone, TOKEN_SET_READ};
 use crate::hash::KeyHash;
 use crate::time::is_expired;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// DRAM per set besides its Bloom filter: hit bits (u32), version (u16), item count (u8).
 pub(super) const SET_DRAM_BYTES: u64 = 7;
@@ -75,6 +86,12 @@ pub struct SetsStats {
     pub voided: u64,
     /// Set writes (and move reads) the device failed.
     pub io_errors: u64,
+    /// Set writes bound only to apply tombstones before the record grounding them is retired.
+    pub purges: u64,
+    /// Sets whose pages crash recovery took back.
+    pub recovered_sets: u64,
+    /// Page items crash recovery found killed by a newer record or mark.
+    pub recovered_killed: u64,
 }
 
 impl SetsStats {
@@ -100,8 +117,14 @@ pub(super) struct Sets {
     /// 0: void (nothing in the page is used); else the low bits of its last write's sequence.
     versions: Vec<u16>,
     counts: Vec<u8>,
-    /// The next set write's sequence number.
-    pub next_seq: u64,
+    /// Pages of a lower sequence number, or written in a lower epoch, hold nothing valid
+    /// (kept in the superblock for crash recovery).
+    pub floor_seq: u64,
+    pub floor_epoch: u64,
+    /// Tombstones by the sequence number of the segment whose record grounds them (mark,
+    /// dropped item): (segment seq, bucket, tag), oldest first. Their sets are rewritten before
+    /// that segment is retired.
+    pub buried: BinaryHeap<Reverse<(u64, u32, u16)>>,
     pub moves: moves::Moves,
     pub stats: SetsStats,
 }
@@ -119,7 +142,9 @@ impl Sets {
             hits: vec![0; n],
             versions: vec![0; n],
             counts: vec![0; n],
-            next_seq: 1,
+            floor_seq: 0,
+            floor_epoch: 0,
+            buried: BinaryHeap::new(),
             moves: moves::Moves::new(geo.max_moves as usize),
             stats: SetsStats::default(),
             geo,
@@ -142,6 +167,13 @@ impl Sets {
         self.versions[s as usize] != 0 && self.geo.bloom.may_contain(self.bloom(s), fp)
     }
 
+    /// Whether set `s`'s page on flash may hold the key of `fp`, answering or not (a voided
+    /// set keeps its filter until it is written again).
+    pub(super) fn on_flash(&self, fp: (u32, u16)) -> bool {
+        let s = self.set_of(fp);
+        self.geo.bloom.may_contain(self.bloom(s), fp)
+    }
+
     /// Adds `fp` to its set's filter (an item on its way in).
     pub(super) fn add(&mut self, fp: (u32, u16)) {
         let s = self.set_of(fp) as usize;
@@ -153,10 +185,9 @@ impl Sets {
         self.versions[s as usize]
     }
 
-    /// Set `s`'s page is no longer used (until written again).
+    /// Set `s`'s page is no longer used (until written again). Its filter stays: the page
+    /// still holds what it says until then (`on_flash`).
     pub(super) fn void(&mut self, s: u32) {
-        let b = self.geo.bloom.bytes();
-        self.blooms[s as usize * b..][..b].fill(0);
         self.versions[s as usize] = 0;
         self.hits[s as usize] = 0;
         self.counts[s as usize] = 0;
@@ -183,6 +214,7 @@ impl Sets {
         self.versions.fill(0);
         self.hits.fill(0);
         self.counts.fill(0);
+        self.buried.clear();
         self.moves.abort_all();
     }
 
@@ -194,7 +226,8 @@ impl Sets {
     /// Heap bytes: filters, per-set state, and the moves' buffers.
     pub(super) fn heap_bytes(&self) -> (u64, u64, u64) {
         let state = self.hits.capacity() * 4 + self.versions.capacity() * 2 + self.counts.capacity();
-        (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes())
+        let buried = self.buried.capacity() * std::mem::size_of::<Reverse<(u64, u32, u16)>>();
+        (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes() + buried as u64)
     }
 }
 
@@ -207,10 +240,17 @@ impl FlashStore {
     }
 
     /// Makes sure the set below does not answer for `fp` again: a tombstone in the log index if
-    /// the set may hold the key.
-    pub(super) fn bury_set(&mut self, fp: (u32, u16)) {
+    /// the set may hold the key, grounded by a record in the segment of sequence number `ground`
+    /// or a later one (0: whatever segment is retired next).
+    /// A voided set that may hold the key gets no tombstone (it answers nothing) but is
+    /// rewritten before the ground is retired all the same.
+    pub(super) fn bury_set(&mut self, fp: (u32, u16), ground: u64) {
         let Some(sets) = self.sets.as_deref_mut() else { return };
         sets.moves.touched(sets.set_of(fp), fp.1);
+        if !sets.on_flash(fp) {
+            return;
+        }
+        sets.buried.push(Reverse((ground, fp.0, fp.1)));
         if !sets.may_contain(fp) {
             return;
         }
@@ -219,14 +259,32 @@ impl FlashStore {
         self.t1_insert(hash, tombstone(fp.1));
     }
 
+    /// The sequence number of the newest segment: a mark appended from now on lands in it or a
+    /// later one.
+    pub(super) fn head_ground(&self) -> u64 {
+        self.next_seq.saturating_sub(1)
+    }
+
     /// An entry the log index let go of without a set write taking its item: if the set may
-    /// hold an older copy of the key (or it was a tombstone), the set is voided.
+    /// hold an older copy of the key (or it was a tombstone), the set is voided, and rewritten
+    /// before the newest segment retires (its page on flash still holds that copy).
     pub(super) fn lost_entry(&mut self, bucket: usize, e: Entry) {
         let fp = (bucket as u32, e.tag());
+        let ground = self.head_ground();
         let Some(sets) = self.sets.as_deref_mut() else { return };
         if sets.may_contain(fp) || (is_tombstone(e) && sets.version(sets.set_of(fp)) != 0) {
             let s = sets.set_of(fp);
             sets.void(s);
+            sets.buried.push(Reverse((ground, fp.0, fp.1)));
+        }
+    }
+
+    /// Pages written before now hold nothing valid after a crash (a flush, or an I/O error that
+    /// left a page or a segment unknown); the next superblock carries it.
+    pub(super) fn raise_sets_floor(&mut self) {
+        let seq = self.durable.record_seq + 1;
+        if let Some(sets) = self.sets.as_deref_mut() {
+            sets.floor_seq = sets.floor_seq.max(seq);
         }
     }
 

@@ -46,6 +46,8 @@ pub(super) struct Move {
     applied: Vec<u16>,
     seq: u64,
     evicted: u32,
+    /// Its reads are out (a purge bound later must not count on it).
+    launched: bool,
 }
 
 /// What happened to a set since its move in flight merged (one move of a set runs at a time).
@@ -140,15 +142,62 @@ impl FlashStore {
         let mut sets: Vec<(u32, Vec<Moving>)> = bound.into_iter().collect();
         sets.sort_unstable_by_key(|(s, _)| *s);
         for (s, items) in sets {
-            self.bind(s, slot, items, now);
+            self.bind(s, slot, items, now, false);
         }
+        self.bind_purges(slot, now);
         let sets = self.sets.as_deref_mut().expect("the sets index");
         sets.moves.holding = !sets.moves.idle();
         self.launch_moves();
     }
 
+    /// Binds a move of every set holding a tombstone grounded in segment `slot` or an older
+    /// one (or voided meanwhile), so that no page on flash holds a copy the tombstone kills once
+    /// its ground is gone.
+    fn bind_purges(&mut self, slot: u32, now: Now) {
+        let limit = self.slots[slot as usize].seq;
+        let mut due = Vec::new();
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        while let Some(&std::cmp::Reverse((ground, bucket, tag))) = sets.buried.peek() {
+            if ground > limit {
+                break;
+            }
+            sets.buried.pop();
+            let s = sets.set_of((bucket, tag));
+            let still = self.index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag);
+            if (still || sets.version(s) == 0) && !due.contains(&s) {
+                due.push(s);
+            }
+        }
+        for s in due {
+            let queued = self.sets.as_deref().expect("sets").moves.queue.iter().any(|m| m.set == s && !m.launched);
+            if !queued {
+                self.sets.as_deref_mut().expect("sets").stats.purges += 1;
+                self.bind(s, slot, Vec::new(), now, true);
+            }
+        }
+    }
+
+    /// Segment `slot` is to be retired without a walk (nothing in it is live): binds the purges
+    /// it needs; true if they hold it (it is retired when they are done).
+    pub(in super::super) fn purge_before_retire(&mut self, slot: u32, gen: u8, now: Now) -> bool {
+        self.bind_purges(slot, now);
+        let sets = self.sets.as_deref_mut().expect("the sets index");
+        if sets.moves.idle() {
+            return false;
+        }
+        sets.moves.holding = true;
+        self.gc.reading = Some((slot, gen));
+        self.gc.walking = true;
+        self.launch_moves();
+        true
+    }
+
     /// Decides set `s`'s share of the reclaimed segment `slot` (see `move_segment`).
-    fn bind(&mut self, s: u32, slot: u32, items: Vec<Moving>, now: Now) {
+    /// With `force`, the set is written even with nothing to bring in (a purge).
+    fn bind(&mut self, s: u32, slot: u32, items: Vec<Moving>, now: Now, force: bool) {
+        // The page holds the set's state as of this record sequence number: what is written
+        // to the log from here on (re-admissions below too) is newer than it.
+        let seq = self.next_record_seq();
         let sets = self.sets.as_deref().expect("the sets index");
         let bucket = s / sets.geo.per_bucket;
         let others: Vec<Entry> = self
@@ -162,7 +211,7 @@ impl FlashStore {
             })
             .collect();
         let threshold = sets.geo.threshold as usize;
-        let (go, stay): (Vec<Moving>, Vec<Moving>) = if items.len() + others.len() >= threshold {
+        let (go, stay): (Vec<Moving>, Vec<Moving>) = if force || items.len() + others.len() >= threshold {
             (items, Vec::new())
         } else {
             items.into_iter().partition(|m| !m.entry.hit() && sets.may_contain(self.fingerprint(m.hash)))
@@ -175,11 +224,11 @@ impl FlashStore {
                 self.drop_log(m.hash);
             }
         }
-        if go.is_empty() {
+        if go.is_empty() && !force {
             return;
         }
         let sets = self.sets.as_deref_mut().expect("the sets index");
-        if go.len() + others.len() < threshold {
+        if !force && go.len() + others.len() < threshold {
             sets.stats.shadow_moves += go.len() as u64;
         }
         for m in &go {
@@ -196,8 +245,9 @@ impl FlashStore {
             waiting: 0,
             fps: Vec::new(),
             applied: Vec::new(),
-            seq: 0,
+            seq,
             evicted: 0,
+            launched: false,
         };
         sets.moves.queue.push_back(mv);
     }
@@ -225,7 +275,8 @@ impl FlashStore {
     fn drop_log(&mut self, hash: KeyHash) {
         let old = self.index.remove(hash);
         self.forget(old);
-        self.bury_set(self.fingerprint(hash));
+        // Grounded in the segment being reclaimed: its set is purged before it is retired.
+        self.bury_set(self.fingerprint(hash), 0);
     }
 
     /// Starts queued moves while there is room, one per set at a time.
@@ -249,22 +300,36 @@ impl FlashStore {
         self.finish_segment();
     }
 
-    /// Reads what move `id` needs: the set's page and its log items outside the segment.
+    /// Reads what move `id` needs: the set's page and its log items outside the segment (those
+    /// still in a write buffer are taken from it).
     fn start_move(&mut self, id: usize) {
         let sets = self.sets.as_deref_mut().expect("the sets index");
         let mv = sets.moves.slots[id].as_mut().expect("a move");
+        mv.launched = true;
         let offset = sets.geo.set_offset(mv.set);
         let token = TOKEN_MOVE | (id as u64) << 16;
         let mut reads = vec![(offset, PAGE, token | SUB_PAGE)];
+        let mut buffered = Vec::new();
         for (n, e) in mv.others.iter().enumerate() {
-            if self.slots[e.slot() as usize].state == SlotState::Sealed {
-                let first_page = u64::from(e.offset_units()) * ITEM_ALIGN as u64 / PAGE as u64;
-                let at = self.layout.segment_offset(e.slot()) + first_page * PAGE as u64;
-                reads.push((at, e.pages() as usize * PAGE, token | n as u64));
+            let first_page = e.offset_units() as usize * ITEM_ALIGN / PAGE;
+            match self.slots[e.slot() as usize].state {
+                SlotState::Sealed => {
+                    let at = self.layout.segment_offset(e.slot()) + (first_page * PAGE) as u64;
+                    reads.push((at, e.pages() as usize * PAGE, token | n as u64));
+                }
+                SlotState::Buffer(b) => buffered.push((n, b, first_page * PAGE)),
+                SlotState::Free => {}
             }
         }
         mv.waiting = reads.len() as u32;
         sets.stats.move_reads += reads.len() as u64 - 1;
+        for (n, b, from) in buffered {
+            let moving = self.bufs[b].data.as_ref().and_then(|data| self.read_moving(id, n, data.get(from..)?));
+            if let Some(m) = moving {
+                let sets = self.sets.as_deref_mut().expect("the sets index");
+                sets.moves.slots[id].as_mut().expect("a move").incoming.push(m);
+            }
+        }
         for (offset, len, token) in reads {
             self.io.submit(IoOp { kind: IoKind::Read, offset, buf: AlignedBuf::new(len), len, at: 0, token });
             self.stats.reads += 1;
@@ -316,7 +381,7 @@ impl FlashStore {
 impl FlashStore {
     /// Everything move `id` read is back: merge the page with the incoming items and write it.
     fn write_move(&mut self, id: usize, now: Now) {
-        let (partition, seed) = (self.cfg.partition, self.set_seed());
+        let place = page::PagePlace { set: 0, partition: self.cfg.partition, epoch: self.epoch, seed: self.set_seed() };
         let sets = self.sets.as_deref_mut().expect("the sets index");
         let mut mv = sets.moves.slots[id].take().expect("a move");
         let s = mv.set;
@@ -327,9 +392,12 @@ impl FlashStore {
         }
         let mut buf = mv.page.take().unwrap_or_else(|| AlignedBuf::new(PAGE));
         let version = sets.version(s);
-        let old: Vec<SetItem> = match page::decode_page(&buf[..PAGE], s, partition, seed) {
+        let hits = sets.hits[s as usize];
+        let old: Vec<SetItem> = match page::decode_page(&buf[..PAGE], s, place.partition, place.seed) {
             Ok(p) if version != 0 && mv.page_ok && super::version_of(p.seq) == version => {
-                p.iter().map(|(_, v)| v.owned()).collect()
+                // Items hit since the last write are predicted near (RRIP).
+                let near = |pos: usize| pos < page::HIT_BITS && hits & (1 << pos) != 0;
+                p.iter().map(|(pos, v)| SetItem { rrpv: if near(pos) { 0 } else { v.rrpv }, ..v.owned() }).collect()
             }
             Ok(_) => Vec::new(),
             Err(_) => {
@@ -343,22 +411,22 @@ impl FlashStore {
             .filter(|&e| is_tombstone(e) && sets.set_of((bucket, e.tag())) == s)
             .map(Entry::tag)
             .collect();
+        // An old item the log index names (a tombstone, a newer copy, one moving in now) goes:
+        // the page must hold nothing older than a log record it is newer than.
+        let index = &self.index;
         let old: Vec<SetItem> = old
             .into_iter()
-            .filter(|o| !is_expired(o.meta.expiry, now.unix) && !tombs.contains(&KeyHash::of(&o.key).tag()))
+            .filter(|o| !is_expired(o.meta.expiry, now.unix) && index.find(KeyHash::of(&o.key)).is_none())
             .collect();
         // Items whose log entry changed while the move read are left to the log.
-        let index = &self.index;
         mv.incoming.retain(|m| index.find(m.hash).is_some_and(|e| e.same_place(m.entry)));
         mv.incoming.retain(|m| !is_expired(m.item.meta.expiry, now.unix));
         let incoming: Vec<SetItem> = mv.incoming.iter().map(|m| m.item.clone()).collect();
-        let (kept, evicted) = page::merge(old, sets.hits[s as usize], incoming);
+        let (kept, evicted) = page::merge(old, 0, incoming);
         mv.fps = kept.iter().map(|i| (bucket, KeyHash::of(&i.key).tag())).collect();
         mv.applied = tombs;
         mv.evicted = evicted;
-        mv.seq = sets.next_seq;
-        sets.next_seq += 1;
-        page::encode_page(&mut buf, s, mv.seq, partition, seed, &kept);
+        page::encode_page(&mut buf, page::PagePlace { set: s, ..place }, mv.seq, &kept);
         let offset = sets.geo.set_offset(s);
         sets.moves.slots[id] = Some(mv);
         let token = TOKEN_MOVE | (id as u64) << 16 | SUB_WRITE;
@@ -377,6 +445,8 @@ impl FlashStore {
         if !ok {
             sets.stats.io_errors += 1;
             sets.void(s);
+            // What the page holds now is unknown: after a crash no page may be trusted.
+            self.raise_sets_floor();
         } else if !voided {
             sets.written(s, mv.seq, &mv.fps);
             sets.stats.set_writes += 1;
@@ -391,7 +461,7 @@ impl FlashStore {
                     }
                     Some(_) => {}
                     // Deleted meanwhile (its entry gone, no tombstone): the page holds it.
-                    None => self.bury_set(self.fingerprint(m.hash)),
+                    None => self.bury_set(self.fingerprint(m.hash), 0),
                 }
             }
             for tag in mv.applied.iter().filter(|t| !touched.contains(t)) {

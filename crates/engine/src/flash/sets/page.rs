@@ -5,10 +5,13 @@
 //! evicting an item at 7 after ageing everyone until one is.
 //!
 //! ```text
-//!   0 magic u32 "TKVS" | 4 set u32 | 8 seq u64 (the region's set-write sequence)
-//!  16 count u16 | 18 used u16 (bytes of items) | 20 partition u32
-//!  24 checksum u64 (xxh3, seeded, over bytes 0..24 and the items)
-//!  32 items, one after another:
+//!   0 magic u32 "TKVS" | 4 set u32 | 8 seq u64 (a record sequence number: the page holds
+//!  the set's state as of it) | 16 count u16 | 18 used u16 (bytes of items) | 20 partition u32
+//!  24 epoch u64 (of the run that wrote it) | 32 seed u64 (the region's checksum seed)
+//!  40 header checksum u64 (xxh3 of bytes 0..40, unseeded: recovery tells a torn page of
+//!  this region from another file's) | 48 checksum u64 (xxh3, seeded, over bytes 0..48 and
+//!  the items)
+//!  56 items, one after another:
 //!     rrpv u8 | state u8 | key_len u8 | 0 u8 | value_len u32 | flags u32 | expiry u32
 //!     | cas u64 | key | value
 //! ```
@@ -16,7 +19,7 @@
 use super::super::layout::{ItemMeta, PAGE};
 use xxhash_rust::xxh3::Xxh3;
 
-pub(crate) const SET_HEADER: usize = 32;
+pub(crate) const SET_HEADER: usize = 56;
 pub(crate) const SET_ITEM_HEADER: usize = 24;
 const MAGIC: u32 = u32::from_le_bytes(*b"TKVS");
 /// RRIP: new items' prediction, and the largest (evicted first).
@@ -71,6 +74,19 @@ pub(super) enum BadPage {
     Checksum,
 }
 
+/// What a page is, as crash recovery sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Probe {
+    /// Blank, or not this region's (another file's, an older layout's, a segment's bytes).
+    Foreign,
+    /// This region's header: the write's sequence number and epoch, and whether its items
+    /// check out (a write torn past the header does not).
+    Ours { seq: u64, epoch: u64, items_ok: bool },
+    /// A set page's magic whose header does not check out: a write torn inside the header, or
+    /// damage. Its sequence number is unknown.
+    Damaged,
+}
+
 /// A verified page.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Page<'a> {
@@ -89,13 +105,24 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 fn checksum(header: &[u8], items: &[u8], seed: u64) -> u64 {
     let mut h = Xxh3::with_seed(seed);
-    h.update(&header[..24]);
+    h.update(&header[..48]);
     h.update(items);
     h.digest()
 }
 
-/// Writes `items` (they must fit: `fits`) as set `set`'s page.
-pub(super) fn encode_page(out: &mut [u8], set: u32, seq: u64, partition: u32, seed: u64, items: &[SetItem]) {
+/// Where a page is written: its set, partition, epoch and checksum seed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PagePlace {
+    pub set: u32,
+    pub partition: u32,
+    pub epoch: u64,
+    pub seed: u64,
+}
+
+/// Writes `items` (they must fit: `fits`) as the page of `place` holding the set's state as of
+/// record `seq`.
+pub(super) fn encode_page(out: &mut [u8], place: PagePlace, seq: u64, items: &[SetItem]) {
+    let PagePlace { set, partition, epoch, seed } = place;
     out[..PAGE].fill(0);
     let mut at = SET_HEADER;
     for item in items {
@@ -117,8 +144,27 @@ pub(super) fn encode_page(out: &mut [u8], set: u32, seq: u64, partition: u32, se
     out[16..18].copy_from_slice(&(items.len() as u16).to_le_bytes());
     out[18..20].copy_from_slice(&((at - SET_HEADER) as u16).to_le_bytes());
     out[20..24].copy_from_slice(&partition.to_le_bytes());
-    let sum = checksum(&out[..24], &out[SET_HEADER..at], seed);
-    out[24..32].copy_from_slice(&sum.to_le_bytes());
+    out[24..32].copy_from_slice(&epoch.to_le_bytes());
+    out[32..40].copy_from_slice(&seed.to_le_bytes());
+    let head = xxhash_rust::xxh3::xxh3_64(&out[..40]);
+    out[40..48].copy_from_slice(&head.to_le_bytes());
+    let sum = checksum(&out[..48], &out[SET_HEADER..at], seed);
+    out[48..56].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// What `b` is as set `set`'s page of `partition` under `seed` (crash recovery).
+pub(super) fn probe_page(b: &[u8], set: u32, partition: u32, seed: u64) -> Probe {
+    if b.len() < PAGE || u32_at(b, 0) != MAGIC {
+        return Probe::Foreign;
+    }
+    if u64_at(b, 40) != xxhash_rust::xxh3::xxh3_64(&b[..40]) {
+        return Probe::Damaged;
+    }
+    if u64_at(b, 32) != seed || u32_at(b, 4) != set || u32_at(b, 20) != partition {
+        return Probe::Foreign;
+    }
+    let items_ok = decode_page(b, set, partition, seed).is_ok();
+    Probe::Ours { seq: u64_at(b, 8), epoch: u64_at(b, 24), items_ok }
 }
 
 /// Whether items of these sizes fit one page.
@@ -135,7 +181,7 @@ pub(super) fn decode_page(b: &[u8], set: u32, partition: u32, seed: u64) -> Resu
         return Err(BadPage::Place);
     }
     let used = usize::from(u16::from_le_bytes([b[18], b[19]]));
-    if !fits(used) || checksum(&b[..24], &b[SET_HEADER..SET_HEADER + used], seed) != u64_at(b, 24) {
+    if !fits(used) || checksum(&b[..48], &b[SET_HEADER..SET_HEADER + used], seed) != u64_at(b, 48) {
         return Err(BadPage::Checksum);
     }
     let page =
@@ -221,7 +267,8 @@ mod tests {
     fn a_page_round_trips_and_every_damage_is_refused() {
         let items = vec![item("a", 100, 6), item("bb", 0, 0), item("ccc", 500, 3)];
         let mut page = vec![0u8; PAGE];
-        encode_page(&mut page, 42, 9, 3, 77, &items);
+        let place = PagePlace { set: 42, partition: 3, epoch: 5, seed: 77 };
+        encode_page(&mut page, place, 9, &items);
         let p = decode_page(&page, 42, 3, 77).unwrap();
         assert_eq!((p.seq, p.count), (9, 3));
         let back: Vec<SetItem> = p.iter().map(|(_, v)| v.owned()).collect();
@@ -241,10 +288,23 @@ mod tests {
         }
         // A torn write: the second half of the page from an older write.
         let mut older = vec![0u8; PAGE];
-        encode_page(&mut older, 42, 8, 3, 77, &[item("ccc", 400, 6), item("d", 300, 6), item("e", 1000, 6)]);
+        encode_page(&mut older, place, 8, &[item("ccc", 400, 6), item("d", 300, 6), item("e", 1000, 6)]);
         let mut torn = page.clone();
         torn[300..].copy_from_slice(&older[300..]);
         assert!(decode_page(&torn, 42, 3, 77).is_err());
+        // Recovery's view: the new header with older items, an older header, a header torn
+        // part-way, another seed's page, a blank page.
+        assert_eq!(probe_page(&page, 42, 3, 77), Probe::Ours { seq: 9, epoch: 5, items_ok: true });
+        assert_eq!(probe_page(&torn, 42, 3, 77), Probe::Ours { seq: 9, epoch: 5, items_ok: false });
+        let mut torn_late = older.clone();
+        torn_late[..SET_HEADER].copy_from_slice(&older[..SET_HEADER]);
+        torn_late[SET_HEADER..200].copy_from_slice(&page[SET_HEADER..200]);
+        assert_eq!(probe_page(&torn_late, 42, 3, 77), Probe::Ours { seq: 8, epoch: 5, items_ok: false });
+        let mut torn_head = older.clone();
+        torn_head[..20].copy_from_slice(&page[..20]);
+        assert_eq!(probe_page(&torn_head, 42, 3, 77), Probe::Damaged);
+        assert_eq!(probe_page(&page, 42, 3, 78), Probe::Foreign, "another file's seed");
+        assert_eq!(probe_page(&vec![0u8; PAGE], 42, 3, 77), Probe::Foreign);
     }
 
     #[test]

@@ -3,14 +3,14 @@
 //!
 //! ```text
 //!   0 magic u64 "TKVSETS1" | 8 length u64 (bytes of this section) | 16 sets u32
-//!  20 bloom bytes u32 | 24 next_seq u64 | 32 per set: version u16 | count u8
+//!  20 bloom bytes u32 | 24 zero u64 | 32 per set: version u16 | count u8
 //!  then every set's Bloom filter
 //! ```
 
 use super::Sets;
 use crate::flash::RecoveryError;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"TKVSETS1");
+const MAGIC: u64 = u64::from_le_bytes(*b"TKVSETS2");
 
 impl Sets {
     /// The section's bytes.
@@ -20,7 +20,7 @@ impl Sets {
         out.extend_from_slice(&0u64.to_le_bytes());
         out.extend_from_slice(&self.geo.sets.to_le_bytes());
         out.extend_from_slice(&(self.geo.bloom.bytes() as u32).to_le_bytes());
-        out.extend_from_slice(&self.next_seq.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
         for (v, c) in self.versions.iter().zip(&self.counts) {
             out.extend_from_slice(&v.to_le_bytes());
             out.push(*c);
@@ -44,7 +44,6 @@ impl Sets {
         if u32_at(16) != self.geo.sets || u32_at(20) as usize != self.geo.bloom.bytes() {
             return Err(bad());
         }
-        self.next_seq = u64_at(24);
         for i in 0..n {
             let at = 32 + i * 3;
             self.versions[i] = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
@@ -52,6 +51,15 @@ impl Sets {
         }
         self.blooms.copy_from_slice(&bytes[32 + n * 3..expected]);
         self.hits.fill(0);
+        // A voided set whose page may still hold keys is rewritten before the next retirement
+        // (the marks that changed them since are in the log, which retires).
+        let b = self.geo.bloom.bytes();
+        for s in 0..n {
+            if self.versions[s] == 0 && self.blooms[s * b..(s + 1) * b].iter().any(|&x| x != 0) {
+                let (bucket, tag) = (s as u32 / self.geo.per_bucket, (s as u32 % self.geo.per_bucket) as u16);
+                self.buried.push(std::cmp::Reverse((0, bucket, tag)));
+            }
+        }
         Ok(())
     }
 }
