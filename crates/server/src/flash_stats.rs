@@ -74,7 +74,9 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     // The sets index (zeros with another index): hits in the log and in sets, the reads of
     // hits and misses, Bloom false positives; set writes and the items they carried, log items
     // read back for them, threshold drops and re-admissions, RRIP evictions, tombstones, voided
-    // sets, damaged pages; DRAM of the per-set filters, per-set state and moves.
+    // sets, damaged pages; DRAM of the per-set filters, per-set state and moves; set writes
+    // made to apply tombstones before their ground was reclaimed (purges); after a crash, set
+    // pages taken back and their items found killed by a newer record or mark.
     "flash_sets_log_hits",
     "flash_sets_set_hits",
     "flash_sets_reads_hit",
@@ -93,8 +95,11 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_sets_filter_bytes",
     "flash_sets_state_bytes",
     "flash_sets_move_bytes",
+    "flash_sets_purges",
+    "flash_sets_recovered_sets",
+    "flash_sets_recovered_killed",
 ];
-pub(crate) const FIGURES: usize = 74;
+pub(crate) const FIGURES: usize = 77;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
@@ -184,6 +189,9 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         m.set_filters,
         m.set_state,
         m.set_moves,
+        x.purges,
+        x.recovered_sets,
+        x.recovered_killed,
     ]
 }
 
