@@ -67,12 +67,12 @@ def bench(port, *args):
     return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
 
 
-def start(binary, path, index, extra=()):
+def start(binary, path, index, extra=(), size="1024m"):
     port = free_port()
     if os.path.exists(path):
         os.remove(path)
     proc = subprocess.Popen(["taskset", "-c", "0", binary, "-t", "1", "-m", "64", "-p", str(port),
-                             "--flash-path", path, "--flash-size", "1024m", "--flash-index", index, *extra],
+                             "--flash-path", path, "--flash-size", size, "--flash-index", index, *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while True:

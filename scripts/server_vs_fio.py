@@ -22,7 +22,8 @@ IOPS and CPU per I/O (its usr+sys). Then a pipeline-1 run (one connection): p50/
 and server CPU per GET.
 
 Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade|sets] [--pairs N] [--depths 32,128]
-       [--connections C] [--seconds S] [--warmup S] [--dir DIR] [-- SERVER FLAGS...]
+       [--connections C] [--seconds S] [--warmup S] [--dir DIR] [--flash-size 1024m] [--keys 2000000]
+       [-- SERVER FLAGS...]
        (needs fio: apt-get install fio)
 """
 import argparse
@@ -37,11 +38,11 @@ from flash_hits_windows import cpu_seconds, start, stats  # the same server star
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "target", "release", "tierkv-bench")
-KEYS = "2000000"
+KEYS = 2_000_000  # preloaded keys (--keys)
 
 
 def bench(port, connections, pipeline, seconds, *extra):
-    cmd = ["taskset", "-c", "1", BENCH, "run", "--target", f"127.0.0.1:{port}", "--keys", KEYS,
+    cmd = ["taskset", "-c", "1", BENCH, "run", "--target", f"127.0.0.1:{port}", "--keys", str(KEYS),
            "--value-bytes", "100", "--dist", "uniform", "--connections", str(connections),
            "--pipeline", str(pipeline), "--seconds", str(seconds), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -129,14 +130,18 @@ def main():
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--dir", default=os.path.join(ROOT, "target", "flash-fio"))
+    ap.add_argument("--flash-size", default="1024m")
+    ap.add_argument("--keys", type=int, default=2_000_000, help="keys preloaded (100-byte values)")
     ap.add_argument("flags", nargs="*", help="more server flags (after --)")
     args = ap.parse_args()
+    global KEYS
+    KEYS = args.keys
     depths = [int(d) for d in args.depths.split(",")]
     if any(d < args.connections or d % args.connections for d in depths):
         raise SystemExit(f"--depths: multiples of --connections ({args.connections})")
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "server.flash")
-    proc, port = start(args.bin, path, args.index, args.flags)
+    proc, port = start(args.bin, path, args.index, args.flags, args.flash_size)
     device = Device(path)
     try:
         bench(port, 8, 32, 0.1, "--get-ratio", "0", "--preload")
@@ -144,9 +149,13 @@ def main():
         # Warm-up: until DRAM holds promoted items (clean: their flash copy is current), GETs
         # evict items never written to flash, and those writes would slow the reads measured.
         bench(port, 8, 32, args.warmup, "--get-ratio", "1")
-        written = int(stats(port).get("extstore_bytes_written", 0))
+        st = stats(port)
+        written = int(st.get("extstore_bytes_written", 0))
+        items = int(st.get("extstore_objects_used", 0))
+        dram = int(st.get("flash_index_bytes", 0))
         print(f"{os.path.basename(args.bin)} {args.index} {' '.join(args.flags)}: {written >> 20} MiB written, "
-              f"device {device.name}", flush=True)
+              f"device {device.name}; {items} flash items, {dram} bytes of flash-tier DRAM = "
+              f"{dram / max(items, 1):.2f} per item", flush=True)
         for depth in depths:
             shape = (args.connections, depth // args.connections)
             ratios, at_queue, cpus = [], [], []

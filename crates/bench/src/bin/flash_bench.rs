@@ -301,6 +301,12 @@ fn main() {
     let gib = (store.layout().region_bytes as f64) / f64::from(1u32 << 30);
     let close = if args.crash { "dropped unclosed" } else { "close" };
     println!("{close}: {closed:.2} s; reopen: {reopened:.2} s = {:.2} s per GiB of flash; {mode}", reopened / gib);
+    if let Some(x) = store.sets_stats().filter(|_| args.crash) {
+        println!(
+            "sets after the crash: {} pages taken back, {} of their items killed",
+            x.recovered_sets, x.recovered_killed
+        );
+    }
 }
 
 /// Hits and flash reads by the tier that answered, over the measured GETs of present keys.
@@ -349,7 +355,7 @@ fn report_sets(a: SetsStats, b: SetsStats) {
         b.false_positives - a.false_positives,
     );
     println!(
-        "sets (since start): {} set writes carrying {} items ({:.2} per write), {} move reads, {} shadow moves, {} threshold drops, {} readmitted, {} RRIP evictions, {} tombstones, {} voided, {} bad pages, {} I/O errors",
+        "sets (since start): {} set writes carrying {} items ({:.2} per write), {} move reads, {} shadow moves, {} threshold drops, {} readmitted, {} RRIP evictions, {} tombstones, {} purges, {} voided, {} bad pages, {} I/O errors",
         b.set_writes,
         b.items_moved,
         b.items_per_write(),
@@ -359,6 +365,7 @@ fn report_sets(a: SetsStats, b: SetsStats) {
         b.readmitted,
         b.rrip_evictions,
         b.tombstones,
+        b.purges,
         b.voided,
         b.bad_pages,
         b.io_errors,

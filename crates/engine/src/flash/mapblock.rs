@@ -125,7 +125,13 @@ impl Bloom {
     /// A filter for `entries` mappings at `bits_per_entry` bits each (at least 64 bits), with the
     /// probe count that minimises false positives.
     pub fn sized(entries: usize, bits_per_entry: u32) -> Bloom {
-        let bits = (entries as u64 * u64::from(bits_per_entry)).next_multiple_of(64).clamp(64, 1 << 31) as u32;
+        Bloom::sized_in(entries, bits_per_entry, 64)
+    }
+
+    /// `sized` in whole multiples of `granule` bits (32 or 64).
+    pub fn sized_in(entries: usize, bits_per_entry: u32, granule: u64) -> Bloom {
+        let bits =
+            (entries as u64 * u64::from(bits_per_entry)).next_multiple_of(granule).clamp(granule, 1 << 31) as u32;
         let k = ((f64::from(bits) / entries.max(1) as f64) * std::f64::consts::LN_2).round().clamp(1.0, 12.0) as u32;
         Bloom { bits, k }
     }

@@ -32,7 +32,7 @@ pub struct SetsConfig {
 
 impl Default for SetsConfig {
     fn default() -> SetsConfig {
-        SetsConfig { log_percent: 5, threshold: 2, max_item_bytes: 1024, bloom_bits: 4, max_moves: 64 }
+        SetsConfig { log_percent: 5, threshold: 2, max_item_bytes: 1024, bloom_bits: 3, max_moves: 64 }
     }
 }
 
@@ -101,7 +101,8 @@ impl RegionLayout {
         let entries = slots * seg / u64::from(cfg.expected_item_bytes);
         let mut buckets = entries.div_ceil(ENTRIES_PER_BUCKET).max(1);
         let per_set_item = u64::from(cfg.expected_item_bytes).saturating_sub(16).max(SET_ITEM_HEADER as u64 + 8);
-        let bloom = Bloom::sized(((page - SET_HEADER as u64) / per_set_item) as usize, sc.bloom_bits);
+        // 32-bit steps: a set's filter is small, and 64-bit steps would cost a third more.
+        let bloom = Bloom::sized_in(((page - SET_HEADER as u64) / per_set_item) as usize, sc.bloom_bits, 32);
         let index_snapshot = page
             + (slots * SLOT_RECORD as u64).next_multiple_of(page)
             + (buckets * BUCKET_BYTES as u64).next_multiple_of(page);

@@ -43,8 +43,8 @@ use crate::time::is_expired;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// DRAM per set besides its Bloom filter: hit bits (u32), version (u16), item count (u8).
-pub(super) const SET_DRAM_BYTES: u64 = 7;
+/// DRAM per set besides its Bloom filter: hit bits and item count (one u32), version (u16).
+pub(super) const SET_DRAM_BYTES: u64 = 6;
 /// Snapshot bytes per set besides its Bloom filter: version and item count.
 pub(super) const SNAPSHOT_PER_SET: u64 = 3;
 
@@ -113,10 +113,11 @@ impl SetsStats {
 pub(super) struct Sets {
     pub geo: SetsLayout,
     blooms: Vec<u8>,
-    hits: Vec<u32>,
+    /// Per set: the hit bits of its first `page::HIT_BITS` item positions (low bits) and its
+    /// item count (the top 8 bits).
+    state: Vec<u32>,
     /// 0: void (nothing in the page is used); else the low bits of its last write's sequence.
     versions: Vec<u16>,
-    counts: Vec<u8>,
     /// Pages of a lower sequence number, or written in a lower epoch, hold nothing valid
     /// (kept in the superblock for crash recovery).
     pub floor_seq: u64,
@@ -129,6 +130,9 @@ pub(super) struct Sets {
     pub stats: SetsStats,
 }
 
+/// Where a set's item count starts in its state word (below it: hit bits).
+const COUNT_SHIFT: u32 = page::HIT_BITS as u32;
+
 /// A page's sequence number as the DRAM version that must match it (never 0).
 fn version_of(seq: u64) -> u16 {
     (seq % 65535) as u16 + 1
@@ -139,9 +143,8 @@ impl Sets {
         let n = geo.sets as usize;
         Sets {
             blooms: vec![0; n * geo.bloom.bytes()],
-            hits: vec![0; n],
+            state: vec![0; n],
             versions: vec![0; n],
-            counts: vec![0; n],
             floor_seq: 0,
             floor_epoch: 0,
             buried: BinaryHeap::new(),
@@ -181,6 +184,16 @@ impl Sets {
         self.geo.bloom.add(&mut self.blooms[s * b..][..b], fp);
     }
 
+    /// Set `s`'s hit bits (item positions read since its last write).
+    pub(super) fn hits(&self, s: u32) -> u32 {
+        self.state[s as usize] & ((1 << COUNT_SHIFT) - 1)
+    }
+
+    /// Set `s`'s item count as of its last write.
+    pub(super) fn count(&self, s: u32) -> u8 {
+        (self.state[s as usize] >> COUNT_SHIFT) as u8
+    }
+
     pub(super) fn version(&self, s: u32) -> u16 {
         self.versions[s as usize]
     }
@@ -189,8 +202,7 @@ impl Sets {
     /// still holds what it says until then (`on_flash`).
     pub(super) fn void(&mut self, s: u32) {
         self.versions[s as usize] = 0;
-        self.hits[s as usize] = 0;
-        self.counts[s as usize] = 0;
+        self.state[s as usize] = 0;
         self.stats.voided += 1;
         self.moves.voided(s);
     }
@@ -204,28 +216,26 @@ impl Sets {
             self.geo.bloom.add(filter, fp);
         }
         self.versions[s as usize] = version_of(seq);
-        self.hits[s as usize] = 0;
-        self.counts[s as usize] = fps.len().min(255) as u8;
+        self.state[s as usize] = (fps.len().min(255) as u32) << COUNT_SHIFT;
     }
 
     /// Forgets every set (flush_all, or a crash).
     pub(super) fn clear(&mut self) {
         self.blooms.fill(0);
         self.versions.fill(0);
-        self.hits.fill(0);
-        self.counts.fill(0);
+        self.state.fill(0);
         self.buried.clear();
         self.moves.abort_all();
     }
 
     /// Items the sets hold (as of their last writes).
     pub(super) fn items(&self) -> u64 {
-        self.counts.iter().map(|&c| u64::from(c)).sum()
+        self.state.iter().map(|&x| u64::from(x >> COUNT_SHIFT)).sum()
     }
 
     /// Heap bytes: filters, per-set state, and the moves' buffers.
     pub(super) fn heap_bytes(&self) -> (u64, u64, u64) {
-        let state = self.hits.capacity() * 4 + self.versions.capacity() * 2 + self.counts.capacity();
+        let state = self.state.capacity() * 4 + self.versions.capacity() * 2;
         let buried = self.buried.capacity() * std::mem::size_of::<Reverse<(u64, u32, u16)>>();
         (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes() + buried as u64)
     }
@@ -385,7 +395,7 @@ impl FlashStore {
             return None;
         }
         if pos < page::HIT_BITS {
-            sets.hits[s as usize] |= 1 << pos;
+            sets.state[s as usize] |= 1 << pos;
         }
         Some(FlashItem { value: view.value.to_vec(), meta: view.meta })
     }

@@ -392,7 +392,7 @@ impl FlashStore {
         }
         let mut buf = mv.page.take().unwrap_or_else(|| AlignedBuf::new(PAGE));
         let version = sets.version(s);
-        let hits = sets.hits[s as usize];
+        let hits = sets.hits(s);
         let old: Vec<SetItem> = match page::decode_page(&buf[..PAGE], s, place.partition, place.seed) {
             Ok(p) if version != 0 && mv.page_ok && super::version_of(p.seq) == version => {
                 // Items hit since the last write are predicted near (RRIP).

@@ -26,7 +26,7 @@ const MAGIC: u32 = u32::from_le_bytes(*b"TKVS");
 pub(super) const RRPV_INSERT: u8 = 6;
 const RRPV_MAX: u8 = 7;
 /// Items whose position in a page has a DRAM hit bit.
-pub(super) const HIT_BITS: usize = 32;
+pub(super) const HIT_BITS: usize = 24;
 
 /// The bytes an item takes in a set.
 pub(crate) fn set_item_bytes(key_len: usize, value_len: usize) -> usize {

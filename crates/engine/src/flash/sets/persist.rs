@@ -21,9 +21,9 @@ impl Sets {
         out.extend_from_slice(&self.geo.sets.to_le_bytes());
         out.extend_from_slice(&(self.geo.bloom.bytes() as u32).to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
-        for (v, c) in self.versions.iter().zip(&self.counts) {
+        for (s, v) in self.versions.iter().enumerate() {
             out.extend_from_slice(&v.to_le_bytes());
-            out.push(*c);
+            out.push(self.count(s as u32));
         }
         out.extend_from_slice(&self.blooms);
         let len = out.len() as u64;
@@ -47,10 +47,9 @@ impl Sets {
         for i in 0..n {
             let at = 32 + i * 3;
             self.versions[i] = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-            self.counts[i] = bytes[at + 2];
+            self.state[i] = u32::from(bytes[at + 2]) << super::COUNT_SHIFT;
         }
         self.blooms.copy_from_slice(&bytes[32 + n * 3..expected]);
-        self.hits.fill(0);
         // A voided set whose page may still hold keys is rewritten before the next retirement
         // (the marks that changed them since are in the log, which retires).
         let b = self.geo.bloom.bytes();
