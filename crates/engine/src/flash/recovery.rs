@@ -145,13 +145,15 @@ impl FlashStore {
             (s.floor_seq, s.floor_epoch) = (sb.sets_floor_seq, sb.sets_floor_epoch);
         }
         match self.recover(sb, now) {
-            Ok(items) => match self.sets.as_deref() {
-                Some(sets) => {
-                    let in_sets = sets.items();
-                    (true, format!("recovered {items} items from the segments and {in_sets} from the set pages after a crash"))
+            Ok(items) => {
+                match self.sets.as_deref() {
+                    Some(sets) => {
+                        let in_sets = sets.items();
+                        (true, format!("recovered {items} items from the segments and {in_sets} from the set pages after a crash"))
+                    }
+                    None => (true, format!("recovered {items} items from the segments after a crash")),
                 }
-                None => (true, format!("recovered {items} items from the segments after a crash")),
-            },
+            }
             Err(why) => {
                 self.reset();
                 (false, why.to_string())

@@ -11,14 +11,15 @@
 //!   is adopted.
 //! - Anything else (blank, another file's, an older layout's, an earlier life's): floor 0.
 
-use super::super::io::{AlignedBuf, IoKind};
+use super::super::io::{AlignedBuf, IoKind, IoOp};
 use super::super::layout::PAGE;
-use super::super::{FlashStore, RecoveryError};
+use super::super::{FlashStore, Now, RecoveryError, TOKEN_META};
 use super::page::{self, Probe};
 use crate::hash::KeyHash;
 
-/// Pages per read of the scan.
+/// Pages per read of the scan, and reads in flight.
 const SCAN_PAGES: u32 = 256;
+const SCAN_DEPTH: usize = 8;
 
 /// What the scan found.
 pub(in crate::flash) struct SetsScan {
@@ -45,42 +46,84 @@ impl FlashStore {
         newest: &dyn Fn(u64) -> u64,
         flush: u64,
     ) -> Result<SetsScan, RecoveryError> {
-        let sets = self.sets.as_deref().expect("the sets index");
-        let (geo, floor_seq, floor_epoch) = (sets.geo, sets.floor_seq, sets.floor_epoch);
+        let geo = self.sets.as_deref().expect("the sets index").geo;
         let mut scan = SetsScan { floors: vec![0; geo.sets as usize], killed: Vec::new(), max_seq: 0 };
-        let mut buf = AlignedBuf::new(SCAN_PAGES as usize * PAGE);
-        for first in (0..geo.sets).step_by(SCAN_PAGES as usize) {
-            let n = (geo.sets - first).min(SCAN_PAGES) as usize;
-            let mut tries = 0;
-            loop {
-                let (back, result) = self.sync_io(IoKind::Read, geo.set_offset(first), buf, n * PAGE);
-                buf = back;
-                if result.is_ok() {
-                    break;
+        let firsts: Vec<u32> = (0..geo.sets).step_by(SCAN_PAGES as usize).collect();
+        let len = |first: u32| (geo.sets - first).min(SCAN_PAGES) as usize * PAGE;
+        let mut bufs: Vec<AlignedBuf> = (0..SCAN_DEPTH).map(|_| AlignedBuf::new(SCAN_PAGES as usize * PAGE)).collect();
+        for group in firsts.chunks(SCAN_DEPTH) {
+            let reads: Vec<(u64, usize)> = group.iter().map(|&first| (geo.set_offset(first), len(first))).collect();
+            let results = self.read_batch(&reads, &mut bufs);
+            for (j, &first) in group.iter().enumerate() {
+                let mut buf = std::mem::replace(&mut bufs[j], AlignedBuf::new(PAGE));
+                let mut result = results[j];
+                // A read that fails is tried alone a few more times.
+                for _ in 0..4 {
+                    if result.is_ok() {
+                        break;
+                    }
+                    let (back, again) = self.sync_io(IoKind::Read, geo.set_offset(first), buf, len(first));
+                    (buf, result) = (back, again);
                 }
-                tries += 1;
-                if tries == 5 {
+                if result.is_err() {
                     return Err(RecoveryError::SetsUnreadable { set: first });
                 }
+                self.scan_chunk(first, &mut buf, newest, flush, &mut scan);
+                bufs[j] = buf;
             }
-            for i in 0..n {
-                let s = first + i as u32;
-                let probe = self.probe_set(s, &mut buf[i * PAGE..(i + 1) * PAGE]);
-                match probe {
-                    Probe::Foreign => {}
-                    Probe::Damaged => scan.floors[s as usize] = u64::MAX,
-                    Probe::Ours { epoch, .. } if epoch < floor_epoch => {}
-                    Probe::Ours { seq, items_ok, .. } => {
-                        scan.floors[s as usize] = seq;
-                        scan.max_seq = scan.max_seq.max(seq);
-                        if items_ok && seq >= floor_seq && seq > flush {
-                            self.take_page(s, &buf[i * PAGE..(i + 1) * PAGE], newest, &mut scan);
-                        }
+        }
+        Ok(scan)
+    }
+
+    /// Set pages `first..` (as many as `buf` holds, up to the last set) checked and taken.
+    fn scan_chunk(&mut self, first: u32, buf: &mut [u8], newest: &dyn Fn(u64) -> u64, flush: u64, scan: &mut SetsScan) {
+        let sets = self.sets.as_deref().expect("the sets index");
+        let (geo, floor_seq, floor_epoch) = (sets.geo, sets.floor_seq, sets.floor_epoch);
+        let n = (geo.sets - first).min(SCAN_PAGES) as usize;
+        for i in 0..n {
+            let s = first + i as u32;
+            let page = &mut buf[i * PAGE..(i + 1) * PAGE];
+            match self.probe_set(s, page) {
+                Probe::Foreign => {}
+                Probe::Damaged => scan.floors[s as usize] = u64::MAX,
+                Probe::Ours { epoch, .. } if epoch < floor_epoch => {}
+                Probe::Ours { seq, items_ok, .. } => {
+                    scan.floors[s as usize] = seq;
+                    scan.max_seq = scan.max_seq.max(seq);
+                    if items_ok && seq >= floor_seq && seq > flush {
+                        self.take_page(s, page, newest, scan);
                     }
                 }
             }
         }
-        Ok(scan)
+    }
+
+    /// Submits `reads` at once into `bufs` (one each, in order) and waits for them all; other
+    /// completions (none during recovery) are handled as usual.
+    fn read_batch(&mut self, reads: &[(u64, usize)], bufs: &mut [AlignedBuf]) -> Vec<Result<usize, i32>> {
+        for (i, &(offset, len)) in reads.iter().enumerate() {
+            let buf = std::mem::replace(&mut bufs[i], AlignedBuf::new(PAGE));
+            let token = TOKEN_META | (i as u64 + 1);
+            self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, at: 0, token });
+        }
+        self.io.flush();
+        let mut results = vec![Err(0); reads.len()];
+        let (mut waiting, mut sink) = (reads.len(), Vec::new());
+        while waiting > 0 {
+            let mut done = Vec::new();
+            self.io.wait(&mut done);
+            for c in done {
+                let i = (c.token & !(0xFF << 56)) as usize;
+                if c.token & (0xFF << 56) == TOKEN_META && (1..=reads.len()).contains(&i) {
+                    results[i - 1] = c.result;
+                    bufs[i - 1] = c.buf;
+                    waiting -= 1;
+                } else {
+                    self.complete(c, Now::default(), &mut sink);
+                }
+            }
+        }
+        results
     }
 
     /// How set `s`'s page in `bytes` probes; a page with a set page's magic that does not check
