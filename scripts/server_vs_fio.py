@@ -90,6 +90,9 @@ def server_window(proc, port, device, shape, seconds, seed):
 
 
 def fio(path, device, written, depth, seconds):
+    # What the server wrote, within the file (the log is rewritten many times over: reads past
+    # the end would return at once).
+    written = min(written, os.path.getsize(path))
     size = max(written & ~((1 << 20) - 1), 1 << 20)
     cmd = ["taskset", "-c", "1", "fio", "--name=r", f"--filename={path}", "--readonly", "--rw=randread",
            "--bs=4k", "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--size={size}",
