@@ -125,9 +125,12 @@ fn insert_all(store: &mut FlashStore, args: &Args, items: u64, start: Instant) -
         let meta = ItemMeta { flags: 0, expiry: 0, cas: i + 1, state: 0 };
         while store.insert(KeyHash::of(&key), &key, &value, meta, now(start)) == InsertOutcome::Busy {
             store.wait(now(start), &mut Vec::new());
+            store.commit();
         }
+        // As the server's loop does each turn: completions, then the marks waiting to be written.
         if i % 1024 == 0 {
             store.poll(now(start), &mut Vec::new());
+            store.commit();
         }
     }
     let seconds = began.elapsed().as_secs_f64();
@@ -163,6 +166,7 @@ fn get_all(
         if done.is_empty() {
             store.wait(now(start), &mut done);
         }
+        store.commit();
         for d in done.drain(..) {
             if d.item.is_some() {
                 hits += 1;
@@ -198,6 +202,9 @@ fn churn(store: &mut FlashStore, args: &Args, items: u64, start: Instant) {
             hits += u64::from(matches!(store.lookup(KeyHash::of(&key), &key, i, now(start)), Lookup::Hit(_)));
         }
         store.poll(now(start), &mut done);
+        if i % 1024 == 0 {
+            store.commit();
+        }
         hits += done.drain(..).filter(|d| d.item.is_some()).count() as u64;
     }
     while store.in_flight() > 0 {
