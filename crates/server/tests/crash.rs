@@ -301,3 +301,60 @@ fn kill_9_under_load_with_the_sets_index_brings_back_flash_items_and_never_a_sta
     }
     let _ = std::fs::remove_file(&flash);
 }
+
+/// Keys 0..KEYS at version 1 and the filler that pushes them out of DRAM and into flash.
+fn fill(port: u16, seed: u64) {
+    let mut client = Client::new(port);
+    for start in (0..KEYS).step_by(500) {
+        let batch: Vec<u8> = (start..start + 500).flat_map(|key| set_request(key, 1)).collect();
+        client.stream.write_all(&batch).unwrap();
+        for _ in start..start + 500 {
+            assert_eq!(client.line(), "STORED");
+        }
+    }
+    let filler = vec![b'f'; 1200];
+    for start in (0..14_000u64).step_by(500) {
+        let mut batch = Vec::new();
+        for i in start..start + 500 {
+            batch.extend_from_slice(format!("set filler{seed}-{i} 0 0 {}\r\n", filler.len()).as_bytes());
+            batch.extend_from_slice(&filler);
+            batch.extend_from_slice(b"\r\n");
+        }
+        client.stream.write_all(&batch).unwrap();
+        for _ in start..start + 500 {
+            assert_eq!(client.line(), "STORED");
+        }
+    }
+}
+
+#[test]
+fn a_kill_9_after_a_clean_restart_with_the_sets_index_brings_the_flash_items_back() {
+    // What a clean stop leaves (its snapshot, and the marks it wrote down) must let a crash in
+    // the next life recover the segments and the set pages, not only the stop's own restart.
+    let flash = flash_file("sets-clean-then-kill");
+    let extra = ["--flash-index", "sets"];
+    let running = server(free_port(), &flash, &extra);
+    let port = running.1;
+    fill(port, 99);
+    signal_and_wait(running);
+    let port = free_port();
+    let mut running = server(port, &flash, &extra);
+    let count = |port: u16| {
+        let mut client = Client::new(port);
+        (0..KEYS).filter(|&key| client.get(key).map(|d| version_of(key, &d)) == Some(Some(1))).count()
+    };
+    let restored = count(port);
+    // SAFETY: kill only sends a signal to the child we started.
+    unsafe { libc::kill(running.0.id() as i32, libc::SIGKILL) };
+    while running.0.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(running);
+    let restarted = server(free_port(), &flash, &extra);
+    let recovered = count(restarted.1);
+    eprintln!("clean restart: {restored} keys served; after a kill -9 in that life: {recovered}");
+    assert!(restored as u64 >= KEYS * 8 / 10, "{restored} of {KEYS} after a clean restart");
+    assert!(recovered * 10 >= restored * 9, "{recovered} after the kill -9, {restored} before");
+    signal_and_wait(restarted);
+    let _ = std::fs::remove_file(&flash);
+}
