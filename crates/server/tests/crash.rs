@@ -178,35 +178,10 @@ fn load(port: u16, model: Arc<Mutex<Model>>, seed: u64) {
 fn kill_round(port: u16, flash: &Path, extra: &[&str], seed: u64) -> f64 {
     let mut running = server(port, flash, extra);
     let model = Arc::new(Mutex::new(Model::default()));
-    {
-        // Every key at version 1, then enough filler that all of them leave DRAM and the write
-        // buffers for sealed segments.
-        let mut client = Client::new(port);
-        for start in (0..KEYS).step_by(500) {
-            let mut batch = Vec::new();
-            for key in start..start + 500 {
-                batch.extend_from_slice(&set_request(key, 1));
-            }
-            client.stream.write_all(&batch).unwrap();
-            for key in start..start + 500 {
-                assert_eq!(client.line(), "STORED");
-                model.lock().unwrap().last.insert(key, Some(1));
-            }
-        }
-        let filler = vec![b'f'; 1200];
-        for start in (0..14_000u64).step_by(500) {
-            let mut batch = Vec::new();
-            for i in start..start + 500 {
-                batch.extend_from_slice(format!("set filler{seed}-{i} 0 0 {}\r\n", filler.len()).as_bytes());
-                batch.extend_from_slice(&filler);
-                batch.extend_from_slice(b"\r\n");
-            }
-            client.stream.write_all(&batch).unwrap();
-            for _ in start..start + 500 {
-                assert_eq!(client.line(), "STORED");
-            }
-        }
-    }
+    // Every key at version 1, then enough filler that all of them leave DRAM and the write
+    // buffers for sealed segments.
+    fill(port, seed);
+    model.lock().unwrap().last.extend((0..KEYS).map(|key| (key, Some(1))));
     let loader = {
         let model = Arc::clone(&model);
         std::thread::spawn(move || load(port, model, seed))
