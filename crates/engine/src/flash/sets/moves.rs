@@ -46,8 +46,6 @@ pub(super) struct Move {
     applied: Vec<u16>,
     seq: u64,
     evicted: u32,
-    /// Its reads are out (a purge bound later must not count on it).
-    launched: bool,
 }
 
 /// What happened to a set since its move in flight merged (one move of a set runs at a time).
@@ -169,7 +167,8 @@ impl FlashStore {
             }
         }
         for s in due {
-            let queued = self.sets.as_deref().expect("sets").moves.queue.iter().any(|m| m.set == s && !m.launched);
+            // A queued move has not merged yet: it applies every tombstone there is then.
+            let queued = self.sets.as_deref().expect("sets").moves.queue.iter().any(|m| m.set == s);
             if !queued {
                 self.sets.as_deref_mut().expect("sets").stats.purges += 1;
                 self.bind(s, slot, Vec::new(), now, true);
@@ -247,7 +246,6 @@ impl FlashStore {
             applied: Vec::new(),
             seq,
             evicted: 0,
-            launched: false,
         };
         sets.moves.queue.push_back(mv);
     }
@@ -305,7 +303,6 @@ impl FlashStore {
     fn start_move(&mut self, id: usize) {
         let sets = self.sets.as_deref_mut().expect("the sets index");
         let mv = sets.moves.slots[id].as_mut().expect("a move");
-        mv.launched = true;
         let offset = sets.geo.set_offset(mv.set);
         let token = TOKEN_MOVE | (id as u64) << 16;
         let mut reads = vec![(offset, PAGE, token | SUB_PAGE)];
