@@ -120,6 +120,16 @@ impl ItemHeader {
     /// `encode` (asserted through the key length); returns it with its encoded length.
     #[inline]
     pub(crate) fn decode(bytes: &[u8]) -> (ItemHeader, usize) {
+        let (header, at) = ItemHeader::decode_unchecked(bytes);
+        debug_assert_eq!(at, header.header_len());
+        (header, at)
+    }
+
+    /// `decode` for bytes that may be torn (a reader racing the owner's writes): the fields
+    /// may be nonsense, so their encoding is not checked against `encode`'s; the caller
+    /// validates the copy before trusting anything read from it.
+    #[inline]
+    pub(crate) fn decode_unchecked(bytes: &[u8]) -> (ItemHeader, usize) {
         let control = bytes[0];
         let key_len = usize::from(bytes[1]);
         assert!((1..=250).contains(&key_len), "index points outside an item");
@@ -149,7 +159,6 @@ impl ItemHeader {
                 at += 8;
             }
         }
-        debug_assert_eq!(at, header.header_len());
         (header, at)
     }
 }
@@ -197,6 +206,20 @@ mod tests {
         assert_eq!(item_log_bytes(10, 300), 2 + 2 + 10 + 300);
         let full = ItemHeader { key_len: 1, value_len: 1 << 24, flags: 1, expiry: 1, cas: Some(1), state: STATE_MASK };
         assert_eq!(full.header_len(), MAX_HEADER_BYTES);
+    }
+
+    #[test]
+    fn torn_headers_decode_unchecked_without_panicking() {
+        // What a reader racing the owner may copy: a two-byte length holding a one-byte value,
+        // and a flags bit over zero flags. `encode` never writes these; `decode_unchecked`
+        // must still return (the reader's validation then throws the copy away).
+        let mut torn = [0u8; MAX_HEADER_BYTES + 4];
+        torn[0] = 1 | HAS_FLAGS;
+        torn[1] = 8;
+        torn[2] = 5;
+        let (header, at) = ItemHeader::decode_unchecked(&torn);
+        assert_eq!((header.key_len, header.value_len, header.flags, at), (8, 5, 0, 8));
+        assert_ne!(at, header.header_len(), "the encoding is one encode would not write");
     }
 
     #[test]

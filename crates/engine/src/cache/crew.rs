@@ -268,7 +268,7 @@ impl CrewReader {
         if key_len != key.len() {
             return self.validated(position, in_place).then(|| self.absent());
         }
-        let (header, header_len) = ItemHeader::decode(&head);
+        let (header, header_len) = ItemHeader::decode_unchecked(&head);
         let total = header_len + header.key_len + header.value_len;
         if total > self.max_item_bytes + HEADER_COPY || at + total > self.ring.len() {
             // Torn bytes (the item was overwritten as we read): validation will fail.
