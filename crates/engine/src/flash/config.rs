@@ -233,7 +233,8 @@ impl FlashConfig {
                 u64::from(s.max_item_bytes),
                 u64::from(s.bloom_bits),
                 u64::from(s.max_moves),
-                2,
+                // The sets' format: 3 since log-index buckets span `LOG_SPAN` physical ones.
+                3,
                 0,
             ]
         });

@@ -111,50 +111,92 @@ pub(super) struct FlashIndex {
     /// The sets index's log index: one bucket per key (the bucket names the key's run of sets),
     /// eviction by the caller's age.
     one_choice: bool,
+    /// Physical (64-byte) buckets per bucket: 1, or more for the sets index's log index, whose
+    /// one choice of bucket leaves each bucket's share of a full log to chance: a wider bucket
+    /// overflows far less often at the same DRAM (an overflow loses an item).
+    span: usize,
+}
+
+/// Physical buckets a bucket spans at most.
+pub(super) const MAX_SPAN: usize = 8;
+/// Ways a key may sit in at most: its two buckets, or its one bucket of `MAX_SPAN`.
+pub(super) const MAX_KEY_WAYS: usize = MAX_SPAN * WAYS;
+
+/// The physical buckets a key may sit in (`len` of them).
+#[derive(Clone, Copy)]
+struct Candidates {
+    at: [usize; MAX_SPAN],
+    len: usize,
+}
+
+impl Candidates {
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.at[..self.len].iter().copied()
+    }
 }
 
 impl FlashIndex {
     /// A table of `buckets` buckets (at least one).
     pub(super) fn new(buckets: u32) -> FlashIndex {
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false, one_choice: false }
+        FlashIndex {
+            buckets: vec![Bucket::default(); buckets.max(1) as usize],
+            clock: false,
+            one_choice: false,
+            span: 1,
+        }
     }
 
-    /// The sets index's log index: `buckets` one-choice buckets.
-    pub(super) fn new_one_choice(buckets: u32) -> FlashIndex {
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: false, one_choice: true }
+    /// The sets index's log index: `buckets` one-choice buckets of `span` physical ones each.
+    pub(super) fn new_one_choice(buckets: u32, span: usize) -> FlashIndex {
+        assert!((1..=MAX_SPAN).contains(&span));
+        let physical = buckets.max(1) as usize * span;
+        FlashIndex { buckets: vec![Bucket::default(); physical], clock: false, one_choice: true, span }
+    }
+
+    /// The physical buckets of bucket `b`.
+    fn span_of(&self, b: usize) -> std::ops::Range<usize> {
+        b * self.span..(b + 1) * self.span
     }
 
     /// The entries in bucket `b`.
     pub(super) fn bucket_entries(&self, b: usize) -> impl Iterator<Item = Entry> + '_ {
-        self.buckets[b].0.iter().filter(|&&e| e != 0).map(|&e| Entry(e))
+        self.buckets[self.span_of(b)].iter().flat_map(|p| p.0.iter()).filter(|&&e| e != 0).map(|&e| Entry(e))
     }
 
     /// Removes the tombstone (pages 0) with `tag` from bucket `b`, if there is one.
     pub(super) fn remove_tombstone(&mut self, b: usize, tag: u16) -> bool {
-        let ways = &mut self.buckets[b].0;
-        match ways.iter().position(|&e| e != 0 && Entry(e).tag() == tag && Entry(e).pages() == 0) {
-            Some(w) => {
-                ways[w] = 0;
-                true
+        let range = self.span_of(b);
+        for p in &mut self.buckets[range] {
+            if let Some(w) = p.0.iter().position(|&e| e != 0 && Entry(e).tag() == tag && Entry(e).pages() == 0) {
+                p.0[w] = 0;
+                return true;
             }
-            None => false,
         }
+        false
     }
 
     /// The cascade index's tier 1: `buckets` (a power of two) one-choice CLOCK buckets.
     pub(super) fn new_clock(buckets: u32) -> FlashIndex {
         debug_assert!(buckets.is_power_of_two());
-        FlashIndex { buckets: vec![Bucket::default(); buckets.max(1) as usize], clock: true, one_choice: false }
+        FlashIndex {
+            buckets: vec![Bucket::default(); buckets.max(1) as usize],
+            clock: true,
+            one_choice: false,
+            span: 1,
+        }
     }
 
     /// The entry with `tag` in bucket `bucket`, if any (a fingerprint's tier-1 entry).
     pub(super) fn find_fingerprint(&self, bucket: u32, tag: u16) -> Option<Entry> {
-        let b = self.buckets.get(bucket as usize)?;
-        b.0.iter().find(|&&e| e != 0 && Entry(e).tag() == tag).map(|&e| Entry(e))
+        if bucket >= self.buckets() {
+            return None;
+        }
+        self.bucket_entries(bucket as usize).find(|e| e.tag() == tag)
     }
 
+    /// Buckets (of `span` physical ones each).
     pub(super) fn buckets(&self) -> u32 {
-        self.buckets.len() as u32
+        (self.buckets.len() / self.span) as u32
     }
 
     pub(super) fn heap_bytes(&self) -> usize {
@@ -162,34 +204,41 @@ impl FlashIndex {
     }
 
     pub(super) fn bucket_of(&self, hash: KeyHash) -> usize {
-        ((((hash.0 >> 16) & 0xFFFF_FFFF) * self.buckets.len() as u64) >> 32) as usize
+        ((((hash.0 >> 16) & 0xFFFF_FFFF) * (self.buckets.len() / self.span) as u64) >> 32) as usize
     }
 
-    /// The key's two buckets (equal in a one-bucket table).
-    fn pair(&self, hash: KeyHash) -> [usize; 2] {
+    /// The physical buckets the key may sit in: its two (the full index), or its one bucket's.
+    fn candidates(&self, hash: KeyHash) -> Candidates {
         let n = self.buckets.len();
         let first = self.bucket_of(hash);
-        if n == 1 || self.clock || self.one_choice {
-            return [first, first];
+        let mut c = Candidates { at: [first; MAX_SPAN], len: 1 };
+        if self.one_choice {
+            for (i, at) in self.span_of(first).enumerate() {
+                c.at[i] = at;
+            }
+            c.len = self.span;
+        } else if n > 1 && !self.clock {
+            let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
+            c.at[1] = (first + step) % n;
+            c.len = 2;
         }
-        let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
-        [first, (first + step) % n]
+        c
     }
 
     /// Starts loading the key's buckets (one line each): a lookup soon after finds them in
     /// cache instead of missing twice in a table far larger than the caches.
     #[inline]
     pub(super) fn prefetch(&self, hash: KeyHash) {
-        for b in self.pair(hash) {
+        for b in self.candidates(hash).iter() {
             crate::region::prefetch(&self.buckets[b]);
         }
     }
 
-    /// (bucket, way) of the entry with this key's tag.
+    /// (physical bucket, way) of the entry with this key's tag.
     fn position(&self, hash: KeyHash) -> Option<(usize, usize)> {
         let tag = hash.tag();
-        self.pair(hash)
-            .into_iter()
+        self.candidates(hash)
+            .iter()
             .find_map(|b| self.buckets[b].0.iter().position(|&e| e != 0 && Entry(e).tag() == tag).map(|w| (b, w)))
     }
 
@@ -206,7 +255,13 @@ impl FlashIndex {
     /// `remove`, with the bucket the entry sat in.
     pub(super) fn remove_at(&mut self, hash: KeyHash) -> Option<(usize, Entry)> {
         let (b, w) = self.position(hash)?;
-        Some((b, Entry(std::mem::take(&mut self.buckets[b].0[w]))))
+        Some((b / self.span, Entry(std::mem::take(&mut self.buckets[b].0[w]))))
+    }
+
+    /// Whether an insert for this key would push nobody out: it has an entry to replace, or
+    /// one of its buckets an empty way.
+    pub(super) fn has_room(&self, hash: KeyHash) -> bool {
+        self.candidates(hash).iter().any(|b| self.buckets[b].0.contains(&0)) || self.position(hash).is_some()
     }
 
     /// The groups (first bucket and tag, as `FlashStore::group`) an entry with `tag` found in
@@ -222,9 +277,9 @@ impl FlashIndex {
         [(b as u64) << 16 | u64::from(tag), (first_if_second as u64) << 16 | u64::from(tag)]
     }
 
-    /// Puts `entry` in the emptier of the key's buckets, dropping its tag's previous entry. With
-    /// both full it reuses a way whose entry `valid` rejects, else evicts the one `age` ranks
-    /// oldest.
+    /// Puts `entry` in the emptiest of the key's buckets, dropping its tag's previous entry.
+    /// With all full it reuses a way whose entry `valid` rejects, else evicts the one `age`
+    /// ranks oldest.
     pub(super) fn insert(
         &mut self,
         hash: KeyHash,
@@ -244,19 +299,26 @@ impl FlashIndex {
             displaced.evicted = self.clock_insert(self.bucket_of(hash), entry);
             return displaced;
         }
-        let pair = self.pair(hash);
+        let candidates = self.candidates(hash);
         let empties = |b: usize| self.buckets[b].0.iter().filter(|&&e| e == 0).count();
-        let b = if empties(pair[1]) > empties(pair[0]) { pair[1] } else { pair[0] };
+        // The emptiest; the first of equals (the key's first bucket, for the full index).
+        let b = candidates.iter().min_by_key(|&b| WAYS - empties(b)).expect("a bucket");
         let spot = if empties(b) > 0 {
             (b, self.buckets[b].0.iter().position(|&e| e == 0).expect("an empty way"))
         } else {
-            let ways: [(usize, usize); 2 * WAYS] = std::array::from_fn(|i| (pair[i / WAYS], i % WAYS));
+            let mut ways = [(0usize, 0usize); MAX_KEY_WAYS];
+            let n = candidates.len * WAYS;
+            for (i, way) in ways[..n].iter_mut().enumerate() {
+                *way = (candidates.at[i / WAYS], i % WAYS);
+            }
+            let ways = &ways[..n];
             match ways.iter().copied().find(|&(b, w)| !valid(Entry(self.buckets[b].0[w]))) {
                 Some(spot) => spot,
                 None => {
-                    let oldest = ways.into_iter().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
+                    let oldest =
+                        ways.iter().copied().min_by_key(|&(b, w)| age(Entry(self.buckets[b].0[w]))).expect("ways");
                     displaced.evicted = Some(Entry(self.buckets[oldest.0].0[oldest.1]));
-                    displaced.evicted_bucket = oldest.0;
+                    displaced.evicted_bucket = oldest.0 / self.span;
                     oldest
                 }
             }
@@ -301,9 +363,9 @@ impl FlashIndex {
 
     /// Clears every entry `valid` rejects in buckets `from..to` (clamped); returns how many.
     pub(super) fn sweep(&mut self, from: usize, to: usize, valid: impl Fn(Entry) -> bool) -> usize {
-        let to = to.min(self.buckets.len());
+        let to = to.min(self.buckets() as usize) * self.span;
         let mut cleared = 0;
-        for bucket in &mut self.buckets[from.min(to)..to] {
+        for bucket in &mut self.buckets[(from * self.span).min(to)..to] {
             for way in bucket.0.iter_mut() {
                 if *way != 0 && !valid(Entry(*way)) {
                     *way = 0;
@@ -322,12 +384,13 @@ impl FlashIndex {
         valid: impl Fn(Entry) -> bool,
         out: &mut Vec<(usize, Entry)>,
     ) -> usize {
-        let to = to.min(self.buckets.len());
+        let (span, to) = (self.span, to.min(self.buckets() as usize) * self.span);
+        let from = (from * span).min(to);
         let before = out.len();
-        for (b, bucket) in self.buckets[from.min(to)..to].iter_mut().enumerate() {
+        for (b, bucket) in self.buckets[from..to].iter_mut().enumerate() {
             for way in bucket.0.iter_mut() {
                 if *way != 0 && !valid(Entry(*way)) {
-                    out.push((from + b, Entry(std::mem::take(way))));
+                    out.push(((from + b) / span, Entry(std::mem::take(way))));
                 }
             }
         }
@@ -339,14 +402,15 @@ impl FlashIndex {
         self.buckets.fill(Bucket::default());
     }
 
-    /// The table as little-endian bytes, `bucket` after `bucket` (for the snapshot).
+    /// Physical bucket `bucket` as little-endian bytes (the snapshot's unit: `layout.buckets`
+    /// counts physical buckets).
     pub(super) fn bucket_bytes(&self, bucket: usize, out: &mut [u8]) {
         for (i, e) in self.buckets[bucket].0.iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&e.to_le_bytes());
         }
     }
 
-    /// Loads one bucket from `bytes` (the snapshot's form).
+    /// Loads physical bucket `bucket` from `bytes` (the snapshot's form).
     pub(super) fn load_bucket(&mut self, bucket: usize, bytes: &[u8]) {
         for (i, e) in self.buckets[bucket].0.iter_mut().enumerate() {
             *e = u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
@@ -400,6 +464,38 @@ mod tests {
         let d = index.insert(h(10), Entry::new(10, 100, 0, 0, 1), |e| e.slot() != 5, |e| u64::from(e.slot()));
         assert_eq!(d.evicted, None, "an invalid entry's way is reused before evicting");
         assert_eq!(index.entries().count(), 8);
+    }
+
+    #[test]
+    fn a_wide_one_choice_bucket_fills_all_its_ways_before_evicting_the_oldest() {
+        let mut index = FlashIndex::new_one_choice(3, 4);
+        assert_eq!((index.buckets(), index.heap_bytes()), (3, 12 * BUCKET_BYTES));
+        // Bucket 1 of 3: the hash's top 32 bits in the middle third.
+        let h = |t| hash(0x8000_0000, t);
+        let b = index.bucket_of(h(1));
+        assert_eq!(b, 1);
+        let age = |e: Entry| u64::from(e.slot());
+        for t in 1..=32u16 {
+            assert!(index.has_room(h(t)));
+            let d = index.insert(h(t), Entry::new(t, u32::from(t), 0, 0, 1), |_| true, age);
+            assert_eq!(d, Displaced::default(), "way {t} of 32 is free");
+        }
+        assert_eq!(index.bucket_entries(b).count(), 32);
+        assert_eq!((index.bucket_entries(0).count(), index.bucket_entries(2).count()), (0, 0));
+        assert!(!index.has_room(h(40)) && index.has_room(h(7)), "full, but a key's own entry is replaced");
+        let d = index.insert(h(40), Entry::new(40, 40, 0, 0, 1), |_| true, age);
+        assert_eq!((d.evicted.map(|e| e.tag()), d.evicted_bucket), (Some(1), 1), "the oldest of all 32 ways");
+        assert!(index.find(h(40)).is_some() && index.find(h(1)).is_none());
+        // A tombstone in the last physical bucket is found from the bucket's number.
+        index.insert(h(41), tombstone(41), |_| true, age);
+        assert!(index.remove_tombstone(b, 41) && !index.remove_tombstone(b, 41));
+        // Sweeps count in buckets and report them.
+        let mut out = Vec::new();
+        assert_eq!(index.sweep_collect(1, 2, |e| e.slot() > 30, &mut out), 28, "3..=30 (2 made way for 41)");
+        assert!(out.iter().all(|&(bucket, _)| bucket == 1));
+        assert_eq!(index.sweep(0, 1, |_| false), 0, "bucket 0 is empty");
+        assert_eq!(index.sweep(2, 9, |_| false), 0);
+        assert_eq!(index.bucket_entries(b).count(), 3);
     }
 
     #[test]

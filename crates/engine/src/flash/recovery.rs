@@ -168,7 +168,10 @@ impl FlashStore {
             admission: admission_for(cfg.admission, cfg.partitions, seed, now.nanos),
             index: match (layout.cascade, layout.sets) {
                 (Some(_), _) => FlashIndex::new_clock(layout.buckets),
-                (None, Some(_)) => FlashIndex::new_one_choice(layout.buckets),
+                (None, Some(_)) => {
+                    let span = super::sets::LOG_SPAN as u32;
+                    FlashIndex::new_one_choice(layout.buckets / span, span as usize)
+                }
                 (None, None) => FlashIndex::new(layout.buckets),
             },
             cascade: layout.cascade.map(|geo| Box::new(super::cascade::Cascade::new(geo))),

@@ -207,10 +207,13 @@ impl FlashStore {
     /// ranked by `set_age`, and a set that may hold the key of an entry let go of is voided.
     fn set_log_insert(&mut self, hash: KeyHash, entry: Entry) {
         let bucket = self.index.bucket_of(hash);
-        // The ranks are taken before the insert borrows the index (no allocation: one bucket).
-        let mut ranked = [(Entry(0), 0u64); super::index::WAYS];
-        for (r, e) in ranked.iter_mut().zip(self.index.bucket_entries(bucket)) {
-            *r = (e, self.set_age(bucket, e));
+        // The ranks are taken before the insert borrows the index (no allocation: one bucket),
+        // and only when it is full (each costs a look at its set's filter).
+        let mut ranked = [(Entry(0), 0u64); super::index::MAX_KEY_WAYS];
+        if !self.index.has_room(hash) {
+            for (r, e) in ranked.iter_mut().zip(self.index.bucket_entries(bucket)) {
+                *r = (e, self.set_age(bucket, e));
+            }
         }
         let age = |e: Entry| ranked.iter().find(|(r, _)| *r == e).map_or(0, |&(_, a)| a);
         let displaced = self.index.insert(hash, entry, |_| true, age);

@@ -31,6 +31,7 @@ mod recover;
 #[cfg(test)]
 pub(super) mod tests;
 
+pub(in crate::flash) use config::LOG_SPAN;
 pub use config::{SetsConfig, SetsLayout};
 pub(super) use recover::SetsScan;
 

@@ -21,8 +21,21 @@ pub(in super::super) fn sets_config() -> FlashConfig {
     cfg
 }
 
+/// `sets_config()` with a log index of one bucket (the log's items are expected to be 64 KiB):
+/// fills overflow it, so log items are pushed out of the index and their sets voided.
+fn sets_config_one_log_bucket() -> FlashConfig {
+    let mut cfg = sets_config();
+    cfg.expected_item_bytes = 64 << 10;
+    cfg
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(96), ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_overflowing_log_index_never_serves_an_old_value(ops in prop::collection::vec(op(), 1..120), seed in any::<u64>()) {
+        run(&ops, seed, Faults { fail_per_million: 5_000, flip_per_million: 10_000 }, sets_config_one_log_bucket());
+    }
 
     #[test]
     fn the_sets_index_serves_only_last_acknowledged_values(ops in prop::collection::vec(op(), 1..120), seed in any::<u64>()) {
@@ -367,7 +380,7 @@ fn the_sets_layout_fits_its_region_and_bad_settings_say_why() {
     assert!(sets.offset + u64::from(sets.sets) * 4096 <= layout.segments_offset);
     assert!(layout.segment_offset(layout.slots) <= cfg.file_bytes);
     assert_eq!(sets.sets % sets.per_bucket, 0);
-    assert_eq!(sets.sets / sets.per_bucket, layout.buckets);
+    assert_eq!(u64::from(sets.sets / sets.per_bucket), u64::from(layout.buckets) / super::LOG_SPAN);
     let mut bad = sets_config();
     bad.sets = Some(SetsConfig { log_percent: 0, ..SetsConfig::default() });
     assert!(super::super::RegionLayout::new(&bad).unwrap_err().0.contains("log"));
