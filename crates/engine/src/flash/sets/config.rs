@@ -38,8 +38,9 @@ impl Default for SetsConfig {
 
 /// Physical (64-byte, `WAYS`-entry) buckets per log-index bucket. One choice of bucket leaves
 /// each bucket's share of a full log to chance, and a full bucket loses an item: in a
-/// simulation of a full FIFO log at 64% load, 8-way buckets overflowed on 11.5% of inserts,
-/// 32-way on 0.9% and 64-way on 0.02% (0.55% at 72%), as `flash-bench` found for 8 (13%).
+/// simulation of a full FIFO log at 64% load (`scripts/log_bucket_sim.py`), 8-way buckets
+/// overflow on 11.5% of inserts (`flash-bench` found 11-13%), 32-way on 0.9% and 64-way on
+/// 0.03% (0.6% at 72%).
 pub(in crate::flash) const LOG_SPAN: u64 = 8;
 /// Log-index entries per physical bucket (of `WAYS`) the log's expected items fill.
 const ENTRIES_PER_BUCKET: u64 = 7;
