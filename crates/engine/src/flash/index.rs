@@ -204,7 +204,7 @@ impl FlashIndex {
     }
 
     pub(super) fn bucket_of(&self, hash: KeyHash) -> usize {
-        ((((hash.0 >> 16) & 0xFFFF_FFFF) * (self.buckets.len() / self.span) as u64) >> 32) as usize
+        ((((hash.0 >> 16) & 0xFFFF_FFFF) * u64::from(self.buckets())) >> 32) as usize
     }
 
     /// The physical buckets the key may sit in: its two (the full index), or its one bucket's.
@@ -267,7 +267,7 @@ impl FlashIndex {
     /// The groups (first bucket and tag, as `FlashStore::group`) an entry with `tag` found in
     /// bucket `b` may belong to: `b` is its key's first bucket or its second.
     pub(super) fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
-        let n = self.buckets.len();
+        let n = self.buckets() as usize;
         let first_if_second = if n == 1 || self.clock || self.one_choice {
             b
         } else {

@@ -257,24 +257,41 @@ impl FlashStore {
         buf: AlignedBuf,
         len: usize,
     ) -> (AlignedBuf, Result<usize, i32>) {
-        self.io.submit(IoOp { kind, offset, buf, len, at: 0, token: TOKEN_META });
+        let mut bufs = [buf];
+        let result = self.sync_batch(kind, &[(offset, len)], &mut bufs)[0];
+        let [buf] = bufs;
+        (buf, result)
+    }
+
+    /// Requests (offset, length) submitted at once into `bufs` (one each, in order), all waited
+    /// for; their results in order. Other completions (only at close) are handled as usual.
+    pub(super) fn sync_batch(
+        &mut self,
+        kind: IoKind,
+        ops: &[(u64, usize)],
+        bufs: &mut [AlignedBuf],
+    ) -> Vec<Result<usize, i32>> {
+        for (i, &(offset, len)) in ops.iter().enumerate() {
+            let buf = std::mem::replace(&mut bufs[i], AlignedBuf::new(0));
+            self.io.submit(IoOp { kind, offset, buf, len, at: 0, token: TOKEN_META | (i as u64 + 1) });
+        }
         self.io.flush();
-        let mut sink = Vec::new();
-        loop {
-            let mut done = Vec::new();
+        let mut results = vec![Err(0); ops.len()];
+        let (mut waiting, mut done, mut sink) = (ops.len(), Vec::new(), Vec::new());
+        while waiting > 0 {
             self.io.wait(&mut done);
-            let mut mine = None;
-            for c in done {
-                if c.token == TOKEN_META {
-                    mine = Some((c.buf, c.result));
+            for c in done.drain(..) {
+                let i = (c.token & !(0xFF << 56)) as usize;
+                if c.token & (0xFF << 56) == TOKEN_META && (1..=ops.len()).contains(&i) {
+                    results[i - 1] = c.result;
+                    bufs[i - 1] = c.buf;
+                    waiting -= 1;
                 } else {
                     self.complete(c, Now::default(), &mut sink);
                 }
             }
-            if let Some(mine) = mine {
-                return mine;
-            }
         }
+        results
     }
 
     /// The region's superblock (of its two pages, the valid one of the larger generation), or

@@ -19,7 +19,7 @@ use std::path::Path;
 pub use aligned::AlignedBuf;
 
 /// What an operation does.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoKind {
     /// Fill `buf` from the device at `offset`.
     Read,

@@ -11,9 +11,9 @@
 //!   is adopted.
 //! - Anything else (blank, another file's, an older layout's, an earlier life's): floor 0.
 
-use super::super::io::{AlignedBuf, IoKind, IoOp};
+use super::super::io::{AlignedBuf, IoKind};
 use super::super::layout::PAGE;
-use super::super::{FlashStore, Now, RecoveryError, TOKEN_META};
+use super::super::{FlashStore, RecoveryError};
 use super::page::{self, Probe};
 use crate::hash::KeyHash;
 
@@ -53,9 +53,9 @@ impl FlashStore {
         let mut bufs: Vec<AlignedBuf> = (0..SCAN_DEPTH).map(|_| AlignedBuf::new(SCAN_PAGES as usize * PAGE)).collect();
         for group in firsts.chunks(SCAN_DEPTH) {
             let reads: Vec<(u64, usize)> = group.iter().map(|&first| (geo.set_offset(first), len(first))).collect();
-            let results = self.read_batch(&reads, &mut bufs);
+            let results = self.sync_batch(IoKind::Read, &reads, &mut bufs);
             for (j, &first) in group.iter().enumerate() {
-                let mut buf = std::mem::replace(&mut bufs[j], AlignedBuf::new(PAGE));
+                let mut buf = std::mem::replace(&mut bufs[j], AlignedBuf::new(0));
                 let mut result = results[j];
                 // A read that fails is tried alone a few more times.
                 for _ in 0..4 {
@@ -96,34 +96,6 @@ impl FlashStore {
                 }
             }
         }
-    }
-
-    /// Submits `reads` at once into `bufs` (one each, in order) and waits for them all; other
-    /// completions (none during recovery) are handled as usual.
-    fn read_batch(&mut self, reads: &[(u64, usize)], bufs: &mut [AlignedBuf]) -> Vec<Result<usize, i32>> {
-        for (i, &(offset, len)) in reads.iter().enumerate() {
-            let buf = std::mem::replace(&mut bufs[i], AlignedBuf::new(PAGE));
-            let token = TOKEN_META | (i as u64 + 1);
-            self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len, at: 0, token });
-        }
-        self.io.flush();
-        let mut results = vec![Err(0); reads.len()];
-        let (mut waiting, mut sink) = (reads.len(), Vec::new());
-        while waiting > 0 {
-            let mut done = Vec::new();
-            self.io.wait(&mut done);
-            for c in done {
-                let i = (c.token & !(0xFF << 56)) as usize;
-                if c.token & (0xFF << 56) == TOKEN_META && (1..=reads.len()).contains(&i) {
-                    results[i - 1] = c.result;
-                    bufs[i - 1] = c.buf;
-                    waiting -= 1;
-                } else {
-                    self.complete(c, Now::default(), &mut sink);
-                }
-            }
-        }
-        results
     }
 
     /// How set `s`'s page in `bytes` probes; a page with a set page's magic that does not check
