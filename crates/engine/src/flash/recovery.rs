@@ -482,7 +482,7 @@ impl FlashStore {
             // retirement.
             for b in 0..self.index.buckets() as usize {
                 for e in self.index.bucket_entries(b).filter(|&e| super::cascade::is_tombstone(e)) {
-                    s.buried.push(std::cmp::Reverse((0, b as u32, e.tag())));
+                    s.buried.push(0, b as u32, e.tag());
                 }
             }
         }

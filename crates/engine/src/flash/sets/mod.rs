@@ -23,6 +23,7 @@
 //! (`buried`, a purge move). A clean close saves the sets' DRAM state in the snapshot
 //! (`persist.rs`).
 
+mod buried;
 mod config;
 mod moves;
 pub(super) mod page;
@@ -41,8 +42,6 @@ use super::layout::PAGE;
 use super::{FlashItem, FlashStore, Lookup, Now, PendingRead, ReadDone, TOKEN_SET_READ};
 use crate::hash::KeyHash;
 use crate::time::is_expired;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 /// DRAM per set besides its Bloom filter: hit bits and item count (one u32), version (u16).
 pub(super) const SET_DRAM_BYTES: u64 = 6;
@@ -126,7 +125,7 @@ pub(super) struct Sets {
     /// Tombstones by the sequence number of the segment whose record grounds them (mark,
     /// dropped item): (segment seq, bucket, tag), oldest first. Their sets are rewritten before
     /// that segment is retired.
-    pub buried: BinaryHeap<Reverse<(u64, u32, u16)>>,
+    pub buried: buried::Buried,
     pub moves: moves::Moves,
     pub stats: SetsStats,
 }
@@ -148,7 +147,7 @@ impl Sets {
             versions: vec![0; n],
             floor_seq: 0,
             floor_epoch: 0,
-            buried: BinaryHeap::new(),
+            buried: buried::Buried::default(),
             moves: moves::Moves::new(geo.max_moves as usize),
             stats: SetsStats::default(),
             geo,
@@ -237,8 +236,7 @@ impl Sets {
     /// Heap bytes: filters, per-set state, and the moves' buffers.
     pub(super) fn heap_bytes(&self) -> (u64, u64, u64) {
         let state = self.state.capacity() * 4 + self.versions.capacity() * 2;
-        let buried = self.buried.capacity() * std::mem::size_of::<Reverse<(u64, u32, u16)>>();
-        (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes() + buried as u64)
+        (self.blooms.capacity() as u64, state as u64, self.moves.heap_bytes() + self.buried.heap_bytes() as u64)
     }
 }
 
@@ -261,7 +259,9 @@ impl FlashStore {
         if !sets.on_flash(fp) {
             return;
         }
-        sets.buried.push(Reverse((ground, fp.0, fp.1)));
+        sets.buried.push(ground, fp.0, fp.1);
+        self.bound_buried();
+        let sets = self.sets.as_deref_mut().expect("the sets index");
         if !sets.may_contain(fp) {
             return;
         }
@@ -286,7 +286,8 @@ impl FlashStore {
         if sets.may_contain(fp) || (is_tombstone(e) && sets.version(sets.set_of(fp)) != 0) {
             let s = sets.set_of(fp);
             sets.void(s);
-            sets.buried.push(Reverse((ground, fp.0, fp.1)));
+            sets.buried.push(ground, fp.0, fp.1);
+            self.bound_buried();
         }
     }
 

@@ -155,17 +155,14 @@ impl FlashStore {
         let limit = self.slots[slot as usize].seq;
         let mut due = Vec::new();
         let sets = self.sets.as_deref_mut().expect("the sets index");
-        while let Some(&std::cmp::Reverse((ground, bucket, tag))) = sets.buried.peek() {
-            if ground > limit {
-                break;
-            }
-            sets.buried.pop();
+        while let Some((_, bucket, tag)) = sets.buried.pop_due(limit) {
             let s = sets.set_of((bucket, tag));
             let still = self.index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag);
             if (still || sets.version(s) == 0) && !due.contains(&s) {
                 due.push(s);
             }
         }
+        sets.buried.trim();
         for s in due {
             // A queued move has not merged yet: it applies every tombstone there is then.
             let queued = self.sets.as_deref().expect("sets").moves.queue.iter().any(|m| m.set == s);

@@ -56,7 +56,7 @@ impl Sets {
         for s in 0..n {
             if self.versions[s] == 0 && self.blooms[s * b..(s + 1) * b].iter().any(|&x| x != 0) {
                 let (bucket, tag) = (s as u32 / self.geo.per_bucket, (s as u32 % self.geo.per_bucket) as u16);
-                self.buried.push(std::cmp::Reverse((0, bucket, tag)));
+                self.buried.push(0, bucket, tag);
             }
         }
         Ok(())

@@ -425,3 +425,32 @@ fn a_dump_lists_the_items_in_sets_after_the_log() {
     assert!(!found.contains(&key(keys[2])), "a deleted key is not listed");
     assert!(n > h.store().layout().slots, "the sets were walked too");
 }
+
+#[test]
+fn burying_one_key_again_and_again_keeps_the_burials_bounded_and_the_key_deleted() {
+    let mut h = Harness::with(sets_config(), 8, Faults::default());
+    let keys = keys_for(&mut h, 23, 0, 2);
+    for &k in &keys {
+        h.insert(k, 100, None);
+    }
+    cycle_log(&mut h, &[23]);
+    assert!(get(&mut h, keys[0]) && get(&mut h, keys[1]));
+    h.delete(keys[0]);
+    // Each delete of a key its set's filter may hold buries it again, with no segment retired
+    // in between: one burial per fingerprint stays, and its memory with it.
+    let hash = KeyHash::of(&key(keys[0]));
+    for _ in 0..20_000 {
+        h.store().delete(hash);
+    }
+    let sets = h.store().sets.as_deref().expect("sets");
+    assert!(sets.buried.len() <= 16, "{} burials", sets.buried.len());
+    assert!(sets.buried.heap_bytes() <= 16 << 10, "{} bytes", sets.buried.heap_bytes());
+    assert!(!get(&mut h, keys[0]));
+    // The purge still comes before the ground retires: through a whole trip of the log the key
+    // stays deleted and its neighbour stays.
+    cycle_log(&mut h, &[23]);
+    assert!(!get(&mut h, keys[0]));
+    assert!(get(&mut h, keys[1]));
+    h.clean_restart();
+    assert!(!get(&mut h, keys[0]) && get(&mut h, keys[1]));
+}
