@@ -158,11 +158,13 @@ impl FlashStore {
         while let Some((_, bucket, tag)) = sets.buried.pop_due(limit) {
             let s = sets.set_of((bucket, tag));
             let still = self.index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag);
-            if (still || sets.version(s) == 0) && !due.contains(&s) {
+            if still || sets.version(s) == 0 {
                 due.push(s);
             }
         }
         sets.buried.trim();
+        due.sort_unstable();
+        due.dedup();
         for s in due {
             // A queued move has not merged yet: it applies every tombstone there is then.
             let queued = self.sets.as_deref().expect("sets").moves.queue.iter().any(|m| m.set == s);
