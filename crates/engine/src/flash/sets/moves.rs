@@ -297,14 +297,17 @@ impl FlashStore {
         self.finish_segment();
     }
 
-    /// Reads what move `id` needs: the set's page and its log items outside the segment (those
-    /// still in a write buffer are taken from it).
+    /// Reads what move `id` needs: the set's page (unless the set is void or was never
+    /// written: the merge would not use it) and its log items outside the segment (those still
+    /// in a write buffer are taken from it). With nothing to read, the move writes at once.
     fn start_move(&mut self, id: usize) {
         let sets = self.sets.as_deref_mut().expect("the sets index");
+        let set = sets.moves.slots[id].as_ref().expect("a move").set;
+        let page_read = sets.version(set) != 0;
         let mv = sets.moves.slots[id].as_mut().expect("a move");
         let offset = sets.geo.set_offset(mv.set);
         let token = TOKEN_MOVE | (id as u64) << 16;
-        let mut reads = vec![(offset, PAGE, token | SUB_PAGE)];
+        let mut reads = if page_read { vec![(offset, PAGE, token | SUB_PAGE)] } else { Vec::new() };
         let mut buffered = Vec::new();
         for (n, e) in mv.others.iter().enumerate() {
             let first_page = e.offset_units() as usize * ITEM_ALIGN / PAGE;
@@ -318,13 +321,16 @@ impl FlashStore {
             }
         }
         mv.waiting = reads.len() as u32;
-        sets.stats.move_reads += reads.len() as u64 - 1;
+        sets.stats.move_reads += (reads.len() - usize::from(page_read)) as u64;
         for (n, b, from) in buffered {
             let moving = self.bufs[b].data.as_ref().and_then(|data| self.read_moving(id, n, data.get(from..)?));
             if let Some(m) = moving {
                 let sets = self.sets.as_deref_mut().expect("the sets index");
                 sets.moves.slots[id].as_mut().expect("a move").incoming.push(m);
             }
+        }
+        if reads.is_empty() {
+            return self.write_move(id, self.last_now);
         }
         for (offset, len, token) in reads {
             self.io.submit(IoOp { kind: IoKind::Read, offset, buf: AlignedBuf::new(len), len, at: 0, token });
