@@ -84,6 +84,10 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --no-fail-fast: one failing test binary does not hide the others' results.
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
+# A longer soak of the flash tier's model tests (random operations, crashes and faults, checked
+# against a plain model) in a release build: some orderings of a crash against a reclaim show
+# up only after a few thousand cases (stop 50 found three that way). SOAK_CASES per test.
+PROPTEST_CASES=${SOAK_CASES:-1500} cargo test --release -p tierkv-engine --lib flash:: 2>&1 | tee -a "$log"
 # A short run of every fuzz target over its committed corpus (FUZZ_SECONDS each, default 30).
 # New inputs go to a scratch directory, so the committed corpora stay as they are.
 fuzz_seconds=${FUZZ_SECONDS:-30}

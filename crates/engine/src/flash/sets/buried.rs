@@ -5,12 +5,15 @@
 //! whose sets may hold them (a Bloom filter's maybe, all the more while the device is saturated
 //! and writes are dropped) would grow the heap without bound until their grounds retire, and its
 //! capacity would stay at the peak. So when it doubles past what the last compaction kept, it is
-//! compacted: one entry per fingerprint (the oldest ground, which is due first), and only
-//! entries that would still be due when popped (their tombstone stands, or their set is void).
-//! What is kept is bounded by the log index's tombstones and the void sets.
+//! compacted: duplicates go (the same ground, bucket and tag), and so do entries a pop would
+//! not act on (their tombstone is gone and their set is not void; a tombstone put down again,
+//! or a set voided again, pushes an entry of its own). An entry of a later ground is kept even
+//! when an earlier one names the same key: it is the backstop for a purge at the earlier ground
+//! that does not happen (a move voided meanwhile). What is kept is bounded by the log index's
+//! tombstones and the void sets, once per segment of the log at most.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use super::super::index::is_tombstone;
 use super::super::FlashStore;
@@ -72,28 +75,22 @@ impl Buried {
 
 impl FlashStore {
     /// Compacts the burials when they have doubled since the last compaction (see the module
-    /// comment): the same purges happen, at the same grounds or earlier.
+    /// comment): every purge a pop would bind still happens at its ground.
     pub(super) fn bound_buried(&mut self) {
         let Some(sets) = self.sets.as_deref_mut() else { return };
         if !sets.buried.over() {
             return;
         }
-        let heap = std::mem::take(&mut sets.buried.heap);
-        let mut oldest: HashMap<(u32, u16), u64> = HashMap::with_capacity(heap.len());
-        for Reverse((ground, bucket, tag)) in heap.into_vec() {
-            let g = oldest.entry((bucket, tag)).or_insert(ground);
-            *g = (*g).min(ground);
-        }
+        let mut all = std::mem::take(&mut sets.buried.heap).into_vec();
+        all.sort_unstable();
+        all.dedup();
         let sets = self.sets.as_deref().expect("the sets index");
         let index = &self.index;
-        let kept: Vec<Burial> = oldest
-            .into_iter()
-            .filter(|&((bucket, tag), _)| {
-                sets.version(sets.set_of((bucket, tag))) == 0
-                    || index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag)
-            })
-            .map(|((bucket, tag), ground)| Reverse((ground, bucket, tag)))
-            .collect();
+        all.retain(|&Reverse((_, bucket, tag))| {
+            sets.version(sets.set_of((bucket, tag))) == 0
+                || index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag)
+        });
+        let kept = all;
         let sets = self.sets.as_deref_mut().expect("the sets index");
         sets.buried.kept = kept.len();
         sets.buried.heap = BinaryHeap::from(kept);

@@ -260,14 +260,13 @@ impl FlashStore {
             return;
         }
         sets.buried.push(ground, fp.0, fp.1);
-        self.bound_buried();
-        let sets = self.sets.as_deref_mut().expect("the sets index");
-        if !sets.may_contain(fp) {
-            return;
+        if sets.may_contain(fp) {
+            sets.stats.tombstones += 1;
+            let hash = self.hash_at(fp);
+            self.t1_insert(hash, tombstone(fp.1));
         }
-        sets.stats.tombstones += 1;
-        let hash = self.hash_at(fp);
-        self.t1_insert(hash, tombstone(fp.1));
+        // After the tombstone is down: a compaction keeps the burials of standing tombstones.
+        self.bound_buried();
     }
 
     /// The sequence number of the newest segment: a mark appended from now on lands in it or a

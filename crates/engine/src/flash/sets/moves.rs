@@ -127,7 +127,10 @@ impl FlashStore {
             let small = set_item_bytes(item.key.len(), item.value.len()) <= max_item;
             let expired = is_expired(item.meta.expiry, now.unix);
             if expired || !small {
-                if expired || !(entry.hit() && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
+                // Written again at the head only if its set holds no older copy: a crash could
+                // lose the new copy after the segment is retired, and the older one would answer.
+                let again = entry.hit() && !self.sets.as_deref().is_some_and(|s| s.on_flash(self.fingerprint(hash)));
+                if expired || !(again && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
                     self.drop_log(hash);
                 }
                 return;
@@ -212,7 +215,10 @@ impl FlashStore {
         let (go, stay): (Vec<Moving>, Vec<Moving>) = if force || items.len() + others.len() >= threshold {
             (items, Vec::new())
         } else {
-            items.into_iter().partition(|m| !m.entry.hit() && sets.may_contain(self.fingerprint(m.hash)))
+            // Below the threshold an item goes to its set anyway if the set may hold an older
+            // copy (hit or not: written again at the head instead, a crash could lose the new
+            // copy after this segment is retired, and the older one would answer).
+            items.into_iter().partition(|m| sets.on_flash(self.fingerprint(m.hash)))
         };
         for m in stay {
             self.sets.as_deref_mut().expect("sets").stats.threshold_drops += 1;
@@ -271,6 +277,12 @@ impl FlashStore {
     /// Drops a key's log entry (its item left the log without reaching its set).
     fn drop_log(&mut self, hash: KeyHash) {
         let old = self.index.remove(hash);
+        // Its record stays on the device until the segment is retired, after the moves: a drop
+        // mark (at the next commit; this runs inside completions) keeps a crash before then from
+        // bringing it back over a change of the key made meanwhile, which waits for the mark.
+        if old.is_some_and(|e| Self::valid(&self.slots, e)) {
+            self.defer_drop(self.group(hash));
+        }
         self.forget(old);
         // Grounded in the segment being reclaimed: its set is purged before it is retired.
         self.bury_set(self.fingerprint(hash), 0);
@@ -414,16 +426,25 @@ impl FlashStore {
             .map(Entry::tag)
             .collect();
         // An old item the log index names (a tombstone, a newer copy, one moving in now) goes:
-        // the page must hold nothing older than a log record it is newer than.
-        let index = &self.index;
+        // the page must hold nothing older than a log record it is newer than. So does an item
+        // whose key has an invalidation on its way (its mark is older than this page's
+        // sequence, so after a crash it would not kill the copy written here).
         let old: Vec<SetItem> = old
             .into_iter()
-            .filter(|o| !is_expired(o.meta.expiry, now.unix) && index.find(KeyHash::of(&o.key)).is_none())
+            .filter(|o| {
+                let hash = KeyHash::of(&o.key);
+                !is_expired(o.meta.expiry, now.unix) && self.index.find(hash).is_none() && !self.pending(hash)
+            })
             .collect();
-        // Items whose log entry changed while the move read are left to the log.
-        mv.incoming.retain(|m| index.find(m.hash).is_some_and(|e| e.same_place(m.entry)));
-        mv.incoming.retain(|m| !is_expired(m.item.meta.expiry, now.unix));
+        // Items whose log entry changed while the move read, or whose key has an invalidation on
+        // its way, are left to the log.
+        mv.incoming.retain(|m| {
+            self.index.find(m.hash).is_some_and(|e| e.same_place(m.entry))
+                && !self.pending(m.hash)
+                && !is_expired(m.item.meta.expiry, now.unix)
+        });
         let incoming: Vec<SetItem> = mv.incoming.iter().map(|m| m.item.clone()).collect();
+        let sets = self.sets.as_deref_mut().expect("the sets index");
         let (kept, evicted) = page::merge(old, 0, incoming);
         mv.fps = kept.iter().map(|i| (bucket, KeyHash::of(&i.key).tag())).collect();
         mv.applied = tombs;
