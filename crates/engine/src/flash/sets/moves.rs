@@ -118,6 +118,7 @@ impl FlashStore {
         let seed = self.slots[slot as usize].seq;
         let max_item = self.layout.sets.expect("the sets index").max_item_bytes as usize;
         let mut bound: HashMap<u32, Vec<Moving>> = HashMap::new();
+        let mut shadowed = Vec::new();
         walk_items(segment, seed, |at, item| {
             let hash = KeyHash::of(item.key);
             let Some(entry) = self.index.find(hash) else { return };
@@ -127,11 +128,12 @@ impl FlashStore {
             let small = set_item_bytes(item.key.len(), item.value.len()) <= max_item;
             let expired = is_expired(item.meta.expiry, now.unix);
             if expired || !small {
-                // Written again at the head only if its set holds no older copy: a crash could
-                // lose the new copy after the segment is retired, and the older one would answer.
-                let again = entry.hit() && !self.sets.as_deref().is_some_and(|s| s.on_flash(self.fingerprint(hash)));
-                if expired || !(again && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
+                if expired || !(entry.hit() && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
                     self.drop_log(hash);
+                } else if let Some(sets) = self.sets.as_deref().filter(|s| s.on_flash(self.fingerprint(hash))) {
+                    // Its set may hold an older copy: purged before this segment is retired (a
+                    // crash could lose the new copy after that, and the older one would answer).
+                    shadowed.push(sets.set_of(self.fingerprint(hash)));
                 }
                 return;
             }
@@ -145,7 +147,7 @@ impl FlashStore {
         for (s, items) in sets {
             self.bind(s, slot, items, now, false);
         }
-        self.bind_purges(slot, now);
+        self.bind_purges(slot, shadowed, now);
         let sets = self.sets.as_deref_mut().expect("the sets index");
         sets.moves.holding = !sets.moves.idle();
         self.launch_moves();
@@ -154,9 +156,9 @@ impl FlashStore {
     /// Binds a move of every set holding a tombstone grounded in segment `slot` or an older
     /// one (or voided meanwhile), so that no page on flash holds a copy the tombstone kills once
     /// its ground is gone.
-    fn bind_purges(&mut self, slot: u32, now: Now) {
+    /// `due`: sets to purge anyway (a large item written again at the head shadows a copy).
+    fn bind_purges(&mut self, slot: u32, mut due: Vec<u32>, now: Now) {
         let limit = self.slots[slot as usize].seq;
-        let mut due = Vec::new();
         let sets = self.sets.as_deref_mut().expect("the sets index");
         while let Some((_, bucket, tag)) = sets.buried.pop_due(limit) {
             let s = sets.set_of((bucket, tag));
@@ -181,7 +183,7 @@ impl FlashStore {
     /// Segment `slot` is to be retired without a walk (nothing in it is live): binds the purges
     /// it needs; true if they hold it (it is retired when they are done).
     pub(in super::super) fn purge_before_retire(&mut self, slot: u32, gen: u8, now: Now) -> bool {
-        self.bind_purges(slot, now);
+        self.bind_purges(slot, Vec::new(), now);
         let sets = self.sets.as_deref_mut().expect("the sets index");
         if sets.moves.idle() {
             return false;
