@@ -86,8 +86,9 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 # A longer soak of the flash tier's model tests (random operations, crashes and faults, checked
 # against a plain model) in a release build: some orderings of a crash against a reclaim show
-# up only after a few thousand cases (stop 50 found three holes and two slips in their fixes). SOAK_CASES per test, from a
-# fixed seed so that a run fails for the code and not the draw (SOAK_SEED=random explores).
+# up only after a few thousand cases (stop 50 found three holes, and two slips in their fixes,
+# that way). SOAK_CASES per test, from a fixed seed so that a run fails for the code and not the
+# draw (SOAK_SEED=random explores).
 PROPTEST_RNG_SEED=${SOAK_SEED:-20261127} PROPTEST_CASES=${SOAK_CASES:-1500} \
     cargo test --release -p tierkv-engine --lib flash:: 2>&1 | tee -a "$log"
 # A short run of every fuzz target over its committed corpus (FUZZ_SECONDS each, default 30).
