@@ -81,18 +81,20 @@ impl FlashStore {
         if !sets.buried.over() {
             return;
         }
-        let mut all = std::mem::take(&mut sets.buried.heap).into_vec();
-        all.sort_unstable();
-        all.dedup();
-        let sets = self.sets.as_deref().expect("the sets index");
-        let index = &self.index;
-        all.retain(|&Reverse((_, bucket, tag))| {
-            sets.version(sets.set_of((bucket, tag))) == 0
-                || index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag)
-        });
-        let kept = all;
+        let mut kept = std::mem::take(&mut sets.buried.heap).into_vec();
+        kept.sort_unstable();
+        kept.dedup();
+        kept.retain(|&Reverse((_, bucket, tag))| self.burial_due(bucket, tag));
         let sets = self.sets.as_deref_mut().expect("the sets index");
         sets.buried.kept = kept.len();
         sets.buried.heap = BinaryHeap::from(kept);
+    }
+
+    /// Whether a burial of (`bucket`, `tag`) still needs its set purged: its tombstone stands
+    /// in the log index, or its set is void.
+    pub(super) fn burial_due(&self, bucket: u32, tag: u16) -> bool {
+        let sets = self.sets.as_deref().expect("the sets index");
+        sets.version(sets.set_of((bucket, tag))) == 0
+            || self.index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag)
     }
 }

@@ -159,15 +159,12 @@ impl FlashStore {
     /// `due`: sets to purge anyway (a large item written again at the head shadows a copy).
     fn bind_purges(&mut self, slot: u32, mut due: Vec<u32>, now: Now) {
         let limit = self.slots[slot as usize].seq;
-        let sets = self.sets.as_deref_mut().expect("the sets index");
-        while let Some((_, bucket, tag)) = sets.buried.pop_due(limit) {
-            let s = sets.set_of((bucket, tag));
-            let still = self.index.bucket_entries(bucket as usize).any(|e| is_tombstone(e) && e.tag() == tag);
-            if still || sets.version(s) == 0 {
-                due.push(s);
+        while let Some((_, bucket, tag)) = self.sets.as_deref_mut().expect("the sets index").buried.pop_due(limit) {
+            if self.burial_due(bucket, tag) {
+                due.push(self.sets.as_deref().expect("the sets index").set_of((bucket, tag)));
             }
         }
-        sets.buried.trim();
+        self.sets.as_deref_mut().expect("the sets index").buried.trim();
         due.sort_unstable();
         due.dedup();
         for s in due {
