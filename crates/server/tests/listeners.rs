@@ -31,6 +31,14 @@ fn another_process_cannot_bind_the_main_direct_or_udp_ports() {
     command.args(["-p", &port.to_string(), "-t", "2", "-U", &udp.to_string()]);
     command.args(["--direct-ports", &direct.to_string()]);
     let server = start(command, port);
+    // The main port listens before the direct and UDP ones are bound: wait until the last
+    // direct port answers (its worker runs, so every socket is bound).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", direct + 1)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "no listener on direct port {}", direct + 1);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(exchange_to_sentinel(direct + 1, b"version\r\n").starts_with(b"VERSION "));
     for (what, kind, at) in [
         ("main", Type::STREAM, port),
         ("direct 0", Type::STREAM, direct),
