@@ -233,8 +233,9 @@ impl FlashConfig {
                 u64::from(s.max_item_bytes),
                 u64::from(s.bloom_bits),
                 u64::from(s.max_moves),
-                // The sets' format: 3 since log-index buckets span `LOG_SPAN` physical ones.
-                3,
+                // The sets' format: 3 since log-index buckets span `LOG_SPAN` physical ones, 4
+                // since their entries are packed (`packing.rs`).
+                4,
                 0,
             ]
         });

@@ -17,6 +17,7 @@ mod cascade;
 mod config;
 mod crash;
 mod durable;
+mod entry;
 mod errors;
 mod gc;
 mod identity;
@@ -26,6 +27,7 @@ mod layout;
 #[cfg(test)]
 mod layout_tests;
 mod mapblock;
+mod packing;
 mod recovery;
 mod ring;
 #[cfg(test)]

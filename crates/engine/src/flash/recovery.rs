@@ -170,7 +170,8 @@ impl FlashStore {
                 (Some(_), _) => FlashIndex::new_clock(layout.buckets),
                 (None, Some(_)) => {
                     let span = super::sets::LOG_SPAN as u32;
-                    FlashIndex::new_one_choice(layout.buckets / span, span as usize)
+                    let packing = super::packing::Packing::for_log(layout.slots, layout.segment_bytes);
+                    FlashIndex::new_one_choice(layout.buckets / span, span as usize, packing)
                 }
                 (None, None) => FlashIndex::new(layout.buckets),
             },

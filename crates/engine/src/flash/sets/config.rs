@@ -11,6 +11,7 @@ use super::super::config::{LayoutError, RegionLayout};
 use super::super::index::{BUCKET_BYTES, MAX_SLOTS};
 use super::super::layout::{PAGE, SLOT_RECORD, SUPERBLOCK_PAGES};
 use super::super::mapblock::Bloom;
+use super::super::packing::Packing;
 use super::super::FlashConfig;
 use super::page::{SET_HEADER, SET_ITEM_HEADER};
 
@@ -36,14 +37,15 @@ impl Default for SetsConfig {
     }
 }
 
-/// Physical (64-byte, `WAYS`-entry) buckets per log-index bucket. One choice of bucket leaves
+/// Physical (64-byte; 8 entries, or 10 packed) buckets per log-index bucket. One choice of bucket leaves
 /// each bucket's share of a full log to chance, and a full bucket loses an item: in a
 /// simulation of a full FIFO log at 64% load (`scripts/log_bucket_sim.py`), 8-way buckets
 /// overflow on 11.5% of inserts (`flash-bench` found 11-13%), 32-way on 0.9% and 64-way on
 /// 0.03% (0.6% at 72%).
 pub(in crate::flash) const LOG_SPAN: u64 = 8;
-/// Log-index entries per physical bucket (of `WAYS`) the log's expected items fill.
-const ENTRIES_PER_BUCKET: u64 = 7;
+/// Eighths of a physical bucket's ways the log's expected items fill (7 of 8 plain ways,
+/// 8.75 of 10 packed ones).
+const LOAD_EIGHTHS: u64 = 7;
 
 /// Where the sets lie and how their DRAM state is sized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,7 +107,8 @@ impl RegionLayout {
             return Err(LayoutError(format!("{slots} log segments per partition: use larger segments")));
         }
         let entries = slots * seg / u64::from(cfg.expected_item_bytes);
-        let mut buckets = entries.div_ceil(ENTRIES_PER_BUCKET * LOG_SPAN).max(1);
+        let ways = Packing::for_log(slots as u32, seg as u32).ways() as u64;
+        let mut buckets = (entries * 8).div_ceil(LOAD_EIGHTHS * ways * LOG_SPAN).max(1);
         let per_set_item = u64::from(cfg.expected_item_bytes).saturating_sub(16).max(SET_ITEM_HEADER as u64 + 8);
         // 32-bit steps: a set's filter is small, and 64-bit steps would cost a third more.
         let bloom = Bloom::sized_in(((page - SET_HEADER as u64) / per_set_item) as usize, sc.bloom_bits, 32);

@@ -383,6 +383,8 @@ fn the_sets_layout_fits_its_region_and_bad_settings_say_why() {
     assert!(layout.segment_offset(layout.slots) <= cfg.file_bytes);
     assert_eq!(sets.sets % sets.per_bucket, 0);
     assert_eq!(u64::from(sets.sets / sets.per_bucket), u64::from(layout.buckets) / super::LOG_SPAN);
+    // The tests' log index packs its entries (10 to a bucket), as a log of this size does.
+    assert_eq!(super::super::packing::Packing::for_log(layout.slots, layout.segment_bytes).ways(), 10);
     let mut bad = sets_config();
     bad.sets = Some(SetsConfig { log_percent: 0, ..SetsConfig::default() });
     assert!(super::super::RegionLayout::new(&bad).unwrap_err().0.contains("log"));
