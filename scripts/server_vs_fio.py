@@ -62,16 +62,16 @@ class Device:
             for line in f:
                 fields = line.split()
                 if fields[2] == self.name:
-                    # reads completed, ms reading, weighted ms in queue
-                    return time.time(), int(fields[3]), int(fields[6]), int(fields[13])
-        return time.time(), 0, 0, 0
+                    # reads completed, ms reading, weighted ms in queue, writes completed
+                    return time.time(), int(fields[3]), int(fields[6]), int(fields[13]), int(fields[7])
+        return time.time(), 0, 0, 0, 0
 
     @staticmethod
     def between(a, b):
         seconds = max(b[0] - a[0], 1e-9)
         reads = b[1] - a[1]
         return {"reads": reads / seconds, "latency_us": (b[2] - a[2]) * 1000 / max(reads, 1),
-                "queue": (b[3] - a[3]) / 1000 / seconds}
+                "queue": (b[3] - a[3]) / 1000 / seconds, "writes": (b[4] - a[4]) / seconds}
 
 
 def server_window(proc, port, device, shape, seconds, seed):
@@ -110,7 +110,8 @@ def fio(path, device, written, depth, seconds):
 
 
 def disk_text(d):
-    return f"device {d['reads']:.0f} reads/s, {d['latency_us']:.0f} us each, queue {d['queue']:.1f}"
+    return (f"device {d['reads']:.0f} reads/s, {d['latency_us']:.0f} us each, queue {d['queue']:.1f}, "
+            f"{d['writes']:.0f} writes/s")
 
 
 def pipeline_one(proc, port, seconds):
