@@ -215,13 +215,10 @@ impl FlashIndex {
     /// (physical bucket, way) of the entry with this key's tag.
     fn position(&self, hash: KeyHash) -> Option<(usize, usize)> {
         let tag = hash.tag();
+        debug_assert_ne!(tag, 0, "an empty way's tag reads 0");
         self.candidates(hash).iter().find_map(|b| {
-            (0..self.ways)
-                .find(|&w| {
-                    let raw = self.raw(b, w);
-                    raw != 0 && self.packing.tag(raw) == tag
-                })
-                .map(|w| (b, w))
+            let bucket = &self.buckets[b].0;
+            (0..self.ways).find(|&w| self.packing.tag_at(bucket, w) == tag).map(|w| (b, w))
         })
     }
 

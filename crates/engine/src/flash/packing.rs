@@ -109,6 +109,13 @@ impl Packing {
         }
     }
 
+    /// The tag in way `w`, read straight from its two bytes (0: empty, as no key's tag is 0).
+    #[inline]
+    pub(super) fn tag_at(&self, bucket: &[u8; BUCKET_BYTES], w: usize) -> u16 {
+        let at = w * self.width + self.width - 2;
+        u16::from_le_bytes([bucket[at], bucket[at + 1]])
+    }
+
     /// The stored form of `e` (never 0: an entry is never 0).
     pub(super) fn pack(&self, e: Entry) -> u64 {
         if !self.packed() {
@@ -203,6 +210,7 @@ mod tests {
         for (w, e) in entries.iter().enumerate() {
             assert_eq!(p.unpack(p.load(&bucket, w)), *e);
         }
+        assert!((0..10).all(|w| p.tag_at(&bucket, w) == entries[w].tag()));
         p.store(&mut bucket, 9, 0);
         assert_eq!((p.load(&bucket, 9), p.unpack(p.load(&bucket, 8))), (0, entries[8]));
         assert_eq!(&bucket[60..], &[0; 4], "the last 4 bytes stay unused");
