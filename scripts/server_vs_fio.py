@@ -18,11 +18,13 @@ device at the depth its clients gave it; the ratio against fio at D includes the
 
 Per window: flash hits/s (the get_extstore delta), server CPU per flash hit (/proc), and what
 the block device saw (/proc/diskstats: reads/s, their mean latency and the mean queue); fio's
-IOPS and CPU per I/O (its usr+sys). Then a pipeline-1 run (one connection): p50/p99 latency
+IOPS and CPU per I/O (its usr+sys). Then a window of GETs for keys the server never had
+(device reads per miss: Bloom false positives and log tags that match), and a pipeline-1 run (one connection): p50/p99 latency
 and server CPU per GET.
 
 Usage: python3 scripts/server_vs_fio.py BIN [--index full|cascade|sets] [--pairs N] [--depths 32,128]
        [--connections C] [--seconds S] [--warmup S] [--dir DIR] [--flash-size 1024m] [--keys 2000000]
+       [--item-bytes 116]
        [-- SERVER FLAGS...]
        (needs fio: apt-get install fio)
 """
@@ -114,6 +116,23 @@ def disk_text(d):
             f"{d['writes']:.0f} writes/s")
 
 
+def absent_window(port, device, seconds):
+    """GETs of keys the server never had (17-byte names beside the preload's 16): reads per miss."""
+    before, disk0 = stats(port), device.sample()
+    out = bench(port, 8, 4, seconds, "--get-ratio", "1", "--key-bytes", "17", "--seed", "4242")
+    after, disk1 = stats(port), device.sample()
+    delta = lambda name: int(after.get(name, 0)) - int(before.get(name, 0))
+    misses, hits = delta("get_misses"), delta("get_hits")
+    d = Device.between(disk0, disk1)
+    reads = d["reads"] * (disk1[0] - disk0[0])
+    if misses == 0:
+        raise SystemExit(f"tierkv-bench said:\n{out}")
+    print(f"absent keys (8 connections x 4, {seconds} s): {misses} GET misses, {hits} hits; {reads:.0f} device "
+          f"reads = {reads / misses:.3f} per miss ({d['writes']:.0f} writes/s meanwhile); the sets' counters: "
+          f"{delta('flash_sets_reads_miss')} reads in {delta('flash_sets_misses')} flash lookups of a key some "
+          f"filter may hold, {delta('flash_sets_false_positives')} Bloom false positives", flush=True)
+
+
 def pipeline_one(proc, port, seconds):
     out = bench(port, 1, 1, seconds, "--get-ratio", "1", "--seed", "999", "--server-pid", str(proc.pid))
     ops = re.search(r"([0-9]+) ops/s", out)
@@ -136,6 +155,9 @@ def main():
     ap.add_argument("--dir", default=os.path.join(ROOT, "target", "flash-fio"))
     ap.add_argument("--flash-size", default="1024m")
     ap.add_argument("--keys", type=int, default=2_000_000, help="keys preloaded (100-byte values)")
+    ap.add_argument("--item-bytes", type=int, default=116,
+                    help="--flash-item-bytes for the server: the preload's key + value (0: leave it out, for builds "
+                         "before the flag)")
     ap.add_argument("flags", nargs="*", help="more server flags (after --)")
     args = ap.parse_args()
     global KEYS
@@ -145,7 +167,8 @@ def main():
         raise SystemExit(f"--depths: multiples of --connections ({args.connections})")
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "server.flash")
-    proc, port = start(args.bin, path, args.index, args.flags, args.flash_size)
+    flags = (["--flash-item-bytes", str(args.item_bytes)] if args.item_bytes else []) + args.flags
+    proc, port = start(args.bin, path, args.index, flags, args.flash_size)
     device = Device(path)
     try:
         bench(port, 8, 32, 0.1, "--get-ratio", "0", "--preload")
@@ -180,6 +203,7 @@ def main():
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f}) against fio at {depth}, "
                   f"{statistics.median(at_queue):.2f} (min {min(at_queue):.2f}, max {max(at_queue):.2f}) against fio "
                   f"at the device's queue; median CPU per hit {statistics.median(cpus):.2f}x fio's per I/O", flush=True)
+        absent_window(port, device, args.seconds * 2)
         pipeline_one(proc, port, args.seconds * 2)
     finally:
         proc.terminate()

@@ -34,6 +34,9 @@ pub struct FlashCompare {
     pub index_mib: Option<u64>,
     /// tierkv's flash file size when it differs from `size_mib` (MiB).
     pub tierkv_size_mib: Option<u64>,
+    /// The workload's key + value bytes: tierkv's `--flash-item-bytes` (its flash DRAM is
+    /// sized for the items it will hold, as `flash-bench` sizes it).
+    pub item_bytes: usize,
 }
 
 const CGROUP: &str = "/sys/fs/cgroup/memory/tierkv-bench";
@@ -64,6 +67,8 @@ impl FlashCompare {
                     format!("{}m", self.tierkv_mib()),
                     "--flash-index".into(),
                     self.index.clone(),
+                    "--flash-item-bytes".into(),
+                    self.item_bytes.to_string(),
                 ];
                 if let Some(mib) = self.index_mib {
                     args.extend(["--flash-index-mib".into(), mib.to_string()]);
@@ -392,9 +397,11 @@ mod tests {
             index: "full".into(),
             index_mib: None,
             tierkv_size_mib: Some(1200),
+            item_bytes: 116,
         };
         assert_eq!(flash.tierkv_mib(), 1200);
         assert!(flash.args("tierkv").contains(&"1200m".to_string()));
+        assert!(flash.args("tierkv").windows(2).any(|w| w[0] == "--flash-item-bytes" && w[1] == "116"));
         let same = FlashCompare { tierkv_size_mib: None, ..flash };
         assert_eq!(same.tierkv_mib(), 10600);
     }

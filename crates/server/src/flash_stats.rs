@@ -275,6 +275,7 @@ pub(crate) fn settings(
     if flash.sets {
         put("flash_sets_log_percent", &flash.sets_log_percent);
     }
+    put("flash_item_bytes", &flash.item_bytes);
     put("flash_sync", &if flash.sync { "yes" } else { "no" });
     put("flash_poll_us", &flash.poll.as_micros());
     put("flash_memory_mib", &flash.memory_bytes.div_ceil(1 << 20));

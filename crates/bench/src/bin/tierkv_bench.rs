@@ -229,6 +229,7 @@ fn compare(args: CompareArgs) {
             index: args.flash_index,
             index_mib: args.flash_index_mib,
             tierkv_size_mib: args.tierkv_flash_size_mib,
+            item_bytes: args.key_bytes + args.value_bytes.min(1 << 20),
         }),
     };
     let rows = tierkv_bench::compare::compare(&config).unwrap_or_else(|e| fail(e));

@@ -37,6 +37,9 @@ pub struct TierSettings {
     /// The sets index (Kangaroo) with this percent of the file as its log, instead of the full
     /// or cascade index.
     pub sets: Option<u32>,
+    /// The key + value bytes of a typical item: the index (and the sets' filters) are sized
+    /// for items of this size; None: `DEFAULT_EXPECTED_ITEM_BYTES` on flash.
+    pub item_bytes: Option<u32>,
     /// Tests only: small mapping blocks and early merges, so they happen constantly.
     pub small_index: bool,
     /// Tests only: I/O on the thread pool with slower reads or failing writes.
@@ -71,6 +74,9 @@ impl FlashConfig {
             }
             c
         });
+        if let Some(bytes) = settings.item_bytes {
+            cfg.expected_item_bytes = super::layout::item_bytes(0, bytes as usize) as u32;
+        }
         if settings.small_index {
             cfg.expected_item_bytes = 2048;
         }

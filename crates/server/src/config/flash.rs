@@ -30,6 +30,8 @@ pub(crate) struct FlashSettings {
     pub sets: bool,
     /// `--flash-sets-log-percent`: the sets index's log share of the file.
     pub sets_log_percent: u32,
+    /// `--flash-item-bytes`: the key + value bytes the flash tier's DRAM is sized for.
+    pub item_bytes: u32,
     /// `--flash-force`: take over a file that is not tierkv's.
     pub force: bool,
     /// `--flash-sync`: a device flush after each commit of invalidations.
@@ -57,6 +59,7 @@ impl FlashSettings {
             cascade_t1_bytes: self.cascade_t1_bytes,
             small_index: self.cascade_small,
             sets: self.sets.then_some(self.sets_log_percent),
+            item_bytes: Some(self.item_bytes),
             test_io,
         }
     }
@@ -72,6 +75,11 @@ impl FlashSettings {
 /// the machines measured (docs/benchmarks.md, "Pipeline 1"); looking that long costs about what
 /// sleeping and being woken costs there, and answers sooner.
 pub(crate) const DEFAULT_FLASH_POLL_US: u64 = 100;
+/// `--flash-item-bytes` by default: the key + value of an item that takes
+/// `DEFAULT_EXPECTED_ITEM_BYTES` on flash with its 40-byte header.
+pub(crate) const DEFAULT_ITEM_BYTES: u32 = DEFAULT_EXPECTED_ITEM_BYTES - 40;
+/// `--flash-item-bytes` at most (memcached's default item size limit).
+pub(crate) const MAX_ITEM_BYTES: u32 = 1 << 20;
 pub(crate) const MAX_FLASH_POLL_US: u64 = 1000;
 
 /// memcached's sizes with k, m, g or t (powers of 1024), or plain bytes.
@@ -118,6 +126,7 @@ impl Config {
                     ("--flash-index", self.flash_index.is_some()),
                     ("--flash-index-mib", self.flash_index_mib.is_some()),
                     ("--flash-sets-log-percent", self.flash_sets_log_percent.is_some()),
+                    ("--flash-item-bytes", self.flash_item_bytes.is_some()),
                     ("--flash-force", self.flash_force),
                     ("--flash-sync", self.flash_sync),
                     ("--flash-poll-us", self.flash_poll_us.is_some()),
@@ -170,6 +179,13 @@ impl Config {
             (true, Some(p)) if (1..=50).contains(&p) => p,
             (true, Some(_)) => return Err(ConfigError::flag("--flash-sets-log-percent", "must be 1 to 50")),
         };
+        let item_bytes = match self.flash_item_bytes {
+            None => DEFAULT_ITEM_BYTES,
+            Some(b) if (1..=MAX_ITEM_BYTES).contains(&b) => b,
+            Some(_) => {
+                return Err(ConfigError::flag("--flash-item-bytes", format!("must be 1 to {MAX_ITEM_BYTES} (bytes)")))
+            }
+        };
         let poll_us = self.flash_poll_us.unwrap_or(DEFAULT_FLASH_POLL_US);
         if poll_us > MAX_FLASH_POLL_US {
             return Err(ConfigError::flag("--flash-poll-us", format!("must be at most {MAX_FLASH_POLL_US}")));
@@ -186,6 +202,7 @@ impl Config {
             cascade_small,
             sets,
             sets_log_percent,
+            item_bytes,
             force: self.flash_force,
             sync: self.flash_sync,
             poll: std::time::Duration::from_micros(poll_us),

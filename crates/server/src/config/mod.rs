@@ -217,6 +217,10 @@ pub(crate) struct Config {
     /// into the sets; items over 1 KiB live there) [default: 5].
     #[arg(long = "flash-sets-log-percent", value_name = "PERCENT", help_heading = "Flash")]
     pub flash_sets_log_percent: Option<u32>,
+    /// The key + value bytes of a typical item: the flash tier sizes its DRAM index (and the
+    /// sets index its Bloom filters) for items of this size [default: 88].
+    #[arg(long = "flash-item-bytes", value_name = "BYTES", help_heading = "Flash")]
+    pub flash_item_bytes: Option<u32>,
     /// Take over a --flash-path file that holds something other than tierkv's flash data
     /// (without it such a file is refused at start-up, untouched).
     #[arg(long = "flash-force", help_heading = "Flash")]

@@ -259,6 +259,19 @@ fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
     };
     assert_eq!(sets(&[]).unwrap(), (true, 5, None));
     assert_eq!(sets(&["--flash-sets-log-percent", "20"]).unwrap(), (true, 20, None));
+    // The item size the DRAM is sized for: larger items, fewer index entries and filter bits.
+    let dram = |more: &[&str]| {
+        let mut args = vec!["--flash-path", "/f", "--flash-size", "1g", "--flash-index", "sets"];
+        args.extend_from_slice(more);
+        settings_of(&args).map(|s| s.flash.expect("a flash tier")).map(|f| (f.item_bytes, f.dram_bytes(1).unwrap()))
+    };
+    let (default, small) = dram(&[]).unwrap();
+    let (given, large) = dram(&["--flash-item-bytes", "116"]).unwrap();
+    assert_eq!((default, given), (88, 116));
+    assert!(large < small * 9 / 10, "items of 116 bytes need less DRAM than of 88: {large} vs {small}");
+    assert!(dram(&["--flash-item-bytes", "0"]).unwrap_err().starts_with("--flash-item-bytes"));
+    assert!(dram(&["--flash-item-bytes", "2000000"]).unwrap_err().starts_with("--flash-item-bytes"));
+    assert!(settings_of(&["--flash-item-bytes", "100"]).unwrap_err().starts_with("--flash-item-bytes"));
     for (more, complaint) in [
         (&["--flash-index", "full", "--flash-index-mib", "4"][..], "--flash-index-mib"),
         (&["--flash-index", "slick"][..], "--flash-index"),
