@@ -102,7 +102,7 @@ fn open(args: &Args, start: Instant) -> (FlashStore, String) {
     let mut cfg = FlashConfig::new(size, 0, 1);
     cfg.segment_bytes = args.segment_kib << 10;
     cfg.max_reads = args.depth.max(1);
-    let on_flash = (32 + args.key_bytes + args.value_bytes).next_multiple_of(16) as u32;
+    let on_flash = tierkv_engine::flash::on_flash_item_bytes((args.key_bytes + args.value_bytes) as u32);
     cfg.expected_item_bytes = args.expected_item_bytes.unwrap_or(on_flash);
     if args.index == IndexKind::Cascade {
         cfg.cascade = Some(CascadeConfig::with_t1_bytes(args.index_mib << 20));

@@ -15,6 +15,15 @@ pub const MAX_SEGMENT_BYTES: u32 = 4 << 20;
 const _: () = assert!(MAX_SEGMENT_BYTES <= VALUE_LEN_MASK, "an item's value length fits 24 bits");
 /// The item size the index is sized for: one entry per this many bytes of segment space.
 pub const DEFAULT_EXPECTED_ITEM_BYTES: u32 = 128;
+/// The key + value bytes of an item that takes `DEFAULT_EXPECTED_ITEM_BYTES` on flash.
+pub const DEFAULT_ITEM_BYTES: u32 = DEFAULT_EXPECTED_ITEM_BYTES - super::layout::ITEM_HEADER as u32;
+const _: () = assert!(on_flash_item_bytes(DEFAULT_ITEM_BYTES) == DEFAULT_EXPECTED_ITEM_BYTES);
+
+/// The bytes an item of `key_value` bytes of key and value takes in a segment (header and
+/// padding included): what `FlashConfig::expected_item_bytes` is for items of that size.
+pub const fn on_flash_item_bytes(key_value: u32) -> u32 {
+    (super::layout::ITEM_HEADER as u32 + key_value).next_multiple_of(super::layout::ITEM_ALIGN as u32)
+}
 
 /// One partition's flash store settings.
 #[derive(Clone, Debug)]

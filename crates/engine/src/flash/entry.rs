@@ -26,12 +26,17 @@ pub(super) struct Entry(pub u64);
 
 impl Entry {
     pub(super) fn new(tag: u16, slot: u32, gen: u8, offset_units: u32, pages: u32) -> Entry {
-        debug_assert!(slot < MAX_SLOTS && gen < GENERATIONS && offset_units < MAX_OFFSET_UNITS);
         debug_assert!((1..=MAX_PAGES).contains(&pages));
+        Entry::from_parts(tag, slot, gen, false, offset_units, pages)
+    }
+    /// Any entry, tombstones (pages 0) included, from its fields.
+    pub(super) fn from_parts(tag: u16, slot: u32, gen: u8, hit: bool, offset_units: u32, pages: u32) -> Entry {
+        debug_assert!(slot < MAX_SLOTS && gen < GENERATIONS && offset_units < MAX_OFFSET_UNITS && pages <= MAX_PAGES);
         Entry(
             u64::from(tag) << 48
                 | u64::from(slot) << 30
                 | u64::from(gen) << 27
+                | u64::from(hit) << 26
                 | u64::from(offset_units) << 8
                 | u64::from(pages),
         )
@@ -69,7 +74,7 @@ impl Entry {
 /// A tombstone: the key's tag with pages 0 (never a real entry, never 0). The cascade index
 /// pushes them below tier 1; the sets index keeps them in the log index, shadowing a set.
 pub(super) fn tombstone(tag: u16) -> Entry {
-    Entry(u64::from(tag) << 48 | 0xFF << 8)
+    Entry::from_parts(tag, 0, 0, false, 0xFF, 0)
 }
 
 pub(super) fn is_tombstone(e: Entry) -> bool {

@@ -43,8 +43,8 @@ use crate::time::is_expired;
 pub use admission::AdmissionPolicy;
 pub use cascade::{CascadeStats, TierCounts};
 pub use config::{
-    CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
-    MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+    on_flash_item_bytes, CascadeConfig, FlashConfig, LayoutError, RegionLayout, DEFAULT_EXPECTED_ITEM_BYTES,
+    DEFAULT_ITEM_BYTES, DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 pub use errors::{DeviceError, RecoveryError, StoreError};
 #[cfg(test)]

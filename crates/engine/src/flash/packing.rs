@@ -149,13 +149,7 @@ impl Packing {
         } else {
             code
         };
-        let e = Entry::new(self.tag(raw), slot, ((raw >> 29) & 7) as u8, offset, pages.max(1));
-        let e = if pages == 0 { Entry(e.0 & !0xFF) } else { e };
-        if raw >> 28 & 1 == 1 {
-            e.with_hit()
-        } else {
-            e
-        }
+        Entry::from_parts(self.tag(raw), slot, ((raw >> 29) & 7) as u8, raw >> 28 & 1 == 1, offset, pages)
     }
 }
 

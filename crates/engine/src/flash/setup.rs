@@ -75,7 +75,7 @@ impl FlashConfig {
             c
         });
         if let Some(bytes) = settings.item_bytes {
-            cfg.expected_item_bytes = super::layout::item_bytes(0, bytes as usize) as u32;
+            cfg.expected_item_bytes = super::config::on_flash_item_bytes(bytes);
         }
         if settings.small_index {
             cfg.expected_item_bytes = 2048;

@@ -4,7 +4,7 @@
 use super::{Config, ConfigError, Extended};
 use std::path::PathBuf;
 use tierkv_engine::flash::{
-    AdmissionPolicy, FlashIo, TestIo, TierSettings, DEFAULT_EXPECTED_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
+    on_flash_item_bytes, AdmissionPolicy, FlashIo, TestIo, TierSettings, DEFAULT_ITEM_BYTES, DEFAULT_SEGMENT_BYTES,
     MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };
 
@@ -75,9 +75,6 @@ impl FlashSettings {
 /// the machines measured (docs/benchmarks.md, "Pipeline 1"); looking that long costs about what
 /// sleeping and being woken costs there, and answers sooner.
 pub(crate) const DEFAULT_FLASH_POLL_US: u64 = 100;
-/// `--flash-item-bytes` by default: the key + value of an item that takes
-/// `DEFAULT_EXPECTED_ITEM_BYTES` on flash with its 40-byte header.
-pub(crate) const DEFAULT_ITEM_BYTES: u32 = DEFAULT_EXPECTED_ITEM_BYTES - 40;
 /// `--flash-item-bytes` at most (memcached's default item size limit).
 pub(crate) const MAX_ITEM_BYTES: u32 = 1 << 20;
 pub(crate) const MAX_FLASH_POLL_US: u64 = 1000;
@@ -170,7 +167,14 @@ impl Config {
         let read_delay_ms = self.flash_test_read_delay_ms.unwrap_or(0);
         let fail_writes_while = self.flash_test_fail_writes_while.clone();
         let io = if read_delay_ms > 0 || fail_writes_while.is_some() { FlashIo::Threads } else { io };
-        let cascade_t1_bytes = self.flash_index_kind(size)?;
+        let item_bytes = match self.flash_item_bytes {
+            None => DEFAULT_ITEM_BYTES,
+            Some(b) if (1..=MAX_ITEM_BYTES).contains(&b) => b,
+            Some(_) => {
+                return Err(ConfigError::flag("--flash-item-bytes", format!("must be 1 to {MAX_ITEM_BYTES} (bytes)")))
+            }
+        };
+        let cascade_t1_bytes = self.flash_index_kind(size, item_bytes)?;
         let cascade_small = self.flash_test_index_kib.is_some();
         let sets = self.flash_index.as_deref() == Some("sets");
         let sets_log_percent = match (sets, self.flash_sets_log_percent) {
@@ -178,13 +182,6 @@ impl Config {
             (false, Some(_)) => return Err(ConfigError::flag("--flash-sets-log-percent", "needs --flash-index sets")),
             (true, Some(p)) if (1..=50).contains(&p) => p,
             (true, Some(_)) => return Err(ConfigError::flag("--flash-sets-log-percent", "must be 1 to 50")),
-        };
-        let item_bytes = match self.flash_item_bytes {
-            None => DEFAULT_ITEM_BYTES,
-            Some(b) if (1..=MAX_ITEM_BYTES).contains(&b) => b,
-            Some(_) => {
-                return Err(ConfigError::flag("--flash-item-bytes", format!("must be 1 to {MAX_ITEM_BYTES} (bytes)")))
-            }
         };
         let poll_us = self.flash_poll_us.unwrap_or(DEFAULT_FLASH_POLL_US);
         if poll_us > MAX_FLASH_POLL_US {
@@ -260,13 +257,14 @@ impl Config {
 
     /// `--flash-index` and `--flash-index-mib`: the cascade index's tier-1 bytes, or None (the
     /// full index, or the sets index, which `flash` reads from `--flash-index` itself). With
-    /// neither given (`auto`), the full index while it fits in the memory limit (`-m`), else the
+    /// neither given (`auto`), the full index (for items of `item_bytes`) while it fits in the
+    /// memory limit (`-m`), else the
     /// cascade index: a big flash file never brings a DRAM index larger than the DRAM budget.
-    fn flash_index_kind(&self, size: u64) -> Result<Option<u64>, ConfigError> {
+    fn flash_index_kind(&self, size: u64, item_bytes: u32) -> Result<Option<u64>, ConfigError> {
         if let (Some("cascade"), Some(kib)) = (self.flash_index.as_deref(), self.flash_test_index_kib) {
             return Ok(Some(kib.max(1) << 10));
         }
-        let full_index_bytes = size / u64::from(DEFAULT_EXPECTED_ITEM_BYTES) * 8;
+        let full_index_bytes = size / u64::from(on_flash_item_bytes(item_bytes)) * 8;
         let memory_bytes = (self.memory_limit.unwrap_or(64) as u64) << 20;
         let auto = if full_index_bytes <= memory_bytes { "full" } else { "cascade" };
         let kind = match (self.flash_index.as_deref(), self.flash_index_mib) {

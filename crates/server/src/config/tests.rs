@@ -248,6 +248,8 @@ fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
     assert_eq!(with("1g", &[]).unwrap(), None);
     assert_eq!(with("8g", &[]).unwrap(), Some(16 << 20), "8 GiB would need 512 MiB: cascade, size / 512");
     assert_eq!(with("8g", &["--flash-index", "full"]).unwrap(), None);
+    // Items of 1,000 bytes: 8 GiB needs 63 MiB of full index, which fits -m 64.
+    assert_eq!(with("8g", &["--flash-item-bytes", "1000"]).unwrap(), None);
     assert_eq!(with("1g", &["--flash-index", "cascade"]).unwrap(), Some(2 << 20));
     assert_eq!(with("1g", &["--flash-index-mib", "32"]).unwrap(), Some(32 << 20));
     let sets = |more: &[&str]| {
