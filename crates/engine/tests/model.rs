@@ -471,7 +471,8 @@ fn run_tiny(ops: &[Op]) {
         expected_item_bytes: 64,
     };
     let mut p = Partition::new(&config).unwrap();
-    // Index (4 buckets of 64 bytes) and scratch space; the log keeps two largest items.
+    // Index (4 buckets of 64 bytes) and scratch space; the log keeps two largest items (each
+    // with its CAS field).
     let fixed = 4 * 64 + 512;
     p.set_clock(START);
     let mut known: HashMap<Vec<u8>, Known> = HashMap::new();
@@ -529,7 +530,7 @@ fn run_tiny(ops: &[Op]) {
                 // what the index and scratch need, the log keeps its smallest size.
                 let resized = p.set_memory_bytes(bytes);
                 assert_eq!(resized.is_ok(), bytes <= 16384, "{bytes}: {resized:?}");
-                assert_eq!(p.log_bytes(), bytes.saturating_sub(fixed).clamp(2 * 512, 16384 - fixed), "{bytes}");
+                assert_eq!(p.log_bytes(), bytes.saturating_sub(fixed).clamp(2 * (512 + 8), 16384 - fixed), "{bytes}");
             }
             Op::GetBatch(ks) => {
                 let keys: Vec<Vec<u8>> = ks.iter().map(|k| key_of(*k)).collect();
@@ -588,4 +589,61 @@ fn tight_store_sequences_run_out_of_memory_and_recover() {
     }
     println!("of 40 sequences {runs_out} ran out of memory, {recovers} stored after");
     assert!(runs_out >= 20 && recovers >= 20, "of 40 sequences {runs_out} ran out of memory, {recovers} stored after");
+}
+
+/// A sequence CI found (shrunk by proptest): an append after two budget changes must find the
+/// old value where the cleaner left it.
+#[test]
+fn an_append_after_budget_changes_keeps_its_old_value() {
+    use StoreMode::{Append, Replace, Set};
+    let v = |n: usize, b: u8| vec![b; n];
+    let ops = vec![
+        Op::Store(Set, 8, v(164, 1), 0, 0),
+        Op::Store(Set, 6, v(21, 2), 0, 0),
+        Op::Store(Set, 10, v(120, 3), 0, 0),
+        Op::Store(Set, 22, v(173, 4), 0, 0),
+        Op::Store(Set, 6, v(95, 5), 0, 0),
+        Op::Store(Set, 22, v(126, 6), 0, 0),
+        Op::Get(0),
+        Op::Store(Set, 19, v(198, 7), 0, 0),
+        Op::Get(0),
+        Op::Store(Set, 19, v(92, 8), 0, 0),
+        Op::Store(Set, 8, v(157, 9), 0, 0),
+        Op::Store(Set, 21, v(101, 10), 0, 0),
+        Op::Resize(2276),
+        Op::Store(Set, 3, v(90, 11), 0, 0),
+        Op::Store(Set, 6, v(146, 12), 0, 0),
+        Op::Store(Replace, 22, v(191, 13), 0, 0),
+        Op::GetBatch(vec![8, 21, 6, 3, 19]),
+        Op::Store(Set, 17, v(153, 14), 0, 0),
+        Op::Resize(2875),
+        Op::Store(Replace, 19, v(79, 15), 0, 0),
+        Op::Store(Append, 6, v(6, 16), 0, 0),
+    ];
+    run_tiny(&ops);
+}
+
+/// Another (shrunk by proptest): a read near eviction copies a largest item forward at the
+/// smallest log; the log must hold it and the cleaner's copies together (this one looped).
+#[test]
+fn a_read_copying_a_largest_item_forward_at_the_smallest_log_finishes() {
+    use StoreMode::{Append, Replace, Set};
+    let v = |n: usize| vec![b'v'; n];
+    let ops = vec![
+        Op::Store(Set, 3, v(49), 0, 0),
+        Op::Store(Set, 2, v(64), 0, 0),
+        Op::Store(Set, 1, v(200), 0, 0),
+        Op::Store(Set, 6, v(150), 0, 0),
+        Op::Store(Append, 2, v(200), 0, 0),
+        Op::Store(Append, 1, v(200), 0, 0),
+        Op::Store(Replace, 6, v(126), 0, 0),
+        Op::Store(Set, 5, v(177), 0, 0),
+        Op::Resize(1024),
+        Op::Store(Set, 14, v(8), 0, 0),
+        Op::Store(Set, 18, v(137), 0, 0),
+        Op::Store(Set, 3, v(171), 0, 0),
+        Op::Store(Set, 7, v(171), 0, 0),
+        Op::GetBatch(vec![2]),
+    ];
+    run_tiny(&ops);
 }

@@ -329,7 +329,11 @@ fn a_kill_9_after_a_clean_restart_with_the_sets_index_brings_the_flash_items_bac
     let recovered = count(restarted.1);
     eprintln!("clean restart: {restored} keys served; after a kill -9 in that life: {recovered}");
     assert!(restored as u64 >= KEYS * 8 / 10, "{restored} of {KEYS} after a clean restart");
-    assert!(recovered * 10 >= restored * 9, "{recovered} after the kill -9, {restored} before");
+    let said = restarted.stderr();
+    assert!(
+        recovered * 10 >= restored * 9,
+        "{recovered} after the kill -9, {restored} before; the server said: {said}"
+    );
     signal_and_wait(restarted);
     let _ = std::fs::remove_file(&flash);
 }

@@ -86,16 +86,17 @@ impl Partition {
         }
     }
 
-    /// Whether live items may be copied forward now: live bytes below 7/8 of the log.
+    /// Whether live items may be copied forward now: live bytes below 7/8 of the log (of the
+    /// lap that holds them while a resize waits for the next wrap).
     fn may_copy(&self, extra: u64) -> bool {
-        let capacity = self.log.capacity();
+        let capacity = self.log.settled_capacity();
         self.census.live_bytes() + extra <= capacity - capacity / 8
     }
 
     /// Walks the items an append of `size` bytes will overwrite (it must), and on towards
     /// `ahead_of` bytes ahead of the tail's reach while the allowance lasts (it may), copying
     /// live items forward. Bytes walked past dead items are the room later copies use.
-    fn clean_before(&mut self, size: usize, keep: u64) {
+    fn clean_before(&mut self, size: usize, mut keep: u64) {
         let ahead = self.clean_ahead(size);
         let mut allowance = COPY_FACTOR * size as u64 + COPY_SLACK;
         // Walking ahead past dead items costs a header read each: bounded like the copies.
@@ -120,7 +121,7 @@ impl Partition {
             // What the append overwrites is copied while there is room, whatever the
             // allowance: dropping live items is what the cleaner is for avoiding.
             let mut unbounded = u64::MAX;
-            match self.clean_one(size, keep, if must { &mut unbounded } else { &mut allowance }) {
+            match self.clean_one(size, &mut keep, if must { &mut unbounded } else { &mut allowance }) {
                 Step::Walked => {}
                 Step::Cannot if must => {
                     // Evicted: the append overwrites it.
@@ -134,14 +135,14 @@ impl Partition {
 
     /// How far ahead of the tail's reach the walk may go: an eighth of the log.
     fn clean_ahead(&self, size: usize) -> usize {
-        let capacity = self.log.capacity();
+        let capacity = self.log.settled_capacity();
         (size as u64 + capacity / 8).min(capacity) as usize
     }
 
     /// The item at the cursor: passed (dead, expired, or copied forward, the cursor moved past
     /// it), or it cannot be copied now (no room, no allowance, or its copy would overwrite
     /// items not yet looked at; the cursor stays).
-    fn clean_one(&mut self, size: usize, keep: u64, allowance: &mut u64) -> Step {
+    fn clean_one(&mut self, size: usize, keep: &mut u64, allowance: &mut u64) -> Step {
         let position = self.clean_cursor;
         let ring_index = self.log.ring_index(position);
         let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
@@ -165,7 +166,7 @@ impl Partition {
         }
         let copy = ItemHeader { cas: Some(found.cas()), ..found.header };
         let copy_len = copy.total_len() as u64;
-        let kept = position == keep;
+        let kept = position == *keep;
         let room = self.may_copy(size as u64 + copy_len) && *allowance >= copy_len;
         // The copy must not overwrite items the walk has not seen.
         let in_order = position + len >= self.log.survivors_from(copy.total_len());
@@ -178,7 +179,12 @@ impl Partition {
         }
         self.clean_cursor += len;
         *allowance = allowance.saturating_sub(copy_len);
-        self.relocate(&found, &copy);
+        let moved = self.relocate(&found, &copy);
+        // A walk that comes round to the kept item's copy keeps that too (the log holds two
+        // of the largest items, so the append and the kept item fit together).
+        if kept {
+            *keep = moved.position;
+        }
         self.stats.items_copied_forward += 1;
         self.stats.bytes_copied_forward += copy_len;
         Step::Walked

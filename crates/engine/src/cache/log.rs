@@ -107,6 +107,13 @@ impl Log {
         self.next_lap_len
     }
 
+    /// The bytes live items can fill without the tail overwriting them: the shorter of the
+    /// current lap and the one `resize` set for the next (a larger lap is not there yet to
+    /// hold what is copied forward in this one).
+    pub(crate) fn settled_capacity(&self) -> u64 {
+        self.lap_len.min(self.next_lap_len)
+    }
+
     /// The largest lap length `resize` accepts: the mapping's size.
     pub(crate) fn max_capacity(&self) -> u64 {
         self.region.len() as u64

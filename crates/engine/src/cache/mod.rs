@@ -34,6 +34,13 @@ use crate::time::unix_now;
 use crate::time::ClockMarks;
 use crate::types::{EngineError, EngineStats, Item, MemoryOverhead, StoreStats};
 
+/// The smallest log: two of the largest items, each with its CAS field (an item as large as
+/// the partition takes is 8 bytes larger in the log once copied forward). An append writes
+/// its new item while keeping the old one, so both must fit in one lap.
+pub(crate) fn smallest_log(max_item_bytes: usize) -> usize {
+    2 * (max_item_bytes + 8)
+}
+
 /// An item found in the index.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Found {
@@ -142,7 +149,7 @@ impl Partition {
 
     /// The log's share of a `memory_bytes` budget, if it holds two items of the largest size.
     fn log_share(memory_bytes: usize, fixed_bytes: usize, max_item_bytes: usize) -> Result<usize, ConfigError> {
-        let needed_bytes = fixed_bytes + 2 * max_item_bytes;
+        let needed_bytes = fixed_bytes + smallest_log(max_item_bytes);
         if memory_bytes < needed_bytes {
             return Err(ConfigError::TooSmall { memory_bytes, needed_bytes });
         }
@@ -512,7 +519,7 @@ impl Storage for Partition {
     /// A budget below what the index and scratch space need leaves the log at its smallest
     /// (two items of the largest size), as memcached accepts any limit and keeps its minimum.
     fn set_memory_bytes(&mut self, memory_bytes: usize) -> Result<(), ConfigError> {
-        let smallest = 2 * self.max_item_bytes;
+        let smallest = smallest_log(self.max_item_bytes);
         let log_bytes = memory_bytes.saturating_sub(self.fixed_bytes()).max(smallest);
         let max_log_bytes = self.log.max_capacity() as usize;
         if log_bytes > max_log_bytes {
