@@ -26,6 +26,8 @@ use super::layout::{
 use super::ring::{Slot, SlotState, WriteBuf};
 use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_META};
 
+/// Rounds of writing the drop marks at close (each after a reclaim freed room for them).
+const WRITE_DOWN_TRIES: usize = 4;
 /// Snapshot I/O moves this many bytes per request.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 const BUCKETS_PER_PAGE: usize = PAGE / super::index::BUCKET_BYTES;
@@ -562,21 +564,46 @@ impl FlashStore {
 
     /// Before the snapshot: the marks of what the index dropped and not yet wrote down (and the
     /// cascade index's streams the snapshot cannot keep) reach the device, so a crash in a later
-    /// run cannot bring those items back. If they cannot be written, no segment written so far
-    /// is adopted by a later recovery (the watermark rises instead).
+    /// run cannot bring those items back. A mark that finds the log full (GC lagged behind the
+    /// writes) waits for a reclaim to free a slot. If they still cannot be written, no segment
+    /// or set page written so far is adopted by a later recovery (the watermark rises instead:
+    /// the next clean restart serves them from the snapshot, a crash in that run loses them).
     fn write_down_drops(&mut self, now: Now) {
         if let Some(c) = self.cascade.as_deref_mut() {
             c.forget_unsaveable();
         }
         self.mark_cascade_drops();
-        if self.durable.unrecorded.is_empty() && self.durable.pending.is_empty() {
-            return;
+        for _ in 0..WRITE_DOWN_TRIES {
+            if self.durable.unrecorded.is_empty() && self.durable.pending.is_empty() {
+                return;
+            }
+            self.commit();
+            self.drain(now);
+            if !self.durable.unrecorded.is_empty() && !self.reclaim_for_close(now) {
+                break;
+            }
         }
-        self.commit();
-        self.drain(now);
         if !self.durable.unrecorded.is_empty() || !self.durable.pending.is_empty() {
             self.raise_watermark_now();
         }
+    }
+
+    /// At close, with the log full: lets GC reclaim (it is paused while draining) until it
+    /// stops, every request done. Whether a slot is free now.
+    fn reclaim_for_close(&mut self, now: Now) -> bool {
+        self.gc.paused = false;
+        self.maybe_reclaim();
+        let mut sink = Vec::new();
+        while self.io.in_flight() > 0 || !self.deferred.is_empty() {
+            for c in std::mem::take(&mut self.deferred) {
+                self.complete(c, now, &mut sink);
+            }
+            if self.io.in_flight() > 0 {
+                self.wait(now, &mut sink);
+            }
+        }
+        self.gc.paused = true;
+        self.used_slots < self.layout.slots
     }
 
     /// Closes cleanly: everything buffered and the index reach the device, and the next open
