@@ -392,6 +392,26 @@ fn a_round_trip_through_another_layout_serves_no_old_value() {
     }
 }
 
+/// A change of `--flash-item-bytes` resizes the index: the start-up line names the sizes.
+#[test]
+fn a_new_item_size_starts_the_tier_empty_and_says_which_size_changed() {
+    let flash = FlashFile::new("item-bytes");
+    let port = free_port();
+    let sets = ["--flash-index", "sets", "--flash-item-bytes"];
+    let server = opened(port, &flash, "2", "64m", &[&sets[..], &["88"]].concat());
+    write_tagged(port, 0, 2000, "v1:", false);
+    stop(server);
+    let server = opened(port, &flash, "2", "64m", &[&sets[..], &["116"]].concat());
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("the sets index, sized for 128-byte items on flash (--flash-item-bytes up to 88)")
+            && stderr.contains("now 2 partitions, 67108864 bytes, 1048576-byte segments, the sets index, sized for 160-byte items on flash (--flash-item-bytes up to 120)"),
+        "{stderr}"
+    );
+    assert_eq!(served_with(port, 0, 2000, "v1:"), 0);
+    stop(server);
+}
+
 #[test]
 fn a_damaged_superblock_says_so_and_starts_empty() {
     let flash = FlashFile::new("damaged");

@@ -83,29 +83,24 @@ pub(super) fn claim_file(io: &mut dyn IoEngine, cfg: &FlashConfig, force: bool) 
         index: if cfg.sets.is_some() { 2 } else { u32::from(cfg.cascade.is_some()) },
         layout_key: cfg.layout_key(),
         identity: 0,
-    };
-    let index_name = |index: u32| match index {
-        1 => "cascade",
-        2 => "sets",
-        _ => "full",
+        item_bytes: cfg.expected_item_bytes,
+        log_percent: cfg.sets.map_or(0, |s| s.log_percent),
     };
     let (old, changed, new_file) = match FileHeader::classify(&page[..PAGE]) {
         FirstPage::Ours(found) if found.layout_key == header.layout_key => {
+            if (found.item_bytes, found.log_percent) != (header.item_bytes, header.log_percent) {
+                // A file of an earlier run, whose header did not record these yet.
+                write_header(io, FileHeader { identity: found.identity, ..header })?;
+            }
             return Ok(Claim { identity: found.identity, changed: None, new_file: false });
         }
         FirstPage::Ours(found) => {
-            let why = format!(
-                "the layout changed (was {} partitions, {} bytes, {}-byte segments, the {} index; now {}, {}, {}, {}): \
-                 every region starts empty",
-                found.partitions,
-                found.file_bytes,
-                found.segment_bytes,
-                index_name(found.index),
-                header.partitions,
-                header.file_bytes,
-                header.segment_bytes,
-                index_name(header.index),
-            );
+            let (was, now) = (describe(&found), describe(&header));
+            let why = if was == now {
+                format!("the layout changed ({now}; other settings of the index differ): every region starts empty")
+            } else {
+                format!("the layout changed (was {was}; now {now}): every region starts empty")
+            };
             (found.identity, Some(why), false)
         }
         FirstPage::OursOther => (
@@ -118,12 +113,39 @@ pub(super) fn claim_file(io: &mut dyn IoEngine, cfg: &FlashConfig, force: bool) 
         FirstPage::Blank => (0, None, true),
     };
     let identity = draw_identity(old, header.layout_key);
-    let mut buf = page;
+    write_header(io, FileHeader { identity, ..header })?;
+    Ok(Claim { identity, changed, new_file })
+}
+
+/// Writes (and syncs) the file's header page.
+fn write_header(io: &mut dyn IoEngine, header: FileHeader) -> Result<(), ClaimError> {
+    let mut buf = AlignedBuf::new(PAGE);
     buf[..PAGE].fill(0);
-    FileHeader { identity, ..header }.encode(&mut buf);
+    header.encode(&mut buf);
     let (_, result) = one(io, IoKind::Write, buf, PAGE);
     result.map_err(|errno| ClaimError::Io(format!("cannot write its header (errno {errno})")))?;
     let (_, result) = one(io, IoKind::Sync, AlignedBuf::new(0), 0);
     result.map_err(|errno| ClaimError::Io(format!("cannot sync its header (errno {errno})")))?;
-    Ok(Claim { identity, changed, new_file })
+    Ok(())
+}
+
+/// The layout a header records, as the start-up line names it.
+fn describe(h: &FileHeader) -> String {
+    let index = match h.index {
+        1 => "cascade",
+        2 => "sets",
+        _ => "full",
+    };
+    let mut out = format!(
+        "{} partitions, {} bytes, {}-byte segments, the {index} index",
+        h.partitions, h.file_bytes, h.segment_bytes
+    );
+    if h.item_bytes != 0 {
+        let key_value = h.item_bytes.saturating_sub(super::layout::ITEM_HEADER as u32);
+        out += &format!(", sized for {}-byte items on flash (--flash-item-bytes up to {key_value})", h.item_bytes);
+    }
+    if h.log_percent != 0 {
+        out += &format!(", its log {}% of each region", h.log_percent);
+    }
+    out
 }

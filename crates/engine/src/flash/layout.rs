@@ -13,6 +13,8 @@
 //!   0 magic u64 "TKVFLASH" | 8 version u32 | 12 partitions u32 | 16 file_bytes u64
 //!  24 segment_bytes u32 | 28 index u32 (0 full, 1 cascade) | 32 layout_key u64 (xxh3 of every
 //!  setting that shapes the regions) | 40 identity u64 | 48 checksum u64 (xxh3 of bytes 0..48)
+//!  56 item bytes u32 (on flash, the index's sizing) | 60 sets log percent u32 (0: no sets index)
+//!  64 checksum u64 (xxh3 of bytes 56..64; files of earlier runs have zeros: these are unknown)
 //!
 //! a region
 //!
@@ -80,6 +82,8 @@ pub(super) const ITEM_MAGIC: u16 = 0x5EA1;
 pub(super) const MARK_MAGIC: u16 = 0x5EA2;
 
 pub(super) const FILE_HEADER_BYTES: usize = 56;
+/// The header's second part (bytes 56..72): settings named when the layout changes.
+const FILE_HEADER_SETTINGS: usize = 72;
 pub(super) const SUPERBLOCK_BYTES: usize = 152;
 /// Superblock pages at the start of a region.
 pub(super) const SUPERBLOCK_PAGES: usize = 2;
@@ -95,7 +99,7 @@ pub(super) const MARK_BYTES: usize = 48;
 pub(super) const SNAPSHOT_HEADER: usize = 48;
 
 const _: () =
-    assert!(FILE_HEADER_BYTES <= PAGE && SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
+    assert!(FILE_HEADER_SETTINGS <= PAGE && SUPERBLOCK_BYTES <= PAGE && SEGMENT_HEADER.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(MARK_BYTES.is_multiple_of(ITEM_ALIGN) && MARK_BYTES >= ITEM_HEADER);
 const _: () = assert!(PAGE.is_multiple_of(ITEM_ALIGN));
 const _: () = assert!(SNAPSHOT_HEADER <= PAGE);
@@ -236,6 +240,10 @@ pub(super) struct FileHeader {
     /// A hash of every setting that shapes the regions (`FlashConfig::layout_key`).
     pub layout_key: u64,
     pub identity: u64,
+    /// The bytes an item is expected to take on flash (0: not recorded, an earlier run's file).
+    pub item_bytes: u32,
+    /// The sets index's log share of each region, in percent (0: none, or not recorded).
+    pub log_percent: u32,
 }
 
 /// What a file's first page holds.
@@ -265,6 +273,11 @@ impl FileHeader {
         put64(out, 40, self.identity);
         let sum = xxh3_64(&out[..48]);
         put64(out, 48, sum);
+        out[FILE_HEADER_BYTES..FILE_HEADER_SETTINGS].fill(0);
+        put32(out, 56, self.item_bytes);
+        put32(out, 60, self.log_percent);
+        let sum = xxh3_64(&out[56..64]);
+        put64(out, 64, sum);
     }
 
     /// Classifies a file's first page.
@@ -285,6 +298,7 @@ impl FileHeader {
         if u32_at(page, 8) != FORMAT_VERSION || u64_at(page, 48) != xxh3_64(&page[..48]) {
             return FirstPage::OursOther;
         }
+        let settings_ok = page.len() >= FILE_HEADER_SETTINGS && u64_at(page, 64) == xxh3_64(&page[56..64]);
         FirstPage::Ours(FileHeader {
             partitions: u32_at(page, 12),
             file_bytes: u64_at(page, 16),
@@ -292,6 +306,9 @@ impl FileHeader {
             index: u32_at(page, 28),
             layout_key: u64_at(page, 32),
             identity: u64_at(page, 40),
+            // Not checked out (zeros before these were written, or damage): unknown.
+            item_bytes: if settings_ok { u32_at(page, 56) } else { 0 },
+            log_percent: if settings_ok { u32_at(page, 60) } else { 0 },
         })
     }
 }
@@ -645,6 +662,8 @@ mod tests {
             index: 1,
             layout_key: 42,
             identity: 0x1234_5678_9ABC,
+            item_bytes: 128,
+            log_percent: 5,
         };
         let mut page = vec![0u8; PAGE];
         assert_eq!(FileHeader::classify(&page), FirstPage::Blank);
@@ -654,6 +673,13 @@ mod tests {
             let mut bad = page.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             assert_eq!(FileHeader::classify(&bad), FirstPage::OursOther, "bit {bit}");
+        }
+        // The settings part damaged (or zeros, as an earlier run wrote it): the header still
+        // holds, the settings are unknown.
+        for bit in FILE_HEADER_BYTES * 8..FILE_HEADER_SETTINGS * 8 {
+            let mut bad = page.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(FileHeader::classify(&bad), FirstPage::Ours(FileHeader { item_bytes: 0, log_percent: 0, ..h }));
         }
         let mut text = vec![0u8; PAGE];
         text[..12].copy_from_slice(b"hello world\n");

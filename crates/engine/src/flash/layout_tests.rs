@@ -299,3 +299,62 @@ fn a_foreign_file_is_refused_unless_forced_and_an_old_format_is_taken_over() {
     let again = claim_file(io.as_mut(), &config(shape, 0), false).expect("ours now");
     assert_eq!((again.identity, again.changed), (forced.identity, None));
 }
+
+#[test]
+fn a_change_of_the_item_size_or_log_share_is_named_when_the_tier_starts_empty() {
+    let shape = Shape { partitions: 1, file_bytes: 3 << 20, segment_bytes: 64 << 10, cascade: false, sets: true };
+    let disk = SimDisk::new(DISK as usize, 1);
+    let mut io: Box<dyn IoEngine> = Box::new(disk.device());
+    let first = config(shape, 0);
+    let claim = claim_file(io.as_mut(), &first, false).expect("a blank file");
+    assert!(claim.new_file && claim.changed.is_none());
+    let mut bigger = first.clone();
+    bigger.expected_item_bytes = first.expected_item_bytes + 28;
+    let changed = claim_file(io.as_mut(), &bigger, false).expect("ours").changed.expect("a new layout");
+    let (was, now) = (first.expected_item_bytes, bigger.expected_item_bytes);
+    assert!(
+        changed.contains(&format!("sized for {was}-byte items on flash"))
+            && changed.contains(&format!(
+                "now 1 partitions, 3145728 bytes, 65536-byte segments, the sets index, sized for {now}-byte"
+            )),
+        "{changed}"
+    );
+    let mut other = bigger.clone();
+    other.sets.as_mut().expect("sets").log_percent += 5;
+    let changed = claim_file(io.as_mut(), &other, false).expect("ours").changed.expect("a new layout");
+    assert!(changed.contains("its log"), "{changed}");
+    // A setting the line does not name still changes the layout, and says so.
+    let mut hidden = other.clone();
+    hidden.sets.as_mut().expect("sets").max_moves += 1;
+    let changed = claim_file(io.as_mut(), &hidden, false).expect("ours").changed.expect("a new layout");
+    assert!(changed.contains("other settings of the index differ"), "{changed}");
+    // The same layout again keeps the file's identity.
+    let again = claim_file(io.as_mut(), &hidden, false).expect("ours");
+    assert!(again.changed.is_none());
+    // A header an earlier run wrote (no settings recorded) keeps its identity and gains them.
+    let read_first = |io: &mut dyn IoEngine| {
+        io.submit(io::IoOp {
+            kind: io::IoKind::Read,
+            offset: 0,
+            buf: AlignedBuf::new(layout::PAGE),
+            len: layout::PAGE,
+            at: 0,
+            token: 0,
+        });
+        io.flush();
+        let mut done = Vec::new();
+        io.wait(&mut done);
+        done.pop().expect("the read").buf
+    };
+    let mut page = read_first(io.as_mut());
+    page[56..72].fill(0);
+    io.submit(io::IoOp { kind: io::IoKind::Write, offset: 0, buf: page, len: layout::PAGE, at: 0, token: 0 });
+    io.flush();
+    io.wait(&mut Vec::new());
+    let old = claim_file(io.as_mut(), &hidden, false).expect("ours");
+    assert_eq!((old.identity, old.changed), (again.identity, None));
+    match layout::FileHeader::classify(&read_first(io.as_mut())[..layout::PAGE]) {
+        layout::FirstPage::Ours(h) => assert_eq!(h.item_bytes, hidden.expected_item_bytes),
+        other => panic!("{other:?}"),
+    }
+}
