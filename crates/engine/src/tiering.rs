@@ -4,7 +4,7 @@
 //!
 //! It must not hold state: it is the seam, not the tier.
 
-use crate::flash::{CascadeStats, FlashMemory, FlashStats, StoreError, TierCounts};
+use crate::flash::{CascadeStats, Closed, FlashMemory, FlashStats, StoreError, TierCounts};
 use crate::hash::KeyHash;
 use crate::types::ItemDebug;
 
@@ -134,7 +134,7 @@ pub trait FlashTier {
     /// The tier's figures.
     fn flash_report(&self) -> Option<FlashReport>;
     /// A clean shutdown of the tier: DRAM items written to flash, the store closed.
-    fn close_flash(&mut self) -> Result<(), StoreError>;
+    fn close_flash(&mut self) -> Result<Closed, StoreError>;
     /// The items of the `n`th flash segment (oldest first) not also in DRAM, for a dump; false
     /// past the last segment.
     fn dump_flash(&mut self, n: usize, f: &mut dyn FnMut(&[u8], &ItemDebug)) -> bool;

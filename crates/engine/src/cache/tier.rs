@@ -18,7 +18,7 @@
 
 use super::copies::{Copies, FlashCopy};
 use super::Partition;
-use crate::flash::StoreError;
+use crate::flash::{Closed, StoreError};
 use crate::flash::{FlashStore, InsertOutcome, ItemMeta, Lookup, Now, ReadDone};
 use crate::hash::KeyHash;
 use crate::item::{ItemHeader, STATE_MASK};
@@ -437,12 +437,12 @@ impl FlashTier for Partition {
     /// A clean shutdown: every live DRAM item goes to flash (past the admission policy), then
     /// the store closes cleanly, keeping the largest CAS issued and a pending delayed flush.
     /// Afterwards the partition has no tier.
-    fn close_flash(&mut self) -> Result<(), StoreError> {
+    fn close_flash(&mut self) -> Result<Closed, StoreError> {
         if self.tier.is_none() {
-            return Ok(());
+            return Ok(Closed::default());
         }
         self.spill_until(self.log.tail(), true);
-        let Some(tier) = self.tier.take() else { return Ok(()) };
+        let Some(tier) = self.tier.take() else { return Ok(Closed::default()) };
         let mut store = tier.store;
         store.note_cas(self.log.tail() + 1);
         store.set_flush_at(self.flush.pending().unwrap_or(0));

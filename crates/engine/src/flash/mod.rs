@@ -57,7 +57,7 @@ pub use io::{engine_for, open_file, AlignedBuf, FlashIo, IoEngine};
 use io::{Completion, IoKind, IoOp};
 pub use layout::ItemMeta;
 use layout::{decode_item, item_bytes, Corrupt, PAGE};
-pub use recovery::{OpenReport, NEW_FILE};
+pub use recovery::{Closed, OpenReport, NEW_FILE};
 use ring::{Slot, SlotState, WriteBuf};
 pub use sets::{SetsConfig, SetsLayout, SetsStats};
 pub use setup::{OpenError, TestIo, TierFile, TierSettings};

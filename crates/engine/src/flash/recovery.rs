@@ -37,6 +37,15 @@ const SLOTS_PER_PAGE: usize = PAGE / SLOT_RECORD;
 /// a line at start-up, unlike every other reason to start empty).
 pub const NEW_FILE: &str = "a new file (its superblock page is blank)";
 
+/// How a clean close went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Closed {
+    /// The marks of entries the index dropped could not all be written, so no segment or set
+    /// page written so far may be adopted after a crash: the next clean start serves everything
+    /// from the snapshot, but a crash in that run recovers none of it.
+    pub crash_unsafe: bool,
+}
+
 /// What open found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenReport {
@@ -568,14 +577,15 @@ impl FlashStore {
     /// writes) waits for a reclaim to free a slot. If they still cannot be written, no segment
     /// or set page written so far is adopted by a later recovery (the watermark rises instead:
     /// the next clean restart serves them from the snapshot, a crash in that run loses them).
-    fn write_down_drops(&mut self, now: Now) {
+    /// False if they could not be written (the watermark rose).
+    fn write_down_drops(&mut self, now: Now) -> bool {
         if let Some(c) = self.cascade.as_deref_mut() {
             c.forget_unsaveable();
         }
         self.mark_cascade_drops();
         for _ in 0..WRITE_DOWN_TRIES {
             if self.durable.unrecorded.is_empty() && self.durable.pending.is_empty() {
-                return;
+                return true;
             }
             self.commit();
             self.drain(now);
@@ -585,7 +595,9 @@ impl FlashStore {
         }
         if !self.durable.unrecorded.is_empty() || !self.durable.pending.is_empty() {
             self.raise_watermark_now();
+            return false;
         }
+        true
     }
 
     /// At close, with the log full: lets GC reclaim (it is paused while draining) until it
@@ -609,14 +621,15 @@ impl FlashStore {
     /// Closes cleanly: everything buffered and the index reach the device, and the next open
     /// serves every live item. An error leaves the region marked open (the next open starts
     /// empty).
-    pub fn close(mut self, now: Now) -> Result<(), StoreError> {
+    pub fn close(mut self, now: Now) -> Result<Closed, StoreError> {
         self.drain(now);
-        self.write_down_drops(now);
+        let marks_written = self.write_down_drops(now);
         fn errno(what: &'static str) -> impl Fn(i32) -> StoreError {
             move |errno| StoreError::Device(DeviceError { what, errno })
         }
         let (bytes, checksum) = self.save_snapshot().map_err(errno("writing the index snapshot"))?;
         self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map_err(errno("syncing the flash file"))?;
-        self.write_superblock(STATE_CLEAN, bytes, checksum).map_err(errno("writing the clean superblock"))
+        self.write_superblock(STATE_CLEAN, bytes, checksum).map_err(errno("writing the clean superblock"))?;
+        Ok(Closed { crash_unsafe: !marks_written })
     }
 }

@@ -65,6 +65,8 @@ pub(super) struct Harness {
     faults: Faults,
     /// Keys with an invalidation never waited for (`Op::Invalidate`): GC may drop them.
     pub(super) doomed: std::collections::HashSet<Vec<u8>>,
+    /// How the last clean close went (None: none yet, or it failed).
+    pub(super) last_close: Option<super::Closed>,
 }
 
 impl Harness {
@@ -89,6 +91,7 @@ impl Harness {
             version: 0,
             faults,
             doomed: Default::default(),
+            last_close: None,
         }
     }
 
@@ -323,6 +326,7 @@ impl Harness {
             self.disk.crash_after(fuse);
         }
         let closed = self.store.take().expect("open").close(now);
+        self.last_close = closed.as_ref().ok().copied();
         if fuse.is_some() {
             self.disk.revive();
         }

@@ -74,7 +74,16 @@ impl Worker {
         let id = self.core.id;
         let Some(tier) = self.core.partition.flash() else { return };
         match tier.close_flash() {
-            Ok(()) => eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis()),
+            Ok(closed) => {
+                eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis());
+                if closed.crash_unsafe {
+                    eprintln!(
+                        "tierkv: flash partition {id}: the marks of items its index dropped could not be written \
+                         (the flash log stayed full): the next start serves everything, but a crash before \
+                         the next clean stop recovers nothing of this partition's flash items"
+                    );
+                }
+            }
             Err(error) => {
                 eprintln!("tierkv: flash partition {id}: the clean close failed ({error}); the next start is cold")
             }

@@ -493,6 +493,7 @@ fn a_clean_close_with_the_log_full_still_writes_its_marks_and_a_later_crash_reco
     h.store().drop_group(group);
     assert!(!h.store().durable.unrecorded.is_empty());
     h.clean_restart();
+    assert_eq!(h.last_close, Some(super::super::Closed { crash_unsafe: false }));
     let before = served(&mut h, &keys);
     assert!(before >= keys.len() / 2, "{before} of {} served after the clean restart", keys.len());
     let report = h.crash();
