@@ -91,6 +91,10 @@ cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 # draw (SOAK_SEED=random explores).
 PROPTEST_RNG_SEED=${SOAK_SEED:-20261127} PROPTEST_CASES=${SOAK_CASES:-1500} \
     cargo test --release -p tierkv-engine --lib flash:: 2>&1 | tee -a "$log"
+# The same for the DRAM partitions' model tests (cache and store modes, budget changes, the
+# smallest log): two cleaner bugs needed thousands of cases to show (stop 52). About 30 s.
+PROPTEST_RNG_SEED=${SOAK_SEED:-20261127} PROPTEST_CASES=${MODEL_SOAK_CASES:-10000} \
+    cargo test --release -p tierkv-engine --test model 2>&1 | tee -a "$log"
 # A short run of every fuzz target over its committed corpus (FUZZ_SECONDS each, default 30).
 # New inputs go to a scratch directory, so the committed corpora stay as they are.
 fuzz_seconds=${FUZZ_SECONDS:-30}
