@@ -556,6 +556,12 @@ impl FlashStore {
     /// misses.
     fn drain(&mut self, now: Now) {
         self.gc.paused = true;
+        self.settle_all(now);
+    }
+
+    /// Seals the active buffer and waits until every request is done (GC, if not paused, goes
+    /// on meanwhile: what it writes is sealed too).
+    fn settle_all(&mut self, now: Now) {
         let mut sink = Vec::new();
         loop {
             for c in std::mem::take(&mut self.deferred) {
@@ -601,19 +607,11 @@ impl FlashStore {
     }
 
     /// At close, with the log full: lets GC reclaim (it is paused while draining) until it
-    /// stops, every request done. Whether a slot is free now.
+    /// stops, every request done and what GC rewrote sealed. Whether a slot is free now.
     fn reclaim_for_close(&mut self, now: Now) -> bool {
         self.gc.paused = false;
         self.maybe_reclaim();
-        let mut sink = Vec::new();
-        while self.io.in_flight() > 0 || !self.deferred.is_empty() {
-            for c in std::mem::take(&mut self.deferred) {
-                self.complete(c, now, &mut sink);
-            }
-            if self.io.in_flight() > 0 {
-                self.wait(now, &mut sink);
-            }
-        }
+        self.settle_all(now);
         self.gc.paused = true;
         self.used_slots < self.layout.slots
     }
