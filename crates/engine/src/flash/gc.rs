@@ -38,14 +38,16 @@ impl FlashStore {
         self.cfg.write_buffers + 1
     }
 
-    /// Starts reclaiming the tail if free slots are low: retires it at once if nothing points
+    /// Starts reclaiming the tail if free slots are low (or the sets index's log is over its
+    /// index's share): retires it at once if nothing points
     /// into it, else reads it back. One retirement at a time: the slot is freed when its
     /// watermark is on the device (`durable`).
     pub(super) fn maybe_reclaim(&mut self) {
         if self.gc.paused || self.gc.reading.is_some() || self.used_slots == 0 || self.durable.retiring.is_some() {
             return;
         }
-        if self.layout.slots - self.used_slots >= self.reclaim_mark() {
+        if self.layout.slots - self.used_slots >= self.reclaim_mark() && self.log_load() < super::ring::RECLAIM_EIGHTHS
+        {
             return;
         }
         let tail = self.tail();

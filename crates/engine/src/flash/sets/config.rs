@@ -29,11 +29,22 @@ pub struct SetsConfig {
     pub bloom_bits: u32,
     /// Set moves (read, merge, write) in flight at most.
     pub max_moves: u32,
+    /// Keep the log's live items to a share of its index's ways (`FlashStore::log_load`);
+    /// off only in tests that drive the index past its ways on purpose. It does not shape the
+    /// file.
+    pub log_pressure: bool,
 }
 
 impl Default for SetsConfig {
     fn default() -> SetsConfig {
-        SetsConfig { log_percent: 5, threshold: 2, max_item_bytes: 1024, bloom_bits: 3, max_moves: 64 }
+        SetsConfig {
+            log_percent: 5,
+            threshold: 2,
+            max_item_bytes: 1024,
+            bloom_bits: 3,
+            max_moves: 64,
+            log_pressure: true,
+        }
     }
 }
 
@@ -67,6 +78,11 @@ pub struct SetsLayout {
     pub max_item_bytes: u32,
     /// Moves in flight at most (`SetsConfig::max_moves`).
     pub max_moves: u32,
+    /// Ways of the log index (0: no pressure, `SetsConfig::log_pressure`). A log of items
+    /// smaller than the layout expected holds more than its index can keep (one-choice buckets
+    /// overflow and lose items long before every way is taken), so the log's live items are
+    /// kept to a share of these (`FlashStore::log_load`).
+    pub log_ways: u64,
 }
 
 impl SetsLayout {
@@ -152,6 +168,7 @@ impl RegionLayout {
                 threshold: sc.threshold,
                 max_item_bytes: sc.max_item_bytes,
                 max_moves: sc.max_moves,
+                log_ways: if sc.log_pressure { buckets * LOG_SPAN * ways } else { 0 },
             }),
         })
     }

@@ -21,11 +21,13 @@ pub(in super::super) fn sets_config() -> FlashConfig {
     cfg
 }
 
-/// `sets_config()` with a log index of one bucket (the log's items are expected to be 64 KiB):
-/// fills overflow it, so log items are pushed out of the index and their sets voided.
+/// `sets_config()` with a log index of one bucket (the log's items are expected to be 64 KiB)
+/// and no log pressure: fills overflow it, so log items are pushed out of the index and their
+/// sets voided.
 fn sets_config_one_log_bucket() -> FlashConfig {
     let mut cfg = sets_config();
     cfg.expected_item_bytes = 64 << 10;
+    cfg.sets = cfg.sets.map(|s| SetsConfig { log_pressure: false, ..s });
     cfg
 }
 
@@ -500,4 +502,33 @@ fn a_clean_close_with_the_log_full_still_writes_its_marks_and_a_later_crash_reco
     assert!(report.restored, "{report:?}");
     let after = served(&mut h, &keys);
     assert!(after * 10 >= before * 9, "{after} after the crash, {before} before");
+}
+
+/// Writes `n` items of 100 bytes into a layout whose log index was sized for items of 16 KiB
+/// (with `pressure` as `SetsConfig::log_pressure`), lets the moves finish, and returns the
+/// valid entries the index pushed out and how many of the keys are served.
+fn small_items_in_a_layout_for_large_ones(pressure: bool, n: u32) -> (u64, usize) {
+    let mut cfg = sets_config();
+    cfg.expected_item_bytes = 16 << 10;
+    cfg.sets = cfg.sets.map(|s| SetsConfig { log_pressure: pressure, ..s });
+    let mut h = Harness::with(cfg, 6, Faults::default());
+    let keys: Vec<u32> = (0..n).collect();
+    for &k in &keys {
+        h.insert(k, 100, None);
+        h.poll();
+    }
+    h.settle();
+    (h.store().stats().index_evictions, served(&mut h, &keys))
+}
+
+#[test]
+fn a_log_of_items_smaller_than_expected_keeps_them_instead_of_overflowing_its_index() {
+    // The ring holds many times the items its index has ways for: without the log's pressure
+    // rule the one-choice buckets overflowed and lost most of them before any move.
+    let n = 3000;
+    let (evicted_before, served_before) = small_items_in_a_layout_for_large_ones(false, n);
+    let (evicted, served_now) = small_items_in_a_layout_for_large_ones(true, n);
+    eprintln!("without pressure: {evicted_before} evicted, {served_before} served; with: {evicted}, {served_now}");
+    assert!(evicted * 10 <= evicted_before, "{evicted} evicted with the rule, {evicted_before} without");
+    assert!(served_now > served_before, "{served_now} served with the rule, {served_before} without");
 }
