@@ -348,6 +348,7 @@ impl Partition {
                 self.stats.index_evictions += 1;
                 let (slot, age) = oldest.expect("a full pair has an oldest entry");
                 let old = self.log.tail() - age;
+                self.spill_pushed_out(old);
                 self.census.removed(old, &self.header_at(old));
                 slot
             }

@@ -206,29 +206,42 @@ impl Partition {
                 break;
             }
             let position = tier.cursor;
-            let ring_index = self.log.ring_index(position);
-            let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
-            tier.cursor += header.total_len() as u64;
-            let bytes = &self.log.bytes_from(ring_index + header_len)[..header.key_len + header.value_len];
-            let (key, value) = bytes.split_at(header.key_len);
-            let hash = KeyHash::of(key);
-            let current = self.find(key, hash).is_some_and(|found| found.position == position);
-            if !current || is_expired(header.expiry, self.now) {
-                continue;
-            }
-            if tier.store.may_contain(hash) {
-                tier.stats.spill_clean += 1;
-                tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
-                continue;
-            }
-            if tier.store.pending(hash) {
-                tier.stats.spill_held += 1;
-                continue;
-            }
+            tier.cursor += self.spill_item(&mut tier, position, always);
+        }
+        self.tier = Some(tier);
+    }
+
+    /// An item the index pushes out of a full pair (items smaller than the index was sized
+    /// for): with a flash tier it goes to flash now, as it would when the log overwrote it.
+    /// Called while its entry is still in the index.
+    pub(super) fn spill_pushed_out(&mut self, position: u64) {
+        let Some(mut tier) = self.tier.take() else { return };
+        self.spill_item(&mut tier, position, false);
+        self.tier = Some(tier);
+    }
+
+    /// Spills the item at `position` if it is still its key's current, live version and flash
+    /// has no current copy; returns its length in the log.
+    fn spill_item(&mut self, tier: &mut Tier, position: u64, always: bool) -> u64 {
+        let ring_index = self.log.ring_index(position);
+        let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
+        let bytes = &self.log.bytes_from(ring_index + header_len)[..header.key_len + header.value_len];
+        let (key, value) = bytes.split_at(header.key_len);
+        let hash = KeyHash::of(key);
+        let current = self.find(key, hash).is_some_and(|found| found.position == position);
+        if !current || is_expired(header.expiry, self.now) {
+            return header.total_len() as u64;
+        }
+        if tier.store.may_contain(hash) {
+            tier.stats.spill_clean += 1;
+            tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
+        } else if tier.store.pending(hash) {
+            tier.stats.spill_held += 1;
+        } else {
             let meta = Tier::meta(&header, header.cas.unwrap_or(position + 1));
             tier.spill(hash, key, value, meta, always);
         }
-        self.tier = Some(tier);
+        header.total_len() as u64
     }
 
     /// Writes an item read from flash into the log, unless DRAM already has the key (a newer
