@@ -72,6 +72,9 @@ pub struct Partition {
     log: Log,
     /// Holds a value while it is rewritten into the log region it came from.
     scratch: Region,
+    /// An append's or prepend's old value, copied out before room is made (the cleaner uses
+    /// `scratch`); reserved at creation, touched only as far as values reach.
+    old_value: Vec<u8>,
     max_item_bytes: usize,
     now: u32,
     flush: ops::FlushSchedule,
@@ -123,6 +126,7 @@ impl Partition {
         Ok(Partition {
             index,
             scratch,
+            old_value: Vec::with_capacity(config.max_item_bytes),
             max_item_bytes: config.max_item_bytes,
             now: unix_now(),
             flush: ops::FlushSchedule::default(),
@@ -291,20 +295,21 @@ impl Partition {
         data: &[u8],
         old_first: bool,
     ) -> u64 {
-        // Room first: the cleaner may move the old item, and it uses the scratch buffer.
+        // The old value is copied out before room is made: making room can move the old item
+        // and, after budget changes, let the write reach it (the engine fuzz target found an
+        // append whose old part was another item's bytes).
+        let old_start = found.payload_start() + found.header.key_len;
+        let mut old = std::mem::take(&mut self.old_value);
+        old.clear();
+        old.extend_from_slice(&self.log.bytes_from(old_start)[..found.header.value_len]);
         let header = &self.with_cas_field(header);
         self.make_room(header.total_len(), found.position);
-        let found = &self.at_slot(found);
-        let old_len = found.header.value_len;
-        let old_start = found.payload_start() + found.header.key_len;
-        let (scratch, log) = (self.scratch.bytes_mut(), &self.log);
-        scratch[..old_len].copy_from_slice(&log.bytes_from(old_start)[..old_len]);
         let (position, value_start) = self.start_item(header, key);
-        let old = &self.scratch.bytes()[..old_len];
         let out = self.log.bytes_from_mut(value_start);
-        let (first, second) = if old_first { (old, data) } else { (data, old) };
+        let (first, second) = if old_first { (&old[..], data) } else { (data, &old[..]) };
         out[..first.len()].copy_from_slice(first);
         out[first.len()..header.value_len].copy_from_slice(second);
+        self.old_value = old;
         self.install(hash, position);
         cleaner::cas_of(header, position)
     }
