@@ -2,7 +2,8 @@
 //! every step:
 //! - cache mode, a few KiB of log and a 4-bucket index (eviction, wrap-around, the lossy index
 //!   and `cache_memlimit` resizes all happen constantly): a hit is always the last value written
-//!   for its key, never an older or a foreign one; a miss is allowed (eviction);
+//!   for its key, never an older or a foreign one; a miss is allowed (eviction); the
+//!   cleaner never loses its place in the log;
 //! - store mode, 16 KiB: it never loses an acknowledged item, and a write refused for memory
 //!   changes nothing, so every read matches the model exactly.
 //!
@@ -140,6 +141,8 @@ impl Run {
         }
         self.check_cache(&key);
         self.check_store(&key);
+        // The cleaner's walk never falls behind what the log still holds.
+        assert_eq!(self.cache.stats().clean_lost_track, 0, "the cleaner lost its place in the log");
     }
 }
 

@@ -55,20 +55,16 @@ pub(super) fn cas_of(header: &ItemHeader, position: u64) -> u64 {
     }
 }
 
-/// `make_room`'s `keep` when the caller uses no item.
-pub(super) const NO_KEEP: u64 = u64::MAX;
-
 impl Partition {
     /// Before the log writes `size` bytes: with a flash tier the items that write overwrites
-    /// spill to flash; without, live ones are copied forward while there is room.
-    /// The item at `keep` (`NO_KEEP` for none), which the caller is about to use, is copied
-    /// forward if the walk reaches it, whatever the room: find it again by its slot after.
+    /// spill to flash; without, live ones are copied forward while there is room. Any item
+    /// may be copied or evicted: a caller that needs one afterwards copies it out first.
     #[inline]
-    pub(super) fn make_room(&mut self, size: usize, keep: u64) {
+    pub(super) fn make_room(&mut self, size: usize) {
         if self.tier.is_some() {
             self.spill_before(size);
         } else if self.clean_cursor < self.log.survivors_from(size) {
-            self.clean_before(size, keep);
+            self.clean_before(size);
         }
     }
 
@@ -96,7 +92,7 @@ impl Partition {
     /// Walks the items an append of `size` bytes will overwrite (it must), and on towards
     /// `ahead_of` bytes ahead of the tail's reach while the allowance lasts (it may), copying
     /// live items forward. Bytes walked past dead items are the room later copies use.
-    fn clean_before(&mut self, size: usize, mut keep: u64) {
+    fn clean_before(&mut self, size: usize) {
         let ahead = self.clean_ahead(size);
         let mut allowance = COPY_FACTOR * size as u64 + COPY_SLACK;
         // Walking ahead past dead items costs a header read each: bounded like the copies.
@@ -121,7 +117,7 @@ impl Partition {
             // What the append overwrites is copied while there is room, whatever the
             // allowance: dropping live items is what the cleaner is for avoiding.
             let mut unbounded = u64::MAX;
-            match self.clean_one(size, &mut keep, if must { &mut unbounded } else { &mut allowance }) {
+            match self.clean_one(size, if must { &mut unbounded } else { &mut allowance }) {
                 Step::Walked => {}
                 Step::Cannot if must => {
                     // Evicted: the append overwrites it.
@@ -142,7 +138,7 @@ impl Partition {
     /// The item at the cursor: passed (dead, expired, or copied forward, the cursor moved past
     /// it), or it cannot be copied now (no room, no allowance, or its copy would overwrite
     /// items not yet looked at; the cursor stays).
-    fn clean_one(&mut self, size: usize, keep: &mut u64, allowance: &mut u64) -> Step {
+    fn clean_one(&mut self, size: usize, allowance: &mut u64) -> Step {
         let position = self.clean_cursor;
         let ring_index = self.log.ring_index(position);
         let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
@@ -166,11 +162,10 @@ impl Partition {
         }
         let copy = ItemHeader { cas: Some(found.cas()), ..found.header };
         let copy_len = copy.total_len() as u64;
-        let kept = position == *keep;
         let room = self.may_copy(size as u64 + copy_len) && *allowance >= copy_len;
         // The copy must not overwrite items the walk has not seen.
         let in_order = position + len >= self.log.survivors_from(copy.total_len());
-        if !(kept || room && in_order) {
+        if !(room && in_order) {
             if room && !in_order {
                 self.stats.clean_order_evictions += 1;
             }
@@ -179,12 +174,7 @@ impl Partition {
         }
         self.clean_cursor += len;
         *allowance = allowance.saturating_sub(copy_len);
-        let moved = self.relocate(&found, &copy);
-        // A walk that comes round to the kept item's copy keeps that too (the log holds two
-        // of the largest items, so the append and the kept item fit together).
-        if kept {
-            *keep = moved.position;
-        }
+        self.relocate(&found, &copy);
         self.stats.items_copied_forward += 1;
         self.stats.bytes_copied_forward += copy_len;
         Step::Walked
@@ -192,7 +182,7 @@ impl Partition {
 
     /// Copies `found` to the tail with `header` (its key and value lengths, its CAS explicit)
     /// and repoints its index entry. The caller made room; the scratch buffer is free.
-    pub(super) fn relocate(&mut self, found: &Found, header: &ItemHeader) -> Found {
+    fn relocate(&mut self, found: &Found, header: &ItemHeader) {
         debug_assert_eq!((header.key_len, header.value_len), (found.header.key_len, found.header.value_len));
         let size = header.total_len();
         let payload_len = found.header.key_len + found.header.value_len;
@@ -217,6 +207,5 @@ impl Partition {
         let tag = crate::cache::index::entry_tag(self.index.get(found.slot));
         self.index.set(found.slot, crate::cache::index::make_entry(tag, position));
         self.sweep_to_tail();
-        Found { slot: found.slot, position, ring_index, header: *header, header_len }
     }
 }

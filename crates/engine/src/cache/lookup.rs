@@ -46,19 +46,6 @@ impl Partition {
         None
     }
 
-    /// `found` where it is now: the cleaner may have copied it forward (its slot stays).
-    pub(super) fn at_slot(&self, found: &Found) -> Found {
-        let age = self.log.age_of(entry_offset(self.index.get(found.slot)));
-        let position = self.log.tail() - age;
-        if position == found.position {
-            return *found;
-        }
-        debug_assert!(age <= self.log.max_age(), "the cleaner keeps the item its caller uses");
-        let ring_index = self.log.ring_index(position);
-        let (header, header_len) = ItemHeader::decode(self.log.bytes_from(ring_index));
-        Found { slot: found.slot, position, ring_index, header, header_len }
-    }
-
     /// The header of the intact item at `position`.
     #[inline]
     pub(super) fn header_at(&self, position: u64) -> ItemHeader {

@@ -72,9 +72,10 @@ pub struct Partition {
     log: Log,
     /// Holds a value while it is rewritten into the log region it came from.
     scratch: Region,
-    /// An append's or prepend's old value, copied out before room is made (the cleaner uses
-    /// `scratch`); reserved at creation, touched only as far as values reach.
-    old_value: Vec<u8>,
+    /// An item (or an append's old value) copied out before room is made for its rewrite:
+    /// making room may evict or move it (the cleaner uses `scratch`); reserved at creation,
+    /// touched only as far as items reach.
+    carried: Vec<u8>,
     max_item_bytes: usize,
     now: u32,
     flush: ops::FlushSchedule,
@@ -126,7 +127,7 @@ impl Partition {
         Ok(Partition {
             index,
             scratch,
-            old_value: Vec::with_capacity(config.max_item_bytes),
+            carried: Vec::with_capacity(config.max_item_bytes),
             max_item_bytes: config.max_item_bytes,
             now: unix_now(),
             flush: ops::FlushSchedule::default(),
@@ -260,7 +261,7 @@ impl Partition {
     /// `header` comes from `with_cas_field`.
     fn start_item(&mut self, header: &ItemHeader, key: &[u8]) -> (u64, usize) {
         debug_assert_eq!(header.key_len, key.len());
-        self.make_room(header.total_len(), cleaner::NO_KEEP);
+        self.make_room(header.total_len());
         let (position, ring_index) = self.log.reserve(header.total_len());
         self.census.advance(self.log.tail(), self.log.live_span());
         let header = ItemHeader { cas: header.cas.map(|_| cleaner::cas_of(header, position)), ..*header };
@@ -295,21 +296,19 @@ impl Partition {
         data: &[u8],
         old_first: bool,
     ) -> u64 {
-        // The old value is copied out before room is made: making room can move the old item
-        // and, after budget changes, let the write reach it (the engine fuzz target found an
-        // append whose old part was another item's bytes).
+        // The old value is copied out before room is made: making room may evict the old item
+        // and overwrite it with copies of others.
         let old_start = found.payload_start() + found.header.key_len;
-        let mut old = std::mem::take(&mut self.old_value);
+        let mut old = std::mem::take(&mut self.carried);
         old.clear();
         old.extend_from_slice(&self.log.bytes_from(old_start)[..found.header.value_len]);
         let header = &self.with_cas_field(header);
-        self.make_room(header.total_len(), found.position);
         let (position, value_start) = self.start_item(header, key);
         let out = self.log.bytes_from_mut(value_start);
         let (first, second) = if old_first { (&old[..], data) } else { (data, &old[..]) };
         out[..first.len()].copy_from_slice(first);
         out[first.len()..header.value_len].copy_from_slice(second);
-        self.old_value = old;
+        self.carried = old;
         self.install(hash, position);
         cleaner::cas_of(header, position)
     }
@@ -374,10 +373,31 @@ impl Partition {
         if only_if_cheap && !self.log.survives_append(found.position, size) {
             return *found;
         }
-        self.make_room(size, found.position);
-        // Making room may have moved the item itself (the cleaner copies live items forward).
-        let found = self.at_slot(found);
-        self.relocate(&found, header)
+        // Copied out first: making room may copy the item forward, or evict it and overwrite
+        // it with copies of others. (Forcing the cleaner to keep it let that copy overwrite
+        // items its walk had not seen; the engine fuzz target's input of stop 53.)
+        let payload_len = found.header.key_len + found.header.value_len;
+        let mut carried = std::mem::take(&mut self.carried);
+        carried.clear();
+        carried.extend_from_slice(&self.log.bytes_from(found.payload_start())[..payload_len]);
+        let tag = entry_tag(self.index.get(found.slot));
+        self.make_room(size);
+        // The slot still names this key (making room installs nothing); its item may have moved.
+        let entry = self.index.get(found.slot);
+        let age = self.log.age_of(entry_offset(entry));
+        if entry != 0 && age <= self.log.max_age() {
+            let now_at = self.log.tail() - age;
+            self.census.removed(now_at, &self.header_at(now_at));
+        }
+        let (position, ring_index) = self.log.reserve(size);
+        self.census.advance(self.log.tail(), self.log.live_span());
+        self.census.moved_in(position, header);
+        let header_len = header.encode(self.log.bytes_from_mut(ring_index));
+        self.log.bytes_from_mut(ring_index + header_len)[..payload_len].copy_from_slice(&carried);
+        self.carried = carried;
+        self.index.set(found.slot, make_entry(tag, position));
+        self.sweep_to_tail();
+        Found { slot: found.slot, position, ring_index, header: *header, header_len }
     }
 
     /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
