@@ -193,10 +193,7 @@ impl Partition {
             scratch[..payload_len].copy_from_slice(&log.bytes_from(old_start)[..payload_len]);
         }
         self.census.removed(found.position, &found.header);
-        let (position, ring_index) = self.log.reserve(size);
-        self.census.advance(self.log.tail(), self.log.live_span());
-        self.census.moved_in(position, header);
-        let header_len = header.encode(self.log.bytes_from_mut(ring_index));
+        let (position, ring_index, header_len) = self.reserve_copy(header);
         let new_start = ring_index + header_len;
         if survives {
             self.log.ring_mut().copy_within(old_start..old_start + payload_len, new_start);

@@ -298,10 +298,7 @@ impl Partition {
     ) -> u64 {
         // The old value is copied out before room is made: making room may evict the old item
         // and overwrite it with copies of others.
-        let old_start = found.payload_start() + found.header.key_len;
-        let mut old = std::mem::take(&mut self.carried);
-        old.clear();
-        old.extend_from_slice(&self.log.bytes_from(old_start)[..found.header.value_len]);
+        let old = self.carry_out(found.payload_start() + found.header.key_len, found.header.value_len);
         let header = &self.with_cas_field(header);
         let (position, value_start) = self.start_item(header, key);
         let out = self.log.bytes_from_mut(value_start);
@@ -377,9 +374,7 @@ impl Partition {
         // it with copies of others. (Forcing the cleaner to keep it let that copy overwrite
         // items its walk had not seen; the engine fuzz target's input of stop 53.)
         let payload_len = found.header.key_len + found.header.value_len;
-        let mut carried = std::mem::take(&mut self.carried);
-        carried.clear();
-        carried.extend_from_slice(&self.log.bytes_from(found.payload_start())[..payload_len]);
+        let carried = self.carry_out(found.payload_start(), payload_len);
         let tag = entry_tag(self.index.get(found.slot));
         self.make_room(size);
         // The slot still names this key (making room installs nothing); its item may have moved.
@@ -389,15 +384,30 @@ impl Partition {
             let now_at = self.log.tail() - age;
             self.census.removed(now_at, &self.header_at(now_at));
         }
-        let (position, ring_index) = self.log.reserve(size);
-        self.census.advance(self.log.tail(), self.log.live_span());
-        self.census.moved_in(position, header);
-        let header_len = header.encode(self.log.bytes_from_mut(ring_index));
+        let (position, ring_index, header_len) = self.reserve_copy(header);
         self.log.bytes_from_mut(ring_index + header_len)[..payload_len].copy_from_slice(&carried);
         self.carried = carried;
         self.index.set(found.slot, make_entry(tag, position));
         self.sweep_to_tail();
         Found { slot: found.slot, position, ring_index, header: *header, header_len }
+    }
+
+    /// `len` bytes of the ring from `ring_index`, copied into `carried` (taken: give it back).
+    fn carry_out(&mut self, ring_index: usize, len: usize) -> Vec<u8> {
+        let mut carried = std::mem::take(&mut self.carried);
+        carried.clear();
+        carried.extend_from_slice(&self.log.bytes_from(ring_index)[..len]);
+        carried
+    }
+
+    /// Reserves room at the tail for a copy of an item with `header` (the caller made room and
+    /// took the old copy out of the census), counts it and writes the header: (position, ring
+    /// index, header length). The caller writes the key and value and repoints the slot.
+    fn reserve_copy(&mut self, header: &ItemHeader) -> (u64, usize, usize) {
+        let (position, ring_index) = self.log.reserve(header.total_len());
+        self.census.advance(self.log.tail(), self.log.live_span());
+        self.census.moved_in(position, header);
+        (position, ring_index, header.encode(self.log.bytes_from_mut(ring_index)))
     }
 
     /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
