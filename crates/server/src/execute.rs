@@ -452,6 +452,28 @@ pub(crate) fn concurrent_meta_get(
     meta_get_reply(out, key, flags, hit);
 }
 
+/// A binary get's reply (GET, GETQ, GETK, GETKQ and the GAT forms): `hit` is (client flags,
+/// CAS, value), from the owner's item or a concurrent read's copy.
+pub(crate) fn binary_get_reply(
+    out: &mut Vec<u8>,
+    info: &BinaryRequestInfo,
+    key: &[u8],
+    hit: Option<(u32, u64, &[u8])>,
+) {
+    match hit {
+        Some((flags, cas, value)) => {
+            let returned_key = if info.return_key { key } else { &[] };
+            binary::write_response(out, info, status::SUCCESS, cas, &flags.to_be_bytes(), returned_key, value);
+        }
+        // memcached answers a GETK miss with the key and no message.
+        None if info.return_key && !info.quiet => {
+            binary::write_response(out, info, status::KEY_ENOENT, 0, &[], key, &[])
+        }
+        None if !info.quiet => binary::write_error(out, info, status::KEY_ENOENT),
+        None => {}
+    }
+}
+
 /// The meta commands: mn, mg, ms, md, ma (memcached 1.6 replies; `q` drops the nominal reply).
 fn execute_meta(
     partition: &mut engine::AnyPartition,
@@ -541,26 +563,8 @@ fn execute_binary(
     match *command {
         Command::Get { keys, touch, .. } => {
             let key = keys.iter().next().unwrap_or_default();
-            match fetch(partition, key, touch, state) {
-                Some(item) => {
-                    let returned_key = if info.return_key { key } else { &[] };
-                    binary::write_response(
-                        out,
-                        info,
-                        status::SUCCESS,
-                        item.cas,
-                        &item.flags.to_be_bytes(),
-                        returned_key,
-                        item.value,
-                    );
-                }
-                // memcached answers a GETK miss with the key and no message.
-                None if info.return_key && !info.quiet => {
-                    binary::write_response(out, info, status::KEY_ENOENT, 0, &[], key, &[])
-                }
-                None if !info.quiet => error(out, status::KEY_ENOENT),
-                None => {}
-            }
+            let item = fetch(partition, key, touch, state);
+            binary_get_reply(out, info, key, item.as_ref().map(|item| (item.flags, item.cas, item.value)));
         }
         Command::Store { mode, key, flags, exptime, value, cas } => {
             state.detail(key.raw, Event::Set);

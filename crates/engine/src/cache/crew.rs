@@ -141,10 +141,11 @@ impl Published {
         fence(Ordering::Release);
     }
 
-    /// A consistent snapshot of the geometry (spins while the owner is mid-publish, which is a
-    /// handful of stores).
-    pub(crate) fn geometry(&self) -> Geometry {
-        loop {
+    /// A consistent snapshot of the geometry, or None if the owner stays mid-publish (a
+    /// handful of stores, unless it lost its CPU there) for `GEOMETRY_LOOKS` looks: the reader
+    /// then leaves its read to the owner instead of spinning through the owner's absence.
+    pub(crate) fn geometry(&self) -> Option<Geometry> {
+        for _ in 0..GEOMETRY_LOOKS {
             let before = self.seq.load(Ordering::Acquire);
             if before % 2 == 1 {
                 std::hint::spin_loop();
@@ -154,9 +155,22 @@ impl Published {
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
                 let [tail, lap_start, prev_lap_len, live_span, floor, reappend_age] = v;
-                return Geometry { tail, lap_start, prev_lap_len, live_span, floor, reappend_age };
+                return Some(Geometry { tail, lap_start, prev_lap_len, live_span, floor, reappend_age });
             }
         }
+        None
+    }
+
+    /// Test hook: the owner stopped half-way through a publish (as when it loses its CPU
+    /// there): the sequence stays odd until `resume_publish`.
+    #[cfg(test)]
+    pub(crate) fn stall_publish(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn resume_publish(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Brackets an in-place change of an item's bytes (`end_in_place` after it).
@@ -194,6 +208,9 @@ pub enum CrewGet {
 
 /// Tries before a read that keeps meeting the owner's writes goes to the owner.
 const TRIES: usize = 4;
+/// Looks at the geometry's sequence lock before a reader gives up on it (a publish is a
+/// handful of stores; an owner descheduled mid-publish is away for a scheduler slice).
+pub(crate) const GEOMETRY_LOOKS: usize = 256;
 /// Bytes copied to decode a header (the longest is 22).
 const HEADER_COPY: usize = 24;
 /// The largest item a reader copies (header, key and value). A larger one is left to the owner
@@ -254,7 +271,7 @@ impl CrewReader {
         }
         let Some(entry) = found else { return Some(self.absent()) };
         // After the entry: the geometry the owner published before writing the entry's item.
-        let g = self.published.geometry();
+        let g = self.published.geometry()?;
         let position = g.position(entry_offset(entry));
         let Some(position) = position else {
             // An item flush_all hid but the log still holds: the owner counts it (get_flushed).
@@ -310,7 +327,7 @@ impl CrewReader {
     /// True if the item at `position` was intact and unchanged for the whole copy.
     fn validated(&self, position: u64, in_place: u64) -> bool {
         fence(Ordering::Acquire);
-        let now = self.published.geometry();
+        let Some(now) = self.published.geometry() else { return false };
         now.holds(position) && self.published.in_place.load(Ordering::Relaxed) == in_place
     }
 }

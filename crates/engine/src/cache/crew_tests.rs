@@ -187,6 +187,24 @@ fn the_fetched_bit_of_a_concurrent_hit_reaches_the_owner() {
 }
 
 /// The reader keeps its memory after the owner is gone (the mapping lives while a view does).
+/// An owner that loses its CPU half-way through publishing its log's geometry does not keep a
+/// reader spinning: after a bounded number of looks the read goes to the owner, and once the
+/// publish completes the reader serves hits again.
+#[test]
+fn a_publish_left_half_done_sends_reads_to_the_owner_instead_of_spinning() {
+    let mut p = partition(1 << 20, 1 << 8);
+    p.set(b"k", b"v", 7, 0).unwrap();
+    let r = p.crew_reader();
+    let mut buf = Vec::new();
+    p.published.stall_publish();
+    let started = std::time::Instant::now();
+    assert_eq!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Owner);
+    // Bounded by looks, not by time: far below a scheduler slice even in a debug build.
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    p.published.resume_publish();
+    assert!(matches!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Hit { flags: 7, .. }));
+}
+
 #[test]
 fn a_reader_outlives_its_partition() {
     let mut p = partition(1 << 20, 1 << 8);

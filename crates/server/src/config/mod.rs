@@ -6,6 +6,7 @@
 //! (from which `stats settings` reports). Every bad value stops start-up with an error that
 //! names its flag.
 
+mod cpus;
 mod file;
 mod flash;
 mod requests;
@@ -33,8 +34,8 @@ pub(crate) struct Config {
     /// Interface to listen on [default: 127.0.0.1].
     #[arg(short = 'l', long = "listen")]
     pub listen: Option<String>,
-    /// Worker threads, each pinned to a CPU and owning one partition of the keys [default: one
-    /// per CPU the process may run on].
+    /// Worker threads, each owning one partition of the keys [default: one per CPU the process
+    /// may run on, at most its cgroup's CPU quota rounded up].
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
     /// Worker i also listens on BASE + i, so a partition-aware client can send each key straight
@@ -53,6 +54,12 @@ pub(crate) struct Config {
     /// workers, 0 with one; at most 64].
     #[arg(long = "idle-yields", value_name = "N")]
     pub idle_yields: Option<usize>,
+    /// Pins worker i to the i-th CPU the process may run on. Pays on a machine that runs
+    /// nothing else; beside other busy processes a pinned worker cannot move to a CPU that is
+    /// free and waits for its own [default: off: the scheduler places the workers, as
+    /// memcached's threads].
+    #[arg(long = "pin-workers")]
+    pub pin_workers: bool,
     /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
     /// evict; refuse writes when memory is full) [default: cache].
     #[arg(long = "mode", value_name = "cache|store", help_heading = "Memory")]
@@ -409,6 +416,8 @@ pub(crate) struct Settings {
     pub concurrency: Concurrency,
     /// `--idle-yields`: yields of an idle worker before it blocks in its poll.
     pub idle_yields: usize,
+    /// `--pin-workers`: each worker pinned to one CPU.
+    pub pin_workers: bool,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
     /// `--udp-amplification`: the replies to a datagram total at most this many times its size.
@@ -476,11 +485,6 @@ impl Default for AdminSettings {
     }
 }
 
-/// CPUs this process may run on (its affinity mask), at least 1.
-pub(crate) fn allowed_cpus() -> usize {
-    crate::sys::allowed_cpus().len().max(1)
-}
-
 /// memcached's -I forms: bytes, or a number with k or m.
 pub(crate) fn parse_size(text: &str) -> Option<usize> {
     let lower = text.trim().to_ascii_lowercase();
@@ -498,7 +502,7 @@ impl Config {
     /// Checks every flag (the file's values already in, see `load`); the error names the bad
     /// one.
     pub(crate) fn settings(self) -> Result<Settings, ConfigError> {
-        let threads = self.threads.unwrap_or_else(allowed_cpus);
+        let threads = self.threads.unwrap_or_else(cpus::usable_cpus);
         if threads == 0 || threads > MAX_THREADS {
             return Err(ConfigError::flag("-t/--threads", format!("{threads} must be 1 to {MAX_THREADS}")));
         }
@@ -566,6 +570,7 @@ impl Config {
                     return Err(ConfigError::flag("--idle-yields", format!("must be at most {MAX_IDLE_YIELDS}")))
                 }
             },
+            pin_workers: self.pin_workers,
             udp_port: self.udp_port.filter(|&port| port != 0),
             udp_amplification: match self.udp_amplification {
                 None => DEFAULT_UDP_AMPLIFICATION,

@@ -66,6 +66,9 @@ counters!(
     forwarded_requests,
     crew_reads,
     locked_requests,
+    idle_yields,
+    slow_yields,
+    lock_waits,
     store_no_memory,
     cmd_atomic,
     atomic_hits,
@@ -512,6 +515,9 @@ pub(crate) fn report(
             put("forwarded_requests", &total.counters.forwarded_requests);
             put("crew_reads", &total.counters.crew_reads);
             put("locked_requests", &total.counters.locked_requests);
+            put("idle_yields", &total.counters.idle_yields);
+            put("slow_yields", &total.counters.slow_yields);
+            put("lock_waits", &total.counters.lock_waits);
             put("slow_request_kicks", &total.counters.slow_request_kicks);
             put("concurrency", &state.shared.settings.concurrency.name());
             put("mode", &partition.mode().name());

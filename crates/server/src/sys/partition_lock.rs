@@ -6,20 +6,43 @@
 //! wake-up of the owner, and forwards the request when it is taken.
 //!
 //! Only the owner ever waits for the lock, and only for another worker's one request; other
-//! workers only try it, so no two workers can wait for each other. This module must not know
-//! what a partition is or does.
+//! workers only try it (for at most `GUEST_PATIENCE`), so no two workers can wait for each
+//! other. The owner's wait is bounded too: it spins for `OWNER_SPINS` looks, then sleeps
+//! (`std::thread::park`, a futex) until the guest's unlock wakes it, so an owner whose guest
+//! lost its CPU gives its own CPU away instead of spinning or yielding it to a busy neighbour.
+//! This module must not know what a partition is or does.
 
 use std::cell::{Cell, UnsafeCell};
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 
-/// Spins of a waiting owner between yields of its CPU (a holder executes one request).
-const SPINS_PER_YIELD: u32 = 64;
+/// Looks of a waiting owner at the flag before it sleeps (a running holder executes one
+/// request: well under a microsecond).
+const OWNER_SPINS: u32 = 256;
+/// The longest sleep of a waiting owner before it looks again (a lost wake-up costs this).
+const OWNER_NAP: Duration = Duration::from_millis(1);
+/// How long a guest tries for a taken flag before it forwards its request instead: a running
+/// owner holds it for one batch of engine work, one that lost its CPU for a scheduler slice.
+/// Measured with memcaslap beside three CPU-bound processes (-t 2): with 2 us, a fifth of the
+/// remaining forwards went and requests/s rose 3-8% (docs/benchmarks.md, "Real conditions").
+pub(crate) const GUEST_PATIENCE: Duration = Duration::from_micros(2);
+/// Spins of a trying guest between two looks at the clock.
+const GUEST_SPINS_PER_LOOK: u32 = 16;
+
+/// The flag's states.
+const FREE: u8 = 0;
+const TAKEN: u8 = 1;
+/// Taken, and the owner sleeps until it is given back.
+const OWNER_WAITS: u8 = 2;
 
 /// A value and the flag that says a thread has it.
 pub(crate) struct Lockable<T> {
-    locked: AtomicBool,
+    state: AtomicU8,
+    /// The owner's thread, for the guest's unlock to wake (set before the owner first sleeps).
+    owner: OnceLock<Thread>,
     value: UnsafeCell<T>,
 }
 
@@ -31,27 +54,67 @@ unsafe impl<T: Send> Sync for Lockable<T> {}
 impl<T> Lockable<T> {
     /// Takes the flag if it is free; the guard gives it back when dropped.
     pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        self.state
+            .compare_exchange(FREE, TAKEN, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
             .then(|| Guard { lockable: self })
     }
 
-    fn lock(&self) {
-        let mut spins = 0u32;
-        while self.locked.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            spins += 1;
-            if spins.is_multiple_of(SPINS_PER_YIELD) {
-                std::thread::yield_now();
-            } else {
+    /// Tries for the flag for up to `patience`, watching it without writing in between (the
+    /// owner's hold is one batch of engine work while it runs); None if it stays taken, as
+    /// when its owner lost its CPU while holding it.
+    pub(crate) fn try_lock_for(&self, patience: Duration) -> Option<Guard<'_, T>> {
+        let mut deadline = None;
+        loop {
+            if let Some(guard) = self.try_lock() {
+                return Some(guard);
+            }
+            for _ in 0..GUEST_SPINS_PER_LOOK {
                 std::hint::spin_loop();
+                if self.state.load(Ordering::Relaxed) == FREE {
+                    break;
+                }
+            }
+            let now = Instant::now();
+            if now >= *deadline.get_or_insert(now + patience) {
+                return self.try_lock();
+            }
+        }
+    }
+
+    /// The owner takes the flag, waiting for a guest's one request; true if it slept.
+    fn lock(&self) -> bool {
+        for _ in 0..OWNER_SPINS {
+            if self.state.compare_exchange_weak(FREE, TAKEN, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        self.owner.get_or_init(std::thread::current);
+        loop {
+            match self.state.compare_exchange(FREE, TAKEN, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(OWNER_WAITS) => std::thread::park_timeout(OWNER_NAP),
+                Err(_) => {
+                    // Tell the guest to wake this thread; if it gave the flag back meanwhile,
+                    // take it on the next round.
+                    let told = self.state.compare_exchange(TAKEN, OWNER_WAITS, Ordering::Acquire, Ordering::Relaxed);
+                    if told.is_ok() {
+                        std::thread::park_timeout(OWNER_NAP);
+                    }
+                }
             }
         }
     }
 
     fn unlock(&self) {
-        debug_assert!(self.locked.load(Ordering::Relaxed), "unlocking a free lock");
-        self.locked.store(false, Ordering::Release);
+        let was = self.state.swap(FREE, Ordering::Release);
+        debug_assert_ne!(was, FREE, "unlocking a free lock");
+        if was == OWNER_WAITS {
+            if let Some(owner) = self.owner.get() {
+                owner.unpark();
+            }
+        }
     }
 }
 
@@ -86,6 +149,8 @@ impl<T> Drop for Guard<'_, T> {
 pub(crate) struct Owned<T> {
     lockable: Arc<Lockable<T>>,
     held: Cell<bool>,
+    /// Times the owner slept waiting for a guest since `take_waits` last ran.
+    waits: Cell<u64>,
     /// Other threads may take the lock; when false, `release` keeps it (nothing else asks).
     shared: bool,
 }
@@ -93,8 +158,9 @@ pub(crate) struct Owned<T> {
 impl<T> Owned<T> {
     /// The owner's handle on `value`, held from the start.
     pub(crate) fn new(value: T) -> Owned<T> {
-        let lockable = Arc::new(Lockable { locked: AtomicBool::new(true), value: UnsafeCell::new(value) });
-        Owned { lockable, held: Cell::new(true), shared: false }
+        let lockable =
+            Arc::new(Lockable { state: AtomicU8::new(TAKEN), owner: OnceLock::new(), value: UnsafeCell::new(value) });
+        Owned { lockable, held: Cell::new(true), waits: Cell::new(0), shared: false }
     }
 
     /// The lock for other threads to try; from now on `release` gives it up.
@@ -112,10 +178,22 @@ impl<T> Owned<T> {
         }
     }
 
+    /// Whether this handle holds the lock now (a shared one gives it up at `release`).
+    pub(crate) fn held(&self) -> bool {
+        self.shared && self.held.get()
+    }
+
+    /// The times the owner slept waiting for a guest since the last call (`lock_waits`).
+    pub(crate) fn take_waits(&self) -> u64 {
+        self.waits.replace(0)
+    }
+
     #[inline]
     fn hold(&self) {
         if !self.held.get() {
-            self.lockable.lock();
+            if self.lockable.lock() {
+                self.waits.set(self.waits.get() + 1);
+            }
             self.held.set(true);
         }
     }
@@ -173,6 +251,57 @@ mod tests {
         let mut owned = Owned::new(1u8);
         owned.release();
         assert!(owned.lockable.try_lock().is_none());
+    }
+
+    /// A guest that lost its CPU while holding the lock (here: sleeps 50 ms holding it) makes
+    /// the owner sleep, not spin: its wait is counted, it takes the lock as soon as the guest
+    /// gives it back, and its thread used a small part of the wait's CPU time.
+    #[test]
+    fn the_owner_sleeps_while_a_guest_holds_the_lock_and_wakes_when_it_is_given_back() {
+        let mut owned = Owned::new(0u64);
+        let lockable = owned.share();
+        owned.release();
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        let guest = std::thread::spawn(move || {
+            let mut guard = lockable.try_lock().expect("free");
+            taken_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            *guard += 1;
+            Instant::now()
+        });
+        taken_rx.recv().unwrap();
+        let cpu_before = thread_cpu();
+        *owned += 1;
+        let took = Instant::now();
+        let given_back = guest.join().unwrap();
+        assert_eq!(*owned, 2, "the guest's change came first");
+        assert_eq!(owned.take_waits(), 1, "the owner slept once");
+        assert!(took >= given_back, "the owner took the lock only after the guest gave it back");
+        let cpu = thread_cpu() - cpu_before;
+        assert!(cpu < Duration::from_millis(25), "the owner spun through the wait: {cpu:?} of CPU");
+    }
+
+    /// A guest gives up on a lock that stays taken after its patience, and gets one that is
+    /// given back within it.
+    #[test]
+    fn a_guest_tries_for_a_bounded_time() {
+        let mut owned = Owned::new(0u8);
+        let lockable = owned.share();
+        let started = Instant::now();
+        assert!(lockable.try_lock_for(Duration::from_millis(5)).is_none(), "the owner holds it");
+        assert!(started.elapsed() >= Duration::from_millis(5));
+        assert!(started.elapsed() < Duration::from_secs(1));
+        owned.release();
+        assert!(lockable.try_lock_for(GUEST_PATIENCE).is_some());
+    }
+
+    /// CPU time of the calling thread.
+    fn thread_cpu() -> Duration {
+        let text = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let fields: Vec<&str> = text.rsplit(')').next().unwrap().split_whitespace().collect();
+        // utime and stime are fields 14 and 15 (1-based) of the whole line, 12 and 13 here.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        Duration::from_millis(ticks * 10)
     }
 
     /// An owner and two other threads add to a pair of counters that must stay equal; every

@@ -1,6 +1,6 @@
 //! Requests for keys another worker owns, done here. With `--concurrency crew` or `crcw`, a
-//! text `get`/`gets` key, or an `mg` asking only for what a copy holds (value, key, flags, CAS,
-//! size, quiet, opaque), is read through the owner's `CrewReader` with no message and no lock
+//! text `get`/`gets` key, a binary GET, GETQ, GETK or GETKQ, or an `mg` asking only for what a
+//! copy holds (value, key, flags, CAS, size, quiet, opaque), is read through the owner's `CrewReader` with no message and no lock
 //! (MICA's CREW). With `crcw`, any other request of one such key (a write, or a read the reader
 //! leaves to the owner) is executed here under the owner's partition lock when the lock is free
 //! (`sys::partition_lock`); otherwise it is forwarded as before.
@@ -103,7 +103,8 @@ impl Core {
         true
     }
 
-    /// A whole single-key text get (VALUE and END), or an mg whose flags a copy can answer, of
+    /// A whole single-key text get (VALUE and END), a binary get, or an mg whose flags a copy
+    /// can answer, of
     /// `owner`'s key answered here; false if it must go to the owner.
     pub(super) fn crew_get(
         &mut self,
@@ -132,6 +133,14 @@ impl Core {
                 crate::execute::concurrent_meta_get(out, key, flags, hit, &mut self.state);
                 true
             }
+            ReplyStyle::Binary(info) => {
+                let Some(found) = self.crew_read(connection, owner, key, hash) else { return false };
+                self.state.counters.read(false, found.is_some());
+                self.state.observe_get(key, found.map(|_| self.crew_value.len()), true);
+                let hit = found.map(|(client_flags, cas)| (client_flags, cas, &self.crew_value[..]));
+                crate::execute::binary_get_reply(connection.local_out(&mut self.pool), info, key, hit);
+                true
+            }
             _ => false,
         }
     }
@@ -148,7 +157,8 @@ fn owner_lock<'a>(
     if !connection.order.is_empty() {
         return None;
     }
-    let mut partition = lockables.get(owner).and_then(std::sync::OnceLock::get)?.try_lock()?;
+    let lockable = lockables.get(owner).and_then(std::sync::OnceLock::get)?;
+    let mut partition = lockable.try_lock_for(crate::sys::partition_lock::GUEST_PATIENCE)?;
     partition.apply_crew_notices();
     Some(partition)
 }

@@ -9,6 +9,7 @@ use super::admission;
 use super::budget::Budget;
 use super::streams::listener_addresses;
 use super::turns::input_limit;
+use super::yields::YieldGate;
 use super::{Core, Shared, Start, Worker, DIRECT_LISTENER, FLASH_EVENT, MAIN_LISTENER, UDP_DIRECT, UDP_MAIN, WAKER};
 use crate::config::Concurrency;
 use crate::config::Settings;
@@ -83,7 +84,7 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
                 udp[1] = Some(mio::net::UdpSocket::from_std(socket));
             }
         }
-        let cpu = (!cpus.is_empty()).then(|| cpus[id % cpus.len()]);
+        let cpu = (settings.pin_workers && !cpus.is_empty()).then(|| cpus[id % cpus.len()]);
         starts.push(Start { id, poll, main, direct, udp, links, cpu });
     }
     // One line whatever the verbosity, so the journal of a daemon says what it serves.
@@ -210,31 +211,33 @@ pub(super) fn bind_one(address: SocketAddr, count: usize, backlog: i32) -> Resul
 /// flash reads in flight it first looks without blocking for up to `flash_poll`, yielding
 /// between looks (a client on the same CPU runs meanwhile): the completion's eventfd (signalled
 /// when a system call of this thread runs the ring's completion work) or a request ends the
-/// wait without a sleep and a wake-up.
+/// wait without a sleep and a wake-up. Both kinds of yield stop while yields are slow (the CPU
+/// is shared with other busy work, `yields.rs`): then the worker blocks at once.
 fn wait_for_work(
     poll: &mut Poll,
     events: &mut Events,
     links: &mut Links,
     inbox: &mut Vec<(usize, Message)>,
     (idle, flash_poll): (Duration, Duration),
-    yields: usize,
+    (yields, gate): (usize, &mut YieldGate),
 ) -> io::Result<()> {
-    if !flash_poll.is_zero() {
-        let start = Instant::now();
+    let start = Instant::now();
+    if !flash_poll.is_zero() && gate.open(start) {
         loop {
             poll.poll(events, Some(Duration::ZERO))?;
             links.receive(inbox);
             if !events.is_empty() || !inbox.is_empty() {
                 return Ok(());
             }
-            if start.elapsed() >= flash_poll {
+            if start.elapsed() >= flash_poll || !gate.yield_now() {
                 break;
             }
-            std::thread::yield_now();
         }
     }
     for _ in 0..yields {
-        std::thread::yield_now();
+        if !gate.open(start) || !gate.yield_now() {
+            break;
+        }
         poll.poll(events, Some(Duration::ZERO))?;
         links.receive(inbox);
         if !events.is_empty() || !inbox.is_empty() {
@@ -270,13 +273,21 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
+        let waits = (idle, worker.flash_poll());
+        // Nothing below uses the partition until the poll returns: a worker must never sleep,
+        // yield or wait for its CPU while other workers wait for its lock.
         worker.core.partition.release();
         let polled = if busy {
             poll.poll(&mut events, Some(Duration::ZERO))
         } else {
-            let waits = (idle, worker.flash_poll());
-            wait_for_work(&mut poll, &mut events, &mut worker.core.links, &mut inbox, waits, settings.idle_yields)
+            let yields = (settings.idle_yields, &mut worker.yield_gate);
+            let waited = wait_for_work(&mut poll, &mut events, &mut worker.core.links, &mut inbox, waits, yields);
+            let (yields, slow) = worker.yield_gate.take_counts();
+            worker.core.state.counters.idle_yields += yields;
+            worker.core.state.counters.slow_yields += slow;
+            waited
         };
+        debug_assert!(!worker.core.partition.held(), "the partition lock was taken during the wait");
         match polled {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -286,6 +297,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         if id == 0 && RELOAD.swap(false, Ordering::Relaxed) {
             worker.reload_certificates();
         }
+        worker.core.state.counters.lock_waits += worker.core.partition.take_waits();
         worker.publish_metrics();
         // After every receive: a request forwarded after `stats detail on` sees it on.
         worker.core.state.refresh_observe();
@@ -326,6 +338,8 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         if let Some(tier) = worker.core.partition.flash() {
             tier.flash_submit();
         }
+        // Waking other workers may hand one of them this CPU: not while holding the lock.
+        worker.core.partition.release();
         worker.core.links.send_all();
     }
     if settings.verbose > 0 {
@@ -389,7 +403,8 @@ impl Worker {
                     } else {
                         Vec::new()
                     };
-                    self.core.execute_forwarded(from, batch, &conns)
+                    self.core.execute_forwarded(from, batch, &conns);
+                    self.core.partition.release();
                 }
                 Message::Replies(batch) => self.deliver(from, batch, poll, false),
                 Message::Late(batch) => self.deliver(from, batch, poll, true),
@@ -478,6 +493,7 @@ impl Worker {
             accept_again: false,
             idle_checked: 0,
             flash_fd: None,
+            yield_gate: YieldGate::default(),
         })
     }
 }

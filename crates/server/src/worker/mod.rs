@@ -38,6 +38,7 @@ mod requests;
 mod streams;
 mod turns;
 mod udp_session;
+mod yields;
 
 use budget::Budget;
 use connection::Connection;
@@ -169,4 +170,6 @@ struct Worker {
     /// The flash I/O engine's completion eventfd, registered with the poll (None: no flash
     /// tier, or an engine without one, which is polled while requests are in flight).
     flash_fd: Option<std::os::fd::RawFd>,
+    /// Whether idle yields pay now (they stop while the CPU is shared with busy work).
+    yield_gate: yields::YieldGate,
 }

@@ -39,6 +39,10 @@ pub(super) fn serve_connection(
     input_limit: usize,
     chunk: &mut [u8],
 ) -> Turn {
+    // The socket's system calls are made without the partition lock, so other workers can
+    // take it meanwhile (`crcw`): a write that wakes a client on this CPU may hand it the CPU,
+    // and a lock held through that waits for this worker's next slice.
+    core.partition.release();
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
         return Turn::Close;
@@ -71,8 +75,6 @@ pub(super) fn serve_connection(
         }
     }
     core.state.fd = connection.fd;
-    // The socket's system calls are made without the partition lock, so other workers can
-    // take it meanwhile (`crcw`).
     core.partition.release();
     let Ok(read) = read_some(connection, chunk, input_limit, &mut core.state) else { return Turn::Close };
     let (input_before, wanted_before) = (connection.input.len(), connection.wanted);
