@@ -15,5 +15,6 @@ pub mod fleet;
 pub mod floor;
 pub mod loadgen;
 pub mod ports;
+pub mod real;
 pub mod resp;
 pub mod workload;

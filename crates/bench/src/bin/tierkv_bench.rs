@@ -27,6 +27,15 @@ enum Mode {
     /// Drive a fleet (or one server) through tierkv-client, or through the `memcache` crate,
     /// and report ops/s and server CPU per operation.
     ClientLoad(tierkv_bench::fleet::ClientLoadArgs),
+    /// tierkv beside memcached where users run them: unpinned, -t 1 and 2, beside 0, 1 and 3
+    /// busy processes, under memcaslap and the load generator (latency percentiles).
+    Real(RealArgs),
+    /// Burn CPU for a while, then print iterations per second (a busy neighbour for `real`).
+    Burn {
+        /// How long to burn.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+    },
     /// Serve canned replies with no storage: the network floor of this machine.
     Floor {
         /// Port to listen on (127.0.0.1).
@@ -109,6 +118,41 @@ struct RunArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct RealArgs {
+    /// The tierkv binary.
+    #[arg(long, default_value = "target/release/tierkv")]
+    tierkv_bin: std::path::PathBuf,
+    /// Comma-separated servers: tierkv, memcached (the ratio column is the first over the second).
+    #[arg(long, default_value = "tierkv,memcached", value_delimiter = ',')]
+    servers: Vec<String>,
+    /// Comma-separated worker counts (-t), for both servers.
+    #[arg(long, default_value = "2", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Comma-separated counts of busy processes beside the servers.
+    #[arg(long, default_value = "0,1,3", value_delimiter = ',')]
+    busy: Vec<usize>,
+    /// Comma-separated loads: caslap, caslap-binary, mix:CONNS[:RATE], mix-binary:CONNS[:RATE]
+    /// (the load generator in memcaslap's shape, open loop at RATE requests/s), ycsb-b:DEPTH.
+    #[arg(long, default_value = "caslap,caslap-binary,mix:64,mix-binary:64", value_delimiter = ',')]
+    loads: Vec<String>,
+    /// Seconds each load runs.
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// Rounds, interleaved.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Item memory (-m) of each server.
+    #[arg(long, default_value_t = 256)]
+    memory_mib: usize,
+    /// Keys preloaded for the load generator's runs.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Directory for real.md.
+    #[arg(long, default_value = "real-out")]
+    out: std::path::PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
 struct CompareArgs {
     /// Comma-separated: memcached, redis, floor, floor-resp, tierkv.
     #[arg(long, default_value = "memcached,redis,floor")]
@@ -175,6 +219,25 @@ struct CompareArgs {
     /// tierkv's flash file size in MiB if not --flash-size-mib.
     #[arg(long)]
     tierkv_flash_size_mib: Option<u64>,
+}
+
+fn real(args: RealArgs) {
+    let loads = args.loads.iter().map(|load| tierkv_bench::real::Load::parse(load)).collect::<Result<Vec<_>, _>>();
+    let config = tierkv_bench::real::RealConfig {
+        tierkv_bin: args.tierkv_bin,
+        servers: args.servers,
+        threads: args.threads,
+        busy: args.busy,
+        loads: loads.unwrap_or_else(|e| fail(e)),
+        seconds: args.seconds,
+        rounds: args.rounds,
+        memory_mib: args.memory_mib,
+        keys: args.keys,
+        out: args.out,
+    };
+    if let Err(e) = tierkv_bench::real::real(&config) {
+        fail(e);
+    }
 }
 
 fn compare(args: CompareArgs) {
@@ -296,6 +359,8 @@ fn main() {
             }
         }
         Mode::Compare(args) => compare(args),
+        Mode::Real(args) => real(args),
+        Mode::Burn { seconds } => tierkv_bench::real::burn(seconds),
     }
 }
 
