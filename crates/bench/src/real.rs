@@ -79,6 +79,8 @@ impl Load {
 pub struct RealConfig {
     /// The tierkv binary.
     pub tierkv_bin: PathBuf,
+    /// More arguments for tierkv (after `-t`, `-m`, `-l`, `-p`).
+    pub tierkv_args: Vec<String>,
     /// Servers, by name: `tierkv`, `memcached`.
     pub servers: Vec<String>,
     /// Worker threads (`-t`) for both servers.
@@ -147,6 +149,9 @@ fn start(server: &str, config: &RealConfig, threads: usize) -> Result<(Running, 
         other => return Err(format!("unknown server {other:?}: tierkv or memcached")),
     };
     command.args(["-t", &t, "-m", &m, "-l", "127.0.0.1", "-p", &p]);
+    if server == "tierkv" {
+        command.args(&config.tierkv_args);
+    }
     let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -184,7 +189,7 @@ fn finish_busy(children: Vec<Child>) -> f64 {
         .into_iter()
         .filter_map(|child| child.wait_with_output().ok())
         .filter_map(|output| String::from_utf8_lossy(&output.stdout).trim().parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |sum, rate| sum + rate)
 }
 
 /// `tierkv-bench burn`: spins for `seconds`, then prints its iterations per second.

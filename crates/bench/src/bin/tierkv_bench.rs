@@ -122,6 +122,9 @@ struct RealArgs {
     /// The tierkv binary.
     #[arg(long, default_value = "target/release/tierkv")]
     tierkv_bin: std::path::PathBuf,
+    /// More arguments for tierkv, space-separated (`--tierkv-args "--idle-yields 0"`).
+    #[arg(long, default_value = "")]
+    tierkv_args: String,
     /// Comma-separated servers: tierkv, memcached (the ratio column is the first over the second).
     #[arg(long, default_value = "tierkv,memcached", value_delimiter = ',')]
     servers: Vec<String>,
@@ -225,6 +228,7 @@ fn real(args: RealArgs) {
     let loads = args.loads.iter().map(|load| tierkv_bench::real::Load::parse(load)).collect::<Result<Vec<_>, _>>();
     let config = tierkv_bench::real::RealConfig {
         tierkv_bin: args.tierkv_bin,
+        tierkv_args: args.tierkv_args.split_whitespace().map(String::from).collect(),
         servers: args.servers,
         threads: args.threads,
         busy: args.busy,

@@ -69,6 +69,8 @@ fn bad_flags_are_named() {
     assert_eq!(parse(&["-t", "1"]).unwrap().settings().unwrap().idle_yields, 0, "one worker does not yield");
     let settings = parse(&["--concurrency", "erew", "--idle-yields", "0"]).unwrap().settings().unwrap();
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Erew, 0));
+    assert!(!settings.pin_workers, "workers are not pinned unless asked");
+    assert!(parse(&["--pin-workers"]).unwrap().settings().unwrap().pin_workers);
     let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
     assert_eq!(
         admin,
