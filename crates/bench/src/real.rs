@@ -99,6 +99,8 @@ pub struct RealConfig {
     pub keys: u64,
     /// Where real.md goes.
     pub out: PathBuf,
+    /// A cgroup directory (with a CPU quota, say) each server is moved into once started.
+    pub server_cgroup: Option<PathBuf>,
 }
 
 /// One measured run.
@@ -159,6 +161,10 @@ fn start(server: &str, config: &RealConfig, threads: usize) -> Result<(Running, 
         .spawn()
         .map_err(|e| format!("cannot start {server}: {e}"))?;
     let running = Running(child);
+    if let Some(group) = &config.server_cgroup {
+        let procs = group.join("cgroup.procs");
+        std::fs::write(&procs, running.0.id().to_string()).map_err(|e| format!("{}: {e}", procs.display()))?;
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {

@@ -153,6 +153,10 @@ struct RealArgs {
     /// Directory for real.md.
     #[arg(long, default_value = "real-out")]
     out: std::path::PathBuf,
+    /// A cgroup directory each server is moved into once started (one with a CPU quota:
+    /// `echo 100000 > /sys/fs/cgroup/cpu/q/cpu.cfs_quota_us` on cgroup v1, `cpu.max` on v2).
+    #[arg(long)]
+    server_cgroup: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -238,6 +242,7 @@ fn real(args: RealArgs) {
         memory_mib: args.memory_mib,
         keys: args.keys,
         out: args.out,
+        server_cgroup: args.server_cgroup,
     };
     if let Err(e) = tierkv_bench::real::real(&config) {
         fail(e);
