@@ -273,7 +273,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
-        let waits = (idle, worker.flash_poll());
+        let waits = (idle, if busy { Duration::ZERO } else { worker.flash_poll() });
         // Nothing below uses the partition until the poll returns: a worker must never sleep,
         // yield or wait for its CPU while other workers wait for its lock.
         worker.core.partition.release();
