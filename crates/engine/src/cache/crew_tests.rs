@@ -186,7 +186,6 @@ fn the_fetched_bit_of_a_concurrent_hit_reaches_the_owner() {
     assert!(matches!(r.get(&key(5), KeyHash::of(&key(5)), NOW, &mut buf), CrewGet::Hit { .. }));
 }
 
-/// The reader keeps its memory after the owner is gone (the mapping lives while a view does).
 /// An owner that loses its CPU half-way through publishing its log's geometry does not keep a
 /// reader spinning: after a bounded number of looks the read goes to the owner, and once the
 /// publish completes the reader serves hits again.
@@ -205,6 +204,7 @@ fn a_publish_left_half_done_sends_reads_to_the_owner_instead_of_spinning() {
     assert!(matches!(r.get(b"k", KeyHash::of(b"k"), NOW, &mut buf), CrewGet::Hit { flags: 7, .. }));
 }
 
+/// The reader keeps its memory after the owner is gone (the mapping lives while a view does).
 #[test]
 fn a_reader_outlives_its_partition() {
     let mut p = partition(1 << 20, 1 << 8);

@@ -1,7 +1,7 @@
 //! Requests for keys another worker owns, done here. With `--concurrency crew` or `crcw`, a
 //! text `get`/`gets` key, a binary GET, GETQ, GETK or GETKQ, or an `mg` asking only for what a
-//! copy holds (value, key, flags, CAS, size, quiet, opaque), is read through the owner's `CrewReader` with no message and no lock
-//! (MICA's CREW). With `crcw`, any other request of one such key (a write, or a read the reader
+//! copy holds (value, key, flags, CAS, size, quiet, opaque), is read through the owner's
+//! `CrewReader` with no message and no lock (MICA's CREW). With `crcw`, any other request of one such key (a write, or a read the reader
 //! leaves to the owner) is executed here under the owner's partition lock when the lock is free
 //! (`sys::partition_lock`); otherwise it is forwarded as before.
 //!
@@ -46,6 +46,20 @@ impl Core {
         Some(found)
     }
 
+    /// `crew_read`, counted as a local get is (a hit or miss, `stats detail`, the key log).
+    fn counted_crew_read(
+        &mut self,
+        connection: &Connection,
+        owner: usize,
+        key: &[u8],
+        hash: KeyHash,
+    ) -> Option<Option<(u32, u64)>> {
+        let found = self.crew_read(connection, owner, key, hash)?;
+        self.state.counters.read(false, found.is_some());
+        self.state.observe_get(key, found.map(|_| self.crew_value.len()), true);
+        Some(found)
+    }
+
     /// Answers one text get key owned by `owner` here: its VALUE block (or nothing on a miss),
     /// counted as a local get is. False if this read must go to the owner.
     pub(super) fn crew_get_key(
@@ -56,9 +70,7 @@ impl Core {
         hash: KeyHash,
         return_cas: bool,
     ) -> bool {
-        let Some(found) = self.crew_read(connection, owner, key, hash) else { return false };
-        self.state.counters.read(false, found.is_some());
-        self.state.observe_get(key, found.map(|_| self.crew_value.len()), true);
+        let Some(found) = self.counted_crew_read(connection, owner, key, hash) else { return false };
         if let Some((flags, cas)) = found {
             let out = connection.local_out(&mut self.pool);
             reply::value(out, key, flags, &self.crew_value, return_cas.then_some(cas));
@@ -104,8 +116,7 @@ impl Core {
     }
 
     /// A whole single-key text get (VALUE and END), a binary get, or an mg whose flags a copy
-    /// can answer, of
-    /// `owner`'s key answered here; false if it must go to the owner.
+    /// can answer, of `owner`'s key answered here; false if it must go to the owner.
     pub(super) fn crew_get(
         &mut self,
         connection: &mut Connection,
@@ -134,9 +145,7 @@ impl Core {
                 true
             }
             ReplyStyle::Binary(info) => {
-                let Some(found) = self.crew_read(connection, owner, key, hash) else { return false };
-                self.state.counters.read(false, found.is_some());
-                self.state.observe_get(key, found.map(|_| self.crew_value.len()), true);
+                let Some(found) = self.counted_crew_read(connection, owner, key, hash) else { return false };
                 let hit = found.map(|(client_flags, cas)| (client_flags, cas, &self.crew_value[..]));
                 crate::execute::binary_get_reply(connection.local_out(&mut self.pool), info, key, hit);
                 true
