@@ -93,26 +93,46 @@ fn reader(port: u16, seed: u64, acked: &[AtomicU64], stop: &AtomicBool) -> u64 {
     checked
 }
 
+/// Every write of another worker's key runs under its owner's lock or is forwarded, whichever
+/// the moment allows; the sum is what is certain on any machine.
 #[test]
 fn readers_on_every_worker_never_read_an_unacknowledged_past() {
-    let (crew, locked) = hammer(&server(&[]), KEYS, "crcw");
-    assert!(crew > 1000 && locked > 100, "{crew} concurrent reads, {locked} requests under another worker's lock");
+    let paths = hammer(&server(&[]), KEYS, "crcw");
+    assert!(paths.crew > 1000, "only {} concurrent reads", paths.crew);
+    assert!(paths.locked + paths.forwarded > 100, "{paths:?}: writes of other workers' keys took neither path");
+}
+
+/// The locked path every time (`--test-guest-lock wait`: a worker waits for the owner's lock
+/// instead of forwarding when it finds it taken).
+#[test]
+fn writes_under_the_owners_lock_never_let_a_reader_see_an_unacknowledged_past() {
+    let paths = hammer(&server(&["--test-guest-lock", "wait"]), KEYS, "crcw");
+    assert!(paths.crew > 1000 && paths.locked > 100, "{paths:?}");
+}
+
+/// The contended path every time (`--test-guest-lock never`: the owner's lock is never free),
+/// so every write of another worker's key is forwarded while readers read it concurrently.
+#[test]
+fn writes_forwarded_past_a_taken_lock_never_let_a_reader_see_an_unacknowledged_past() {
+    let paths = hammer(&server(&["--test-guest-lock", "never"]), KEYS, "crcw");
+    assert!(paths.crew > 1000 && paths.forwarded > 100, "{paths:?}");
+    assert_eq!(paths.locked, 0, "a request ran under a lock that was never free");
 }
 
 #[test]
 fn crew_readers_never_read_an_unacknowledged_past_while_writes_are_forwarded() {
-    let (crew, locked) = hammer(&server(&["--concurrency", "crew"]), KEYS, "crew");
-    assert!(crew > 1000, "only {crew} concurrent reads");
-    assert_eq!(locked, 0, "crew executed requests under a lock");
+    let paths = hammer(&server(&["--concurrency", "crew"]), KEYS, "crew");
+    assert!(paths.crew > 1000 && paths.forwarded > 100, "{paths:?}");
+    assert_eq!(paths.locked, 0, "crew executed requests under a lock");
 }
 
 /// Store mode has no concurrent reader: every request of another worker's key runs under its
-/// lock (or is forwarded when the lock is taken).
+/// lock (with `--test-guest-lock wait`, every time).
 #[test]
 fn store_mode_requests_under_the_lock_never_read_an_unacknowledged_past() {
-    let (crew, locked) = hammer(&server(&["--mode", "store"]), KEYS, "crcw");
-    assert_eq!(crew, 0, "store mode has no concurrent reader");
-    assert!(locked > 100, "only {locked} requests under another worker's lock");
+    let paths = hammer(&server(&["--mode", "store", "--test-guest-lock", "wait"]), KEYS, "crcw");
+    assert_eq!(paths.crew, 0, "store mode has no concurrent reader");
+    assert!(paths.locked > 100, "{paths:?}");
 }
 
 /// With a flash tier, items leave DRAM for flash and come back while they are read: a DRAM hit
@@ -123,8 +143,8 @@ fn with_a_flash_tier_readers_never_read_an_unacknowledged_past() {
     let flash = std::env::temp_dir().join(format!("tierkv-crew-hammer-{}.flash", std::process::id()));
     let port = common::free_port();
     let server = start(common::hybrid_command(port, &flash, &[], "64m"), port);
-    let (_, locked) = hammer(&server, FLASH_KEYS, "crcw");
-    assert_eq!(locked, 0, "no lock is offered with a flash tier");
+    let paths = hammer(&server, FLASH_KEYS, "crcw");
+    assert_eq!(paths.locked, 0, "no lock is offered with a flash tier");
     let flash_gets: u64 = stats_map(port, "")["get_extstore"].parse().unwrap();
     drop(std::fs::remove_file(&flash));
     assert!(flash_gets > 100, "only {flash_gets} gets were served from flash");
@@ -149,9 +169,29 @@ fn preload(port: u16, acked: &[AtomicU64]) {
     }
 }
 
-/// Two writers and four readers on one `-t 2` server for 3 s over `keys` keys; the reads done
-/// concurrently and the requests run under another worker's partition lock.
-fn hammer(server: &Server, keys: usize, concurrency: &str) -> (u64, u64) {
+/// How the requests for other workers' keys were served (`stats tierkv`).
+#[derive(Debug)]
+struct Paths {
+    /// Read concurrently, with no lock and no message.
+    crew: u64,
+    /// Run under the owner's partition lock.
+    locked: u64,
+    /// Forwarded to the owner.
+    forwarded: u64,
+}
+
+impl Paths {
+    /// The server's counts so far.
+    fn of(port: u16) -> Paths {
+        let stats = stats_map(port, "tierkv");
+        let count = |name: &str| stats[name].parse::<u64>().unwrap();
+        Paths { crew: count("crew_reads"), locked: count("locked_requests"), forwarded: count("forwarded_requests") }
+    }
+}
+
+/// Two writers and four readers on one `-t 2` server for 3 s over `keys` keys; which paths
+/// the requests of other workers' keys took.
+fn hammer(server: &Server, keys: usize, concurrency: &str) -> Paths {
     let port = server.1;
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
     preload(port, &acked);
@@ -178,10 +218,9 @@ fn hammer(server: &Server, keys: usize, concurrency: &str) -> (u64, u64) {
     }
     let checked: u64 = readers.into_iter().map(|r| r.join().expect("a reader read a wrong value")).sum();
     let stats = stats_map(port, "tierkv");
-    let crew: u64 = stats["crew_reads"].parse().unwrap();
     assert_eq!(stats["concurrency"], concurrency);
     assert!(checked > 1000, "only {checked} reads checked");
-    (crew, stats["locked_requests"].parse().unwrap())
+    Paths::of(port)
 }
 
 #[test]
@@ -241,10 +280,26 @@ fn a_concurrent_read_marks_the_item_fetched() {
 /// owner or under its partition lock (`crcw`), lose nothing: every incr and every append counts.
 #[test]
 fn increments_and_appends_from_every_worker_are_all_kept() {
+    let paths = increments_and_appends(&[]);
+    assert!(paths.locked + paths.forwarded > 0, "{paths:?}");
+}
+
+/// The same with every request of another worker's key under its lock, then with every one
+/// forwarded (the two paths, each forced).
+#[test]
+fn increments_and_appends_under_the_lock_or_forwarded_are_all_kept() {
+    let paths = increments_and_appends(&["--test-guest-lock", "wait"]);
+    assert!(paths.locked > 0, "{paths:?}");
+    let paths = increments_and_appends(&["--test-guest-lock", "never"]);
+    assert!(paths.forwarded > 0 && paths.locked == 0, "{paths:?}");
+}
+
+/// Six clients incr and append the same eight counters; nothing is lost. The paths taken.
+fn increments_and_appends(extra: &[&str]) -> Paths {
     const CLIENTS: usize = 6;
     const ROUNDS: usize = 400;
     const COUNTERS: usize = 8;
-    let server = server(&[]);
+    let server = server(extra);
     let port = server.1;
     let (mut out, mut reader) = connect(port);
     for k in 0..COUNTERS {
@@ -282,9 +337,7 @@ fn increments_and_appends_from_every_worker_are_all_kept() {
     let appended: usize = values.iter().filter(|(key, _)| key.starts_with('a')).map(|(_, v)| v.len()).sum();
     assert_eq!(counted, (CLIENTS * ROUNDS) as u64, "increments lost");
     assert_eq!(appended, CLIENTS * ROUNDS, "appends lost");
-    let stats = stats_map(port, "tierkv");
-    let locked: u64 = stats["locked_requests"].parse().unwrap();
-    assert!(locked > 0, "no request ran under another worker's lock");
+    Paths::of(port)
 }
 
 /// An mg asking only for what a copy holds is answered by a concurrent read, byte for byte as

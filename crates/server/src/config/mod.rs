@@ -259,6 +259,10 @@ pub(crate) struct Config {
     /// Tests only: flash I/O on the thread pool with every read this many milliseconds slower.
     #[arg(long = "flash-test-read-delay-ms", hide = true, help_heading = "Flash")]
     pub flash_test_read_delay_ms: Option<u64>,
+    /// Tests only: how a worker takes another worker's partition lock (`crcw`): `try` (the
+    /// default), `never` (every request forwarded: the contended path) or `wait`.
+    #[arg(long = "test-guest-lock", hide = true)]
+    pub test_guest_lock: Option<String>,
     /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
     /// under a heading, its name in that heading's section: `[udp] port`).
     #[arg(long = "config")]
@@ -381,6 +385,8 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+use crate::sys::partition_lock::GuestLock;
+
 /// What a worker does itself with a key another worker owns (`--concurrency`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Concurrency {
@@ -418,6 +424,8 @@ pub(crate) struct Settings {
     pub idle_yields: usize,
     /// `--pin-workers`: each worker pinned to one CPU.
     pub pin_workers: bool,
+    /// `--test-guest-lock`: how workers take each other's partition locks.
+    pub guest_lock: crate::sys::partition_lock::GuestLock,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
     /// `--udp-amplification`: the replies to a datagram total at most this many times its size.
@@ -571,6 +579,14 @@ impl Config {
                 }
             },
             pin_workers: self.pin_workers,
+            guest_lock: match self.test_guest_lock.as_deref() {
+                None | Some("try") => GuestLock::Try,
+                Some("never") => GuestLock::Never,
+                Some("wait") => GuestLock::Wait,
+                Some(other) => {
+                    return Err(ConfigError::flag("--test-guest-lock", format!("{other:?} must be try, never or wait")))
+                }
+            },
             udp_port: self.udp_port.filter(|&port| port != 0),
             udp_amplification: match self.udp_amplification {
                 None => DEFAULT_UDP_AMPLIFICATION,

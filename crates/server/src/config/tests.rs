@@ -64,6 +64,7 @@ fn bad_flags_are_named() {
     named(&["-D", "ab"], "-D/--prefix-delimiter");
     named(&["--concurrency", "lock"], "--concurrency");
     named(&["--idle-yields", "65"], "--idle-yields");
+    named(&["--test-guest-lock", "always"], "--test-guest-lock");
     let settings = parse(&["-t", "2"]).unwrap().settings().unwrap();
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Crcw, DEFAULT_IDLE_YIELDS));
     assert_eq!(parse(&["-t", "1"]).unwrap().settings().unwrap().idle_yields, 0, "one worker does not yield");
@@ -71,6 +72,9 @@ fn bad_flags_are_named() {
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Erew, 0));
     assert!(!settings.pin_workers, "workers are not pinned unless asked");
     assert!(parse(&["--pin-workers"]).unwrap().settings().unwrap().pin_workers);
+    assert_eq!(settings.guest_lock, crate::sys::partition_lock::GuestLock::Try, "guests try the lock by default");
+    let wait = parse(&["--test-guest-lock", "wait"]).unwrap().settings().unwrap().guest_lock;
+    assert_eq!(wait, crate::sys::partition_lock::GuestLock::Wait);
     let admin = parse(&["-A", "-X", "-W", "-F", "-D", "/"]).unwrap().settings().unwrap().admin;
     assert_eq!(
         admin,

@@ -29,6 +29,22 @@ const OWNER_NAP: Duration = Duration::from_millis(1);
 /// Measured with memcaslap beside three CPU-bound processes (-t 2): with 2 us, a fifth of the
 /// remaining forwards went and requests/s rose 3-8% (docs/benchmarks.md, "Real conditions").
 pub(crate) const GUEST_PATIENCE: Duration = Duration::from_micros(2);
+/// How long a guest waits for the lock with `GuestLock::Wait` before it forwards after all.
+const GUEST_TEST_WAIT: Duration = Duration::from_secs(1);
+
+/// How guests take the lock (`--test-guest-lock`, for tests that must see one path every
+/// time, whatever the machine's load).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GuestLock {
+    /// For up to `GUEST_PATIENCE`, then the request is forwarded (the server's way).
+    Try,
+    /// Never: every request is forwarded, as when the lock is always found taken.
+    Never,
+    /// Until the owner gives it back (it does before every wait and socket call), yielding
+    /// between looks; forwarded only after `GUEST_TEST_WAIT`.
+    Wait,
+}
+
 /// Spins of a trying guest between two looks at the clock.
 const GUEST_SPINS_PER_LOOK: u32 = 16;
 
@@ -78,6 +94,26 @@ impl<T> Lockable<T> {
             let now = Instant::now();
             if now >= *deadline.get_or_insert(now + patience) {
                 return self.try_lock();
+            }
+        }
+    }
+
+    /// The flag the way `how` says a guest takes it.
+    pub(crate) fn guest_lock(&self, how: GuestLock) -> Option<Guard<'_, T>> {
+        match how {
+            GuestLock::Try => self.try_lock_for(GUEST_PATIENCE),
+            GuestLock::Never => None,
+            GuestLock::Wait => {
+                let deadline = Instant::now() + GUEST_TEST_WAIT;
+                loop {
+                    if let Some(guard) = self.try_lock() {
+                        return Some(guard);
+                    }
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
             }
         }
     }
@@ -293,6 +329,31 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1));
         owned.release();
         assert!(lockable.try_lock_for(GUEST_PATIENCE).is_some());
+    }
+
+    /// The test hooks: `Never` forwards even with the lock free; `Wait` gets a lock the owner
+    /// holds once the owner gives it back (later than `GUEST_PATIENCE` would have waited).
+    #[test]
+    fn a_guest_told_never_never_takes_the_lock_and_one_told_wait_waits_for_it() {
+        let mut owned = Owned::new(0u8);
+        let lockable = owned.share();
+        owned.release();
+        assert!(lockable.guest_lock(GuestLock::Never).is_none(), "the lock was free");
+        assert!(lockable.guest_lock(GuestLock::Try).is_some());
+        *owned += 1;
+        let guest = {
+            let lockable = Arc::clone(&lockable);
+            std::thread::spawn(move || {
+                lockable.guest_lock(GuestLock::Wait).map(|mut value| {
+                    *value += 1;
+                    *value
+                })
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        owned.release();
+        assert_eq!(guest.join().unwrap(), Some(2), "the waiting guest came after the owner's change");
+        assert_eq!(*owned, 2);
     }
 
     /// CPU time of the calling thread.

@@ -13,7 +13,7 @@ use super::connection::Connection;
 use super::Core;
 use crate::after::After;
 use crate::execute::{execute, get_value, Progress};
-use crate::sys::partition_lock::Lockable;
+use crate::sys::partition_lock::{GuestLock, Lockable};
 use std::sync::Arc;
 use tierkv_engine::CrewGet;
 use tierkv_engine::{AnyPartition as Partition, KeyHash};
@@ -87,7 +87,8 @@ impl Core {
         owner: usize,
         request: &Request<'_>,
     ) -> Option<After> {
-        let mut partition = owner_lock(&self.lockables, connection, owner)?;
+        self.before_guest_lock();
+        let mut partition = owner_lock(&self.lockables, self.guest_lock, connection, owner)?;
         let mut progress = Progress { next_key: connection.resume, output_limit: connection.output_limit };
         let out = connection.local_out(&mut self.pool);
         let after = execute(&mut partition, request, out, &mut self.state, &mut progress);
@@ -107,7 +108,8 @@ impl Core {
         return_cas: bool,
         touch: Option<i64>,
     ) -> bool {
-        let Some(mut partition) = owner_lock(&self.lockables, connection, owner) else { return false };
+        self.before_guest_lock();
+        let Some(mut partition) = owner_lock(&self.lockables, self.guest_lock, connection, owner) else { return false };
         let out = connection.local_out(&mut self.pool);
         get_value(&mut partition, key, return_cas, touch, out, &mut self.state);
         drop(partition);
@@ -155,11 +157,23 @@ impl Core {
     }
 }
 
-/// `owner`'s partition for one request (`crcw`), its fetched-bit notices applied first as the
-/// owner applies them; None if the lock is taken or not offered, or if something of this
-/// connection waits at another worker (a request must not pass an earlier one).
+impl Core {
+    /// A worker about to wait for another worker's lock (`GuestLock::Wait`) holds none of its
+    /// own: two workers waiting for each other's locks would each wait out the limit.
+    fn before_guest_lock(&mut self) {
+        if self.guest_lock == GuestLock::Wait {
+            self.partition.release();
+        }
+    }
+}
+
+/// `owner`'s partition for one request (`crcw`), taken as `how` says, its fetched-bit notices
+/// applied first as the owner applies them; None if the lock is taken or not offered, or if
+/// something of this connection waits at another worker (a request must not pass an earlier
+/// one).
 fn owner_lock<'a>(
     lockables: &'a [std::sync::OnceLock<Arc<Lockable<Partition>>>],
+    how: GuestLock,
     connection: &Connection,
     owner: usize,
 ) -> Option<crate::sys::partition_lock::Guard<'a, Partition>> {
@@ -167,7 +181,7 @@ fn owner_lock<'a>(
         return None;
     }
     let lockable = lockables.get(owner).and_then(std::sync::OnceLock::get)?;
-    let mut partition = lockable.try_lock_for(crate::sys::partition_lock::GUEST_PATIENCE)?;
+    let mut partition = lockable.guest_lock(how)?;
     partition.apply_crew_notices();
     Some(partition)
 }

@@ -468,6 +468,7 @@ impl Worker {
                 readers: Arc::clone(&shared.readers),
                 crew_value: Vec::new(),
                 lockables: Arc::clone(&shared.lockables),
+                guest_lock: settings.guest_lock,
                 auth_log: Arc::clone(&shared.auth_log),
             },
             connections: Vec::new(),

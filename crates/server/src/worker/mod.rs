@@ -123,6 +123,8 @@ struct Core {
     crew_value: Vec<u8>,
     /// The other workers' partition locks (`crcw`).
     lockables: Arc<Vec<std::sync::OnceLock<Arc<Lockable<Partition>>>>>,
+    /// How this worker takes those locks (`--test-guest-lock`).
+    guest_lock: crate::sys::partition_lock::GuestLock,
     /// `Shared::auth_log`.
     auth_log: Arc<std::sync::Mutex<auth::AuthLog>>,
 }
