@@ -111,6 +111,8 @@ pub enum OpenError {
     Layout(LayoutError),
     /// The file cannot be opened or given its size.
     File(std::io::Error),
+    /// Another process (another tierkv) holds the file's lock.
+    InUse,
     /// The file is another program's, or its first page cannot be read or written.
     Claim(ClaimError),
     /// The I/O engine cannot start.
@@ -130,6 +132,9 @@ impl std::fmt::Display for OpenError {
             OpenError::Directory => f.write_str("is a directory; name a file in it"),
             OpenError::Layout(error) => write!(f, "cannot be laid out: {}", error.0),
             OpenError::File(error) => write!(f, "cannot open or size it: {error}"),
+            OpenError::InUse => {
+                f.write_str("is in use: another process (another tierkv?) holds its lock; stop it or name another file")
+            }
             OpenError::Claim(error) => write!(f, "{error}"),
             OpenError::Io(error) => write!(f, "cannot start flash I/O: {error}"),
             OpenError::Region { partition, why } => write!(f, "partition {partition}: {why}"),
@@ -143,12 +148,21 @@ impl std::error::Error for OpenError {}
 #[derive(Debug)]
 pub struct TierFile {
     file: File,
+    /// Where it was opened, and the file system's (device, inode) of what was opened there.
+    path: std::path::PathBuf,
+    opened: (u64, u64),
     /// The identity every region must carry to be used.
     identity: u64,
     /// The file system refused O_DIRECT: I/O goes through the page cache.
     pub buffered: bool,
     /// The file's identity changed, and why (a new file, another layout, a takeover).
     pub changed: Option<String>,
+}
+
+/// The file system's (device, inode) of a file.
+fn file_id(metadata: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (metadata.dev(), metadata.ino())
 }
 
 impl TierFile {
@@ -179,12 +193,33 @@ impl TierFile {
             }
             error
         };
-        let (file, direct) = open_file(path, settings.file_bytes).map_err(|error| undo(OpenError::File(error)))?;
+        let (file, direct) = open_file(path, settings.file_bytes).map_err(|error| match error.kind() {
+            // Another process's file: left as it is.
+            std::io::ErrorKind::WouldBlock => OpenError::InUse,
+            _ => undo(OpenError::File(error)),
+        })?;
         let clone = file.try_clone().map_err(|error| undo(OpenError::Io(error)))?;
         let mut io = ThreadsEngine::new(clone, 1);
         let claim = claim_file(&mut io, &FlashConfig::for_partition(settings, 0, partitions), force)
             .map_err(|error| undo(OpenError::Claim(error)))?;
-        Ok(TierFile { file, identity: claim.identity, buffered: !direct, changed: claim.changed })
+        let opened = file_id(&file.metadata().map_err(OpenError::File)?);
+        let path = path.to_path_buf();
+        Ok(TierFile { file, path, opened, identity: claim.identity, buffered: !direct, changed: claim.changed })
+    }
+
+    /// None while the path still names the file the tier writes; else what became of it: the
+    /// file was deleted (the tier writes into a file nobody can open again, and a restart
+    /// starts empty), moved to another name, or moved with another file now at its name.
+    pub fn path_check(&self) -> Option<&'static str> {
+        use std::os::unix::fs::MetadataExt;
+        if self.file.metadata().is_ok_and(|m| m.nlink() == 0) {
+            return Some("deleted");
+        }
+        match std::fs::metadata(&self.path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Some("moved to another name"),
+            Ok(metadata) if file_id(&metadata) != self.opened => Some("replaced by another file"),
+            _ => None,
+        }
     }
 
     /// Partition `partition`'s store over its region: restored after a clean stop (or

@@ -94,6 +94,8 @@ pub(crate) fn general(state: &State, total: &Snapshot, partition: &Partition, pu
             "unexpected_napi_ids" => {
                 if let Some(flash) = &state.shared.settings.flash {
                     crate::flash_stats::report(&total.flash, flash.size, put);
+                    let problem = *state.shared.flash_file_problem.lock().unwrap_or_else(|e| e.into_inner());
+                    put("flash_file", &problem.unwrap_or("ok"));
                 }
                 tls_stats(state, put);
                 put(name, &0);

@@ -120,6 +120,9 @@ pub(crate) struct ServerState {
     pub tls: Option<Arc<crate::net::tls::TlsContext>>,
     /// `-Y`: the users allowed in.
     pub auth: Option<Arc<crate::auth::AuthTable>>,
+    /// What became of the flash file's path under the running server (`TierFile::path_check`),
+    /// looked at once a second by worker 0; None while it names the file the tier writes.
+    pub flash_file_problem: std::sync::Mutex<Option<&'static str>>,
 }
 
 impl ServerState {
@@ -133,6 +136,7 @@ impl ServerState {
             watchers: crate::watch::Watchers::default(),
             tls: None,
             auth: None,
+            flash_file_problem: std::sync::Mutex::new(None),
         }
     }
 }

@@ -196,6 +196,9 @@ impl Worker {
         let (timeout, requests) = (settings.idle_timeout, settings.requests);
         let now = self.core.partition.now();
         self.idle_checked = now;
+        if self.core.id == 0 {
+            self.check_flash_path();
+        }
         for slot in 0..self.connections.len() {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             self.core.budget.still_finishing(connection);

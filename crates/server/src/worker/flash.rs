@@ -65,6 +65,28 @@ pub(super) fn attach(
 }
 
 impl Worker {
+    /// Says once, in the log and in `stats` (`flash_file`), when the flash file's path stops
+    /// naming the file the tier writes (deleted, moved, replaced), and when it names it again.
+    pub(super) fn check_flash_path(&mut self) {
+        let Some(file) = &self.shared.flash_file else { return };
+        let problem = file.path_check();
+        let server = &self.core.state.shared;
+        let mut noted = server.flash_file_problem.lock().unwrap_or_else(|e| e.into_inner());
+        if *noted == problem {
+            return;
+        }
+        let path =
+            server.settings.flash.as_ref().map_or_else(Default::default, |flash| flash.path.display().to_string());
+        match problem {
+            Some(what) => eprintln!(
+                "tierkv: --flash-path {path}: the flash file was {what} while the server runs; the tier keeps \
+                 writing the file it opened, which a restart will not find"
+            ),
+            None => eprintln!("tierkv: --flash-path {path}: names the flash file again"),
+        }
+        *noted = problem;
+    }
+
     /// A clean stop: this partition's DRAM items go to flash and its region closes cleanly.
     pub(super) fn close_flash(&mut self) {
         if !self.core.parking.enabled {

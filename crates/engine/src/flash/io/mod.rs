@@ -137,9 +137,13 @@ impl std::str::FromStr for FlashIo {
     }
 }
 
-/// Opens (creating if needed) the flash file with `O_DIRECT` and gives it `size` bytes. File
+/// Opens (creating if needed) the flash file with `O_DIRECT`, takes its lock for as long as
+/// any descriptor of this opening lives, and gives it `size` bytes of real blocks (a sparse
+/// file of the right length too, so that the device cannot run out of room later). File
 /// systems without `O_DIRECT` (tmpfs) get buffered I/O; the bool says whether it is direct.
+/// A file another process holds the lock of fails with `ErrorKind::WouldBlock`, untouched.
 pub fn open_file(path: &Path, size: u64) -> std::io::Result<(File, bool)> {
+    use std::os::unix::fs::MetadataExt;
     let open = |flags: i32| {
         OpenOptions::new().read(true).write(true).create(true).truncate(false).custom_flags(flags).open(path)
     };
@@ -148,10 +152,41 @@ pub fn open_file(path: &Path, size: u64) -> std::io::Result<(File, bool)> {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
         Err(e) => return Err(e),
     };
-    if file.metadata()?.len() < size {
+    lock_file(&file)?;
+    let metadata = file.metadata()?;
+    // st_blocks counts 512-byte units, whatever the file system's block size.
+    if metadata.len() < size || metadata.blocks().saturating_mul(512) < size {
         reserve(&file, size)?;
     }
     Ok((file, direct))
+}
+
+/// How long an opening waits for a lock held by someone else before it gives up: a process
+/// killed a moment ago may hold it a little longer (the kernel closes an io_uring ring, and
+/// the file registered with it, on a worker of its own after the process has gone).
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Takes `file`'s exclusive `flock`, waiting at most `LOCK_PATIENCE`. It belongs to the open
+/// file description, so clones of the descriptor share it and closing one of them does not
+/// drop it (a POSIX `F_SETLK` lock would be dropped by any close of any descriptor of the
+/// file).
+fn lock_file(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        // SAFETY: flock reads no memory of ours; the descriptor is open.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(error);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(std::io::Error::new(std::io::ErrorKind::WouldBlock, "another process holds the file's lock"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Gives `file` `size` bytes of real blocks where the file system can (so a full device is an

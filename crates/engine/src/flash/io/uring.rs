@@ -166,5 +166,9 @@ impl Drop for UringEngine {
             }
             self.reap(&mut sink);
         }
+        // The kernel frees a closed ring later, on a worker of its own, and the registered
+        // file (and its lock) with it: given back now, a server restarted at once finds the
+        // file free.
+        let _ = self.ring.submitter().unregister_files();
     }
 }
