@@ -131,6 +131,8 @@ pub trait FlashTier {
     fn flash_notify_fd(&self) -> Option<std::os::fd::RawFd>;
     /// Flash requests in flight (poll while there are any).
     fn flash_in_flight(&self) -> usize;
+    /// How soon a failed flash write is due to be tried again (poll by then), if one waits.
+    fn flash_retry_in(&self) -> Option<std::time::Duration>;
     /// The tier's figures.
     fn flash_report(&self) -> Option<FlashReport>;
     /// A clean shutdown of the tier: DRAM items written to flash, the store closed.

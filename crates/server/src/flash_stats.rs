@@ -98,8 +98,12 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_sets_purges",
     "flash_sets_recovered_sets",
     "flash_sets_recovered_killed",
+    "flash_write_errors",
+    "flash_segments_given_up",
+    "flash_degraded_partitions",
+    "flash_rejected_degraded",
 ];
-pub(crate) const FIGURES: usize = 77;
+pub(crate) const FIGURES: usize = 81;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
@@ -192,6 +196,10 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         x.purges,
         x.recovered_sets,
         x.recovered_killed,
+        s.write_errors,
+        s.segments_given_up,
+        s.degraded,
+        s.rejected_degraded,
     ]
 }
 

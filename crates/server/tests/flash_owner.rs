@@ -63,16 +63,6 @@ fn served(port: u16) -> usize {
     found
 }
 
-fn sigterm(mut server: Server) {
-    // SAFETY: kill only sends a signal to the child this test started.
-    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_second_server_on_a_running_ones_flash_file_is_refused_and_the_first_keeps_everything() {
     let path = flash_path("second");
@@ -105,7 +95,7 @@ fn a_second_server_on_a_running_ones_flash_file_is_refused_and_the_first_keeps_e
     assert!(!status.success(), "{said}");
     assert!(said.contains(&format!("--flash-path {}: is in use", path.display())), "{said}");
     assert_eq!(served(port), before, "the first server lost items to the second");
-    sigterm(first);
+    stop_within(first, Duration::from_secs(30));
     let first = start(hybrid_command(port, &path, &[], "64m"), port);
     let deadline = Instant::now() + Duration::from_secs(20);
     while first.stderr().matches("restored").count() < 2 {

@@ -428,6 +428,13 @@ impl FlashTier for Partition {
         self.tier.as_ref().map_or(0, |tier| tier.store.in_flight())
     }
 
+    fn flash_retry_in(&self) -> Option<std::time::Duration> {
+        let tier = self.tier.as_ref()?;
+        let at = tier.store.next_retry_ns()?;
+        let now = tier.started.elapsed().as_nanos() as u64;
+        Some(std::time::Duration::from_nanos(at.saturating_sub(now)))
+    }
+
     /// The tier's figures, if the partition has one.
     fn flash_report(&self) -> Option<FlashReport> {
         let tier = self.tier.as_ref()?;
@@ -453,6 +460,9 @@ impl FlashTier for Partition {
     fn close_flash(&mut self) -> Result<Closed, StoreError> {
         if self.tier.is_none() {
             return Ok(Closed::default());
+        }
+        if let Some(tier) = self.tier.as_mut() {
+            tier.store.begin_close();
         }
         self.spill_until(self.log.tail(), true);
         let Some(tier) = self.tier.take() else { return Ok(Closed::default()) };
@@ -493,7 +503,8 @@ impl Tier {
         let mut outcome = self.store.insert_admitted(hash, key, value, meta, self.now, always);
         // Every buffer busy: what has finished frees one (a clean close waits for it).
         for _ in 0..if always { 1000 } else { 1 } {
-            if outcome != InsertOutcome::Busy {
+            // A close stops waiting for a device that answers nothing.
+            if outcome != InsertOutcome::Busy || self.store.stuck() {
                 break;
             }
             if always {

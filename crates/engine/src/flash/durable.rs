@@ -120,7 +120,17 @@ impl FlashStore {
     pub fn invalidate(&mut self, hash: KeyHash, now: Now) -> Result<u64, NoRoom> {
         self.last_now = now;
         let group = self.group(hash);
-        let ticket = self.append_mark(MarkKind::Invalidate, group, now).ok_or(NoRoom)?;
+        let ticket = match self.append_mark(MarkKind::Invalidate, group, now) {
+            Some(ticket) => ticket,
+            // Writes fail and no buffer or slot is free: the change is refused now (its ticket
+            // reported not written) instead of waiting for a device that may never come back.
+            None if self.writes_failing() => {
+                self.durable.tickets += 1;
+                self.durable.done.push((self.durable.tickets, false));
+                return Ok(self.durable.tickets);
+            }
+            None => return Err(NoRoom),
+        };
         // The segment the mark is in grounds the tombstone its change may leave (sets index).
         let ground = self.head_ground();
         self.durable.invalidated.push((ticket, hash, ground));
@@ -188,8 +198,7 @@ impl FlashStore {
     /// copy) is out: that write's completion calls this again.
     pub(super) fn commit_pages(&mut self) {
         let Some(b) = self.active else { return };
-        let buf = &self.bufs[b];
-        if buf.write.is_none() && !buf.marks_unwritten.is_empty() && self.copy_free() {
+        if self.may_write(b) && !self.bufs[b].marks_unwritten.is_empty() && self.copy_free() {
             self.write_pages(b);
             self.io.flush();
         }
@@ -242,7 +251,7 @@ impl FlashStore {
     /// the device, and the slot is freed when that write is done. False if a retirement is
     /// already under way.
     pub(super) fn retire_tail(&mut self) -> bool {
-        if self.durable.retiring.is_some() || self.used_slots == 0 {
+        if self.durable.retiring.is_some() || self.used_slots == 0 || !self.watermark_may_go() {
             return false;
         }
         let tail = self.tail();
@@ -274,6 +283,7 @@ impl FlashStore {
     pub(super) fn watermark_done(&mut self, tail: u32, c: Completion) {
         debug_assert_eq!(self.durable.retiring, Some(tail));
         self.durable.retiring = None;
+        self.watermark_written(c.result.is_ok());
         if c.result.is_err() {
             self.stats.write_errors += 1;
             return;

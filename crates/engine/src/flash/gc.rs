@@ -55,6 +55,10 @@ impl FlashStore {
         if slot.state != SlotState::Sealed {
             return;
         }
+        if self.degraded(self.last_now) || (self.writes_failing() && self.stuck_or_closing()) {
+            // Writes fail: a rewrite would be refused and the segment read again and again.
+            return;
+        }
         if slot.live == 0 {
             // The sets index first rewrites the sets whose tombstones it grounds.
             if self.sets.is_none() || !self.purge_before_retire(tail, slot.gen, self.last_now) {

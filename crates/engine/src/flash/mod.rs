@@ -19,6 +19,9 @@ mod crash;
 mod durable;
 mod entry;
 mod errors;
+mod faults;
+#[cfg(test)]
+mod faults_tests;
 mod gc;
 mod identity;
 mod index;
@@ -220,6 +223,14 @@ pub struct FlashStore {
     relieving: bool,
     /// The clock of the last call, for completions handled inside an insert.
     last_now: Now,
+    /// New items stay out while writes fail (`faults`).
+    degraded: faults::Degraded,
+    /// Failed watermark writes pause the next (`faults`).
+    watermark_retry: faults::WatermarkRetry,
+    /// A close waited `recovery::DEVICE_PATIENCE` for the device in vain.
+    device_stuck: bool,
+    /// When a close (that started) stops waiting for the device.
+    close_by: Option<std::time::Instant>,
 }
 
 impl FlashStore {
@@ -238,6 +249,7 @@ impl FlashStore {
         }
         stats.items += self.sets.as_deref().map_or(0, sets::Sets::items);
         stats.in_flight = self.io.in_flight() as u64;
+        stats.degraded = u64::from(self.writes_failing());
         stats
     }
 
@@ -349,12 +361,23 @@ impl FlashStore {
         let outcome = if bytes > self.layout.max_item_bytes() || key.is_empty() || key.len() > 250 {
             self.stats.too_large += 1;
             InsertOutcome::TooLarge
+        } else if self.degraded(now) {
+            // Writes failed a moment ago: items stay out (even at close) until the pause ends.
+            self.stats.rejected_degraded += 1;
+            InsertOutcome::Rejected
         } else if !always && !self.admission.admit(bytes, now.nanos) {
             self.stats.rejected += 1;
             InsertOutcome::Rejected
         } else if self.append(hash, key, value, meta, now).is_none() {
-            self.stats.busy += 1;
-            InsertOutcome::Busy
+            if self.writes_failing() {
+                // No room while writes fail (the tail waits for a watermark the device
+                // refuses): waiting would not make any.
+                self.stats.rejected_degraded += 1;
+                InsertOutcome::Rejected
+            } else {
+                self.stats.busy += 1;
+                InsertOutcome::Busy
+            }
         } else {
             InsertOutcome::Stored
         };
@@ -642,10 +665,17 @@ impl FlashStore {
         self.io.flush();
     }
 
-    /// Blocks until at least one request finishes (if any is in flight), then polls.
+    /// Blocks until at least one request finishes (if any is in flight), then polls. A caller
+    /// that waits wants progress: failed writes waiting for their pause are tried at once.
     pub fn wait(&mut self, now: Now, out: &mut Vec<ReadDone>) {
         if !self.deferred.is_empty() {
             return self.poll(now, out);
+        }
+        if self.stuck() {
+            return self.poll(now, out);
+        }
+        if self.io.in_flight() == 0 {
+            self.retry_writes(now, true);
         }
         let mut completions = std::mem::take(&mut self.completions);
         self.io.flush();

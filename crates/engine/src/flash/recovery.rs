@@ -28,6 +28,10 @@ use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_ME
 
 /// Rounds of writing the drop marks at close (each after a reclaim freed room for them).
 const WRITE_DOWN_TRIES: usize = 4;
+/// The longest a close (or a blocking read or write of the store's own pages) waits for the
+/// device to finish its requests; then the close fails (the next start is cold) and the log
+/// says the device did not answer.
+pub(super) const DEVICE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Snapshot I/O moves this many bytes per request.
 const SNAPSHOT_CHUNK: usize = 4 << 20;
 const BUCKETS_PER_PAGE: usize = PAGE / super::index::BUCKET_BYTES;
@@ -213,6 +217,10 @@ impl FlashStore {
             deferred: Vec::new(),
             relieving: false,
             last_now: now,
+            degraded: Default::default(),
+            watermark_retry: Default::default(),
+            device_stuck: false,
+            close_by: None,
             io,
             cfg,
             layout,
@@ -288,9 +296,10 @@ impl FlashStore {
             self.io.submit(IoOp { kind, offset, buf, len, at: 0, token: TOKEN_META | (i as u64 + 1) });
         }
         self.io.flush();
-        let mut results = vec![Err(0); ops.len()];
+        let mut results = vec![Err(libc::ETIMEDOUT); ops.len()];
         let (mut waiting, mut done, mut sink) = (ops.len(), Vec::new(), Vec::new());
-        while waiting > 0 {
+        let deadline = std::time::Instant::now() + DEVICE_PATIENCE;
+        while waiting > 0 && std::time::Instant::now() < deadline {
             self.io.wait(&mut done);
             for c in done.drain(..) {
                 let i = (c.token & !(0xFF << 56)) as usize;
@@ -563,14 +572,21 @@ impl FlashStore {
     /// on meanwhile: what it writes is sealed too).
     fn settle_all(&mut self, now: Now) {
         let mut sink = Vec::new();
+        self.begin_close();
         loop {
+            if self.stuck() {
+                return;
+            }
             for c in std::mem::take(&mut self.deferred) {
                 self.complete(c, now, &mut sink);
             }
             if let Some(b) = self.active {
                 self.seal(b);
             }
-            if self.io.in_flight() == 0 && self.active.is_none() && self.deferred.is_empty() {
+            // A failed write is tried again at once: `WRITE_TRIES` bound the wait.
+            self.retry_writes(now, true);
+            let idle = self.io.in_flight() == 0 && !self.retries_pending();
+            if idle && self.active.is_none() && self.deferred.is_empty() {
                 return;
             }
             self.wait(now, &mut sink);
@@ -621,6 +637,10 @@ impl FlashStore {
     /// empty).
     pub fn close(mut self, now: Now) -> Result<Closed, StoreError> {
         self.drain(now);
+        if self.stuck() {
+            let what = "waiting for the device to finish its requests";
+            return Err(StoreError::Device(DeviceError { what, errno: libc::ETIMEDOUT }));
+        }
         let marks_written = self.write_down_drops(now);
         fn errno(what: &'static str) -> impl Fn(i32) -> StoreError {
             move |errno| StoreError::Device(DeviceError { what, errno })

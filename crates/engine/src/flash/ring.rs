@@ -63,6 +63,10 @@ pub(super) struct WriteBuf {
     /// Groups of marks appended since the last write, and of those in the write in flight.
     pub marks_unwritten: Vec<u64>,
     pub marks_in_flight: Vec<u64>,
+    /// Failed writes in a row (`faults`).
+    pub failures: u32,
+    /// A failed write is tried again at this time (the store's clock, ns).
+    pub retry_at: Option<u64>,
 }
 
 /// One write of a buffer's pages up to `end`; `last` seals the segment.
@@ -88,6 +92,8 @@ impl WriteBuf {
             open_ticket: None,
             marks_unwritten: Vec::new(),
             marks_in_flight: Vec::new(),
+            failures: 0,
+            retry_at: None,
         }
     }
 }
@@ -311,7 +317,7 @@ impl FlashStore {
             self.active = None;
         }
         self.bufs[b].seal_pending = true;
-        if self.bufs[b].write.is_none() {
+        if self.may_write(b) {
             self.write_pages(b);
         }
         self.maybe_reclaim();
@@ -377,7 +383,8 @@ impl FlashStore {
 
     /// A write of buffer `b` finished. On success its marks are durable (its ticket reported),
     /// and after the last write the slot is on flash and the lookups that waited on it are
-    /// answered. On failure the ticket is reported failed and the same pages are written again.
+    /// answered. On failure the ticket is reported failed, the lookups are answered from the
+    /// buffer, and the same pages are written again later, or given up (`faults`).
     /// A commit copy coming back starts the commit that waited for it.
     pub(super) fn write_done(&mut self, b: usize, mut c: Completion, now: Now, out: &mut Vec<ReadDone>) {
         let copy_back = self.bufs[b].data.is_some() && !c.buf.is_empty();
@@ -417,13 +424,14 @@ impl FlashStore {
             self.stats.write_errors += 1;
             buf.marks_unwritten.append(&mut buf.marks_in_flight);
             buf.used = buf.used.max(write.end);
-            self.write_pages(b);
+            self.write_failed(b, now, out);
             return;
         }
         buf.committed = write.end;
         for group in std::mem::take(&mut buf.marks_in_flight) {
             self.durable.settle(group);
         }
+        self.write_succeeded(b);
         if !write.last {
             if self.bufs[b].seal_pending {
                 self.write_pages(b);
@@ -434,8 +442,19 @@ impl FlashStore {
         if self.slots[slot].state == SlotState::Buffer(b) {
             self.slots[slot].state = SlotState::Sealed;
         }
+        self.answer_waiters(b, now, out);
+        let buf = &mut self.bufs[b];
+        buf.seal_pending = false;
+        buf.in_use = false;
+    }
+
+    /// Answers the lookups waiting for buffer `b`'s write from the buffer (back in DRAM).
+    pub(super) fn answer_waiters(&mut self, b: usize, now: Now, out: &mut Vec<ReadDone>) {
+        if self.bufs[b].waiters.is_empty() {
+            return;
+        }
         let waiters = std::mem::take(&mut self.bufs[b].waiters);
-        let data = self.bufs[b].data.take().expect("put back above");
+        let data = self.bufs[b].data.take().expect("back in DRAM after its write");
         for &i in &waiters {
             let entry = self.reads[i].as_ref().expect("a waiting lookup").entry;
             let at = entry.offset_units() as usize * ITEM_ALIGN;
@@ -445,8 +464,6 @@ impl FlashStore {
         buf.data = Some(data);
         buf.waiters = waiters;
         buf.waiters.clear();
-        buf.seal_pending = false;
-        buf.in_use = false;
     }
 
     /// Invalidates everything in `slot` at once (no I/O): its generation moves on.
@@ -488,8 +505,10 @@ impl FlashStore {
         self.sweep_some();
     }
 
-    /// Writes the active buffer once it has waited `flush_delay_ns`, and drives GC.
+    /// Writes the active buffer once it has waited `flush_delay_ns`, tries failed writes again
+    /// once their pause is over, and drives GC.
     pub(super) fn tick(&mut self, now: Now) {
+        self.retry_writes(now, false);
         if let Some(b) = self.active {
             let buf = &self.bufs[b];
             if buf.used > SEGMENT_HEADER && now.nanos.saturating_sub(buf.opened_ns) >= self.cfg.flush_delay_ns {

@@ -53,6 +53,13 @@ pub struct FlashStats {
     pub write_bytes: u64,
     /// Segment writes the device failed.
     pub write_errors: u64,
+    /// Segments given up after `faults::WRITE_TRIES` failed writes (their items died).
+    pub segments_given_up: u64,
+    /// 1 from a segment's give-up until a write reaches the device again (a gauge); new items
+    /// stay out of the tier for pauses meanwhile.
+    pub degraded: u64,
+    /// Items kept out meanwhile.
+    pub rejected_degraded: u64,
     /// Segments reclaimed by GC.
     pub reclaims: u64,
     /// Segment reads for GC.

@@ -99,6 +99,12 @@ impl Harness {
         self.store.as_mut().expect("an open store")
     }
 
+    /// The store, out of the harness (to close it).
+    pub(super) fn take_store(&mut self) -> FlashStore {
+        self.pending.clear();
+        self.store.take().expect("an open store")
+    }
+
     fn check_hit(&self, key: &[u8], item: &FlashItem) {
         let expected = self.model.get(key).cloned().flatten();
         let Some((value, expiry)) = expected else {
@@ -129,9 +135,9 @@ impl Harness {
         if !self.store().needs_durable(hash) {
             return true;
         }
-        let now = self.now;
         let mut ticket = None;
         for _ in 0..1000 {
+            let now = self.now;
             if ticket.is_none() {
                 ticket = self.store().invalidate(hash, now).ok();
             }
@@ -150,6 +156,9 @@ impl Harness {
             let mut done = Vec::new();
             self.store().wait(now, &mut done);
             self.absorb(done);
+            // The owner's clock moves while it waits: a failed write is tried again after its
+            // pause (`faults`).
+            self.now.nanos += 1_000_000;
         }
         panic!("an invalidation never reached the device");
     }

@@ -199,6 +199,7 @@ impl Worker {
         if self.core.id == 0 {
             self.check_flash_path();
         }
+        self.note_flash_health();
         for slot in 0..self.connections.len() {
             let Some(connection) = self.connections[slot].as_mut() else { continue };
             self.core.budget.still_finishing(connection);

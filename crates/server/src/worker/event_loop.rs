@@ -273,6 +273,11 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         // Watchers get their lines at least every 100 ms.
         let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
+        // A failed flash write is tried again when its pause ends, not at the next wake-up.
+        let idle = match worker.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
+            Some(due) => idle.min(due.max(Duration::from_millis(1))),
+            None => idle,
+        };
         let waits = (idle, if busy { Duration::ZERO } else { worker.flash_poll() });
         // Nothing below uses the partition until the poll returns: a worker must never sleep,
         // yield or wait for its CPU while other workers wait for its lock.
@@ -495,6 +500,7 @@ impl Worker {
             idle_checked: 0,
             flash_fd: None,
             yield_gate: YieldGate::default(),
+            flash_degraded: false,
         })
     }
 }

@@ -65,6 +65,28 @@ pub(super) fn attach(
 }
 
 impl Worker {
+    /// Says in the log when this partition's flash writes start failing for good (a segment
+    /// given up: new items stay in DRAM, `flash_degraded_partitions` in `stats`) and when they
+    /// reach the device again.
+    pub(super) fn note_flash_health(&mut self) {
+        let Some(report) = self.core.partition.flash_ref().and_then(|tier| tier.flash_report()) else { return };
+        let degraded = report.store.degraded > 0;
+        if degraded == self.flash_degraded {
+            return;
+        }
+        self.flash_degraded = degraded;
+        let id = self.core.id;
+        if degraded {
+            eprintln!(
+                "tierkv: flash partition {id}: writes fail ({} failed, {} segments given up, their items lost); \
+                 new items stay in DRAM until a write reaches the device again",
+                report.store.write_errors, report.store.segments_given_up
+            );
+        } else {
+            eprintln!("tierkv: flash partition {id}: writes reach the device again");
+        }
+    }
+
     /// Says once, in the log and in `stats` (`flash_file`), when the flash file's path stops
     /// naming the file the tier writes (deleted, moved, replaced), and when it names it again.
     pub(super) fn check_flash_path(&mut self) {

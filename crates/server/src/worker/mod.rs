@@ -174,4 +174,6 @@ struct Worker {
     flash_fd: Option<std::os::fd::RawFd>,
     /// Whether idle yields pay now (they stop while the CPU is shared with busy work).
     yield_gate: yields::YieldGate,
+    /// Its flash region's writes were failing at the last look (`flash::note_flash_health`).
+    flash_degraded: bool,
 }

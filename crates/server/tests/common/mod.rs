@@ -39,6 +39,18 @@ pub(crate) fn free_ports(count: u16) -> u16 {
     tierkv_bench::ports::free_ports(count).unwrap()
 }
 
+/// Sends SIGTERM and waits for the exit; how long it took (panics past `limit`).
+pub(crate) fn stop_within(mut server: Server, limit: Duration) -> Duration {
+    let started = Instant::now();
+    // SAFETY: kill only sends a signal to the child this test started.
+    unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) };
+    while server.0.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < limit, "no exit {limit:?} after SIGTERM: {}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
 pub(crate) fn free_port() -> u16 {
     tierkv_bench::ports::free_port().unwrap()
 }

@@ -77,6 +77,9 @@ pub struct Completion {
     pub result: Result<usize, i32>,
 }
 
+/// The longest one `IoEngine::wait` blocks.
+pub const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// An I/O engine owned by one partition. Requests may complete in any order.
 pub trait IoEngine: Send {
     /// Queues a request; it reaches the device at the next `flush` (or sooner).
@@ -85,7 +88,9 @@ pub trait IoEngine: Send {
     fn flush(&mut self);
     /// Moves finished requests to `out` without blocking.
     fn poll(&mut self, out: &mut Vec<Completion>);
-    /// Like `poll`, but blocks until at least one request has finished if any is in flight.
+    /// Like `poll`, but blocks until at least one request has finished if any is in flight, for
+    /// at most `WAIT_LIMIT` (a stalled device answers nothing: the caller decides how long to
+    /// go on waiting).
     fn wait(&mut self, out: &mut Vec<Completion>);
     /// Requests submitted and not yet returned by `poll`/`wait`.
     fn in_flight(&self) -> usize;

@@ -75,6 +75,8 @@ struct Disk {
     dead: bool,
     rng: SimRng,
     faults: Faults,
+    /// Every write fails with EIO (a device whose writes fail for good, or for a while).
+    fail_writes: bool,
     counters: SimCounters,
 }
 
@@ -93,6 +95,7 @@ impl SimDisk {
             dead: false,
             rng: SimRng::new(seed),
             faults: Faults::default(),
+            fail_writes: false,
             counters: SimCounters::default(),
         };
         SimDisk(Arc::new(Mutex::new(disk)))
@@ -115,6 +118,11 @@ impl SimDisk {
     /// Faults from now on.
     pub fn set_faults(&self, faults: Faults) {
         self.lock().faults = faults;
+    }
+
+    /// Every write fails (true) or none does on purpose (false) from now on; reads still work.
+    pub fn fail_writes(&self, fail: bool) {
+        self.lock().fail_writes = fail;
     }
 
     /// What it has done so far.
@@ -208,7 +216,7 @@ impl Disk {
         if at + len > self.data.len() || !op.fits() {
             return Completion { token: op.token, buf: op.buf, result: Err(libc::EINVAL) };
         }
-        if self.rng.chance(self.faults.fail_per_million) {
+        if self.rng.chance(self.faults.fail_per_million) || (self.fail_writes && op.kind == IoKind::Write) {
             self.counters.failed += 1;
             return Completion { token: op.token, buf: op.buf, result: Err(libc::EIO) };
         }

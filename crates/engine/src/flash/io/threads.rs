@@ -149,7 +149,7 @@ impl IoEngine for ThreadsEngine {
         let before = out.len();
         self.poll(out);
         if out.len() == before && self.in_flight > 0 {
-            if let Ok(c) = self.done.recv() {
+            if let Ok(c) = self.done.recv_timeout(super::WAIT_LIMIT) {
                 self.in_flight -= 1;
                 out.push(c);
             }

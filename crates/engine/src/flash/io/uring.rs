@@ -127,6 +127,8 @@ impl IoEngine for UringEngine {
             return;
         }
         self.stage();
+        let limit = types::Timespec::from(super::WAIT_LIMIT);
+        let deadline = std::time::Instant::now() + super::WAIT_LIMIT;
         loop {
             if self.reap(out) > 0 {
                 if !self.backlog.is_empty() {
@@ -134,9 +136,13 @@ impl IoEngine for UringEngine {
                 }
                 return;
             }
-            match self.ring.submit_and_wait(1) {
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            match self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&limit)) {
                 Ok(_) => {}
-                // EINTR, or EBUSY while completions wait to be reaped: reap and try again.
+                // ETIME: nothing finished in time; EINTR, or EBUSY while completions wait to be
+                // reaped: reap and look at the clock.
                 Err(_) => std::thread::yield_now(),
             }
         }
@@ -155,16 +161,23 @@ impl IoEngine for UringEngine {
     }
 }
 
+/// The longest a dropped engine waits for its requests in flight.
+const DROP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for UringEngine {
     fn drop(&mut self) {
         // The kernel may still write into buffers of requests in flight: wait for all of them
-        // before the buffers (in `slots`) are freed.
+        // before the buffers (in `slots`) are freed; a device that answers none of them for
+        // `DROP_PATIENCE` keeps them: they are leaked, never freed under the kernel.
         let mut sink = Vec::new();
+        let deadline = std::time::Instant::now() + DROP_PATIENCE;
         while self.slots.iter().any(Option::is_some) {
-            if self.ring.submit_and_wait(1).is_err() {
-                break;
+            if std::time::Instant::now() >= deadline {
+                std::mem::forget(std::mem::take(&mut self.slots));
+                return;
             }
-            self.reap(&mut sink);
+            self.wait(&mut sink);
+            sink.clear();
         }
         // The kernel frees a closed ring later, on a worker of its own, and the registered
         // file (and its lock) with it: given back now, a server restarted at once finds the

@@ -1,0 +1,92 @@
+//! A device whose writes fail, for good or for a while (`faults`), against the plain model:
+//! every lookup is answered (a hit is the last acknowledged value, a miss is allowed), failed
+//! writes are tried a bounded number of times, new items stay out while writes fail, a close
+//! returns, and once writes work again the tier takes and serves items again.
+
+use super::io::sim::Faults;
+use super::sets::tests::sets_config;
+use super::tests::{cascade_config, config, key, Harness};
+use super::*;
+
+/// The three indexes: full, cascade, sets.
+fn configs() -> [FlashConfig; 3] {
+    [config(), cascade_config(), sets_config()]
+}
+
+/// Inserts and looks up keys `from..to` for `rounds` rounds, the clock moving 5 ms a round.
+fn churn(h: &mut Harness, from: u32, to: u32, rounds: u32) {
+    for round in 0..rounds {
+        for k in from..to {
+            if (k + round) % 3 == 0 {
+                h.insert(k, 1500 + (k as usize * 37) % 3000, None);
+            }
+            h.lookup(k);
+        }
+        h.now.nanos += 5_000_000;
+        h.poll();
+        h.settle();
+    }
+}
+
+/// Closes the store on another thread: it must return within 10 s whatever the device does.
+fn close_within_bound(h: &mut Harness) -> Result<Closed, StoreError> {
+    let store = h.take_store();
+    let now = h.now;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(store.close(now));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("close returned")
+}
+
+#[test]
+fn writes_failing_for_good_are_tried_a_bounded_number_of_times_and_nothing_waits_on_them() {
+    for (seed, cfg) in (0..6).zip(configs().into_iter().cycle()) {
+        let mut h = Harness::with(cfg, seed, Faults::default());
+        churn(&mut h, 0, 40, 5);
+        h.disk.fail_writes(true);
+        churn(&mut h, 0, 60, 60);
+        let stats = h.store().stats();
+        assert!(stats.segments_given_up > 0, "{stats:?}");
+        let most = (stats.segments_given_up + 4) * u64::from(faults::WRITE_TRIES) + stats.commits;
+        assert!(stats.write_errors <= most, "failed writes tried again without a bound: {stats:?}");
+        assert!(stats.rejected_degraded > 0, "new items kept going to a failing tier: {stats:?}");
+        // Every item acknowledged before the failures still answers (hit or miss, never wrong).
+        for k in 0..60 {
+            h.lookup(k);
+        }
+        h.settle();
+        let closed = close_within_bound(&mut h);
+        assert!(closed.is_err(), "a close on a device that fails every write cannot succeed");
+    }
+}
+
+#[test]
+fn after_writes_fail_for_a_while_the_tier_takes_and_serves_items_again() {
+    for cfg in configs() {
+        comes_back_after_failing_writes(cfg);
+    }
+}
+
+fn comes_back_after_failing_writes(cfg: FlashConfig) {
+    let mut h = Harness::with(cfg, 7, Faults::default());
+    churn(&mut h, 0, 40, 5);
+    h.disk.fail_writes(true);
+    churn(&mut h, 0, 60, 40);
+    assert!(h.store().stats().segments_given_up > 0);
+    h.disk.fail_writes(false);
+    // The pause after the last give-up (at most a minute of the store's clock) ends.
+    h.now.nanos += 61_000_000_000;
+    let written_before = h.store().stats().segments_written;
+    churn(&mut h, 100, 160, 10);
+    let stats = h.store().stats();
+    assert_eq!(stats.degraded, 0, "{stats:?}");
+    assert!(stats.segments_written > written_before, "nothing reached the device again: {stats:?}");
+    // Items written after the failures come back after a clean restart, checked against the model.
+    h.clean_restart();
+    let served = (100..160).filter(|&k| {
+        h.lookup(k);
+        !h.settle().is_empty() || h.model.get(&key(k)).is_some_and(Option::is_none)
+    });
+    assert!(served.count() > 40, "the tier serves again");
+}
