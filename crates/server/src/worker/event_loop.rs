@@ -270,15 +270,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             || !inbox.is_empty()
             || worker.udp_again.contains(&true)
             || worker.flash_waiting();
-        // Watchers get their lines at least every 100 ms.
-        let idle = if worker.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
-        let idle = if worker.accept_again { Duration::from_millis(10) } else { idle };
-        // A failed flash write is tried again when its pause ends, not at the next wake-up.
-        let idle = match worker.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
-            Some(due) => idle.min(due.max(Duration::from_millis(1))),
-            None => idle,
-        };
-        let waits = (idle, if busy { Duration::ZERO } else { worker.flash_poll() });
+        let waits = (worker.idle_limit(), if busy { Duration::ZERO } else { worker.flash_poll() });
         // Nothing below uses the partition until the poll returns: a worker must never sleep,
         // yield or wait for its CPU while other workers wait for its lock.
         worker.core.partition.release();
@@ -355,6 +347,17 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 }
 
 impl Worker {
+    /// The longest an idle worker sleeps: a second; 100 ms while watchers wait for lines, 10 ms
+    /// while accepts wait for a descriptor, and never past a failed flash write's retry.
+    fn idle_limit(&self) -> Duration {
+        let idle = if self.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
+        let idle = if self.accept_again { Duration::from_millis(10) } else { idle };
+        match self.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
+            Some(due) => idle.min(due.max(Duration::from_millis(1))),
+            None => idle,
+        }
+    }
+
     /// What the poll reported: accepts on the listeners, readable UDP sockets and flash
     /// completions noted, and a turn for each connection with an event.
     #[inline(always)]
