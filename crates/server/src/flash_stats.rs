@@ -102,8 +102,9 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_segments_given_up",
     "flash_degraded_partitions",
     "flash_rejected_degraded",
+    "flash_read_timeouts",
 ];
-pub(crate) const FIGURES: usize = 81;
+pub(crate) const FIGURES: usize = 82;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
@@ -200,6 +201,7 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.segments_given_up,
         s.degraded,
         s.rejected_degraded,
+        s.read_timeouts,
     ]
 }
 

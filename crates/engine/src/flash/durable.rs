@@ -122,9 +122,10 @@ impl FlashStore {
         let group = self.group(hash);
         let ticket = match self.append_mark(MarkKind::Invalidate, group, now) {
             Some(ticket) => ticket,
-            // Writes fail and no buffer or slot is free: the change is refused now (its ticket
-            // reported not written) instead of waiting for a device that may never come back.
-            None if self.writes_failing() => {
+            // Writes fail (or a write has taken past the deadline) and no buffer or slot is free:
+            // the change is refused now (its ticket reported not written) instead of waiting for
+            // a device that may never come back.
+            None if self.writes_failing() || self.device_late(now) => {
                 self.durable.tickets += 1;
                 self.durable.done.push((self.durable.tickets, false));
                 return Ok(self.durable.tickets);

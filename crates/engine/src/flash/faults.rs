@@ -10,7 +10,11 @@
 //! It must not wait, and must not submit anything but the retries of `ring::write_pages`.
 
 use super::ring::SlotState;
-use super::{FlashStore, Now, ReadDone};
+use super::{FlashStore, Lookup, Now, ReadDone};
+
+/// A lookup that waited this long for the device (a stalled device: its read, or the write it
+/// waits for, never ends) is answered as a miss; its I/O keeps its slot until it ends.
+pub(super) const READ_DEADLINE_NS: u64 = 2_000_000_000;
 
 /// Tries of one write before its segment is given up.
 pub(super) const WRITE_TRIES: u32 = 6;
@@ -88,6 +92,58 @@ impl FlashStore {
         self.device_stuck || self.close_by.is_some_and(|by| std::time::Instant::now() >= by)
     }
 
+    /// Reports failed the tickets of marks whose write has taken `READ_DEADLINE_NS` (a stalled
+    /// device): the changes they guard are refused (`SERVER_ERROR`) instead of waiting; the write
+    /// goes on, and its end reports nothing more.
+    pub(super) fn expire_late_tickets(&mut self, now: Now) {
+        for b in 0..self.bufs.len() {
+            // Marks that could not even go to the device yet (the commit copy is out).
+            let buf = &mut self.bufs[b];
+            if buf.open_ticket.is_some() && now.nanos.saturating_sub(buf.open_ticket_ns) >= READ_DEADLINE_NS {
+                let ticket = buf.open_ticket.take().expect("checked");
+                self.stats.read_timeouts += 1;
+                self.ticket_done(ticket, false);
+            }
+            let Some(write) = self.bufs[b].write.as_mut() else { continue };
+            if write.ticket.is_some() && now.nanos.saturating_sub(write.ticket_ns) >= READ_DEADLINE_NS {
+                let ticket = write.ticket.take().expect("checked");
+                self.stats.read_timeouts += 1;
+                self.ticket_done(ticket, false);
+            }
+        }
+    }
+
+    /// Answers as misses the lookups that have waited past `READ_DEADLINE_NS`.
+    pub(super) fn abandon_late_reads(&mut self, now: Now, out: &mut Vec<ReadDone>) {
+        self.expire_late_tickets(now);
+        if self.reads.len() == self.free_reads.len() {
+            return;
+        }
+        for pending in self.reads.iter_mut().flatten() {
+            if !pending.abandoned && now.nanos.saturating_sub(pending.started_ns) >= READ_DEADLINE_NS {
+                pending.abandoned = true;
+                self.stats.read_timeouts += 1;
+                out.push(ReadDone { token: pending.token, item: None });
+            }
+        }
+    }
+
+    /// True while a write has been on the device for `READ_DEADLINE_NS` or more (it stalls).
+    pub(super) fn device_late(&self, now: Now) -> bool {
+        let late = |started: u64| now.nanos.saturating_sub(started) >= READ_DEADLINE_NS;
+        self.bufs.iter().any(|buf| buf.write.is_some_and(|write| late(write.started_ns)))
+    }
+
+    /// What a lookup that finds every read slot taken gets: Busy (ask again soon), or a miss
+    /// while reads the device never finished hold slots (asking again would not help).
+    pub(super) fn no_read_slot(&mut self) -> Lookup {
+        if self.reads.iter().flatten().any(|pending| pending.abandoned) {
+            self.stats.read_timeouts += 1;
+            return Lookup::Miss;
+        }
+        Lookup::Busy
+    }
+
     /// True from a segment's give-up until a write reaches the device again.
     pub(super) fn writes_failing(&self) -> bool {
         self.degraded.until_ns.is_some()
@@ -132,14 +188,16 @@ impl FlashStore {
         }
     }
 
-    /// When the earliest failed write (or watermark write) is due to be tried again, if one
-    /// waits (the store's clock, ns).
+    /// When the earliest failed write (or watermark write) is due to be tried again, or the
+    /// earliest lookup's deadline ends, if one waits (the store's clock, ns).
     pub fn next_retry_ns(&self) -> Option<u64> {
         // A watermark write goes when a retirement asks for it: only a pause still running waits.
         let retry = self.watermark_retry;
         let watermark =
             (retry.failures > 0 && retry.not_before_ns > self.last_now.nanos).then_some(retry.not_before_ns);
-        self.bufs.iter().filter_map(|buf| buf.retry_at).chain(watermark).min()
+        // A lookup still waiting for the device ends at its deadline.
+        let reads = self.reads.iter().flatten().filter(|p| !p.abandoned).map(|p| p.started_ns + READ_DEADLINE_NS);
+        self.bufs.iter().filter_map(|buf| buf.retry_at).chain(watermark).chain(reads).min()
     }
 
     /// Whether a failed write waits for its retry.

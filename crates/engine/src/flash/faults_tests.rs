@@ -90,3 +90,42 @@ fn comes_back_after_failing_writes(cfg: FlashConfig) {
     });
     assert!(served.count() > 40, "the tier serves again");
 }
+
+/// A device that stalls (nothing completes): every lookup is answered within the deadline (a
+/// miss), lookups while the stalled reads hold every slot are misses at once, a close returns
+/// within its bound, and reads finishing after the deadline answer no one.
+#[test]
+fn a_stalled_device_answers_lookups_as_misses_after_the_deadline_and_a_close_returns() {
+    for cfg in configs() {
+        let mut h = Harness::with(cfg, 11, Faults::default());
+        churn(&mut h, 0, 60, 5);
+        h.disk.stall(true);
+        let mut waiting = Vec::new();
+        for k in 0..60 {
+            if let Some(token) = h.lookup(k) {
+                waiting.push(token);
+            }
+        }
+        assert!(!waiting.is_empty(), "no lookup went to the device");
+        h.now.nanos += faults::READ_DEADLINE_NS;
+        let mut done = Vec::new();
+        let now = h.now;
+        h.store().poll(now, &mut done);
+        let answered: Vec<u64> = done.iter().map(|d| d.token).collect();
+        assert!(waiting.iter().all(|t| answered.contains(t)), "a lookup waits past the deadline");
+        assert!(done.iter().all(|d| d.item.is_none()), "answered past the deadline: misses");
+        h.pending.clear();
+        assert!(h.store().stats().read_timeouts >= waiting.len() as u64);
+        // The stalled reads' ends answer no one.
+        h.disk.stall(false);
+        let mut late = Vec::new();
+        for _ in 0..50 {
+            h.store().poll(now, &mut late);
+        }
+        assert!(late.iter().all(|d| !answered.contains(&d.token)), "a read answered twice");
+        h.disk.stall(true);
+        churn(&mut h, 0, 10, 1);
+        let closed = close_within_bound(&mut h);
+        assert!(closed.is_err(), "a close on a stalled device cannot finish");
+    }
+}

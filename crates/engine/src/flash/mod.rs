@@ -133,11 +133,28 @@ struct PendingRead {
     reads: u32,
     /// The sets index: the set read and the version it must still have.
     set: Option<(u32, u16)>,
+    /// When its slot was taken (the store's clock, ns), for `faults::READ_DEADLINE_NS`.
+    started_ns: u64,
+    /// Answered as a miss after the deadline: its I/O still owns the slot, and its end answers
+    /// no one.
+    abandoned: bool,
 }
 
 impl PendingRead {
     fn new(token: u64, hash: KeyHash, key: &[u8]) -> PendingRead {
-        PendingRead { token, hash, key: key.to_vec(), entry: Entry(0), below: None, map: None, reads: 0, set: None }
+        let key = key.to_vec();
+        PendingRead {
+            token,
+            hash,
+            key,
+            entry: Entry(0),
+            below: None,
+            map: None,
+            reads: 0,
+            set: None,
+            started_ns: 0,
+            abandoned: false,
+        }
     }
 }
 
@@ -445,6 +462,7 @@ impl FlashStore {
 
     /// Looks `key` up; a `Pending` answer arrives from `poll` under `token`.
     pub fn lookup(&mut self, hash: KeyHash, key: &[u8], token: u64, now: Now) -> Lookup {
+        self.last_now = now;
         self.stats.lookups += 1;
         let entry = match self.index.find(hash) {
             Some(e) if Self::valid(&self.slots, e) => e,
@@ -525,10 +543,13 @@ impl FlashStore {
         let pending = self.reads[i].take().expect("a lookup");
         self.free_reads.push(i);
         self.count_outcome(0, false, pending.reads);
-        out.push(ReadDone { token: pending.token, item: None });
+        if !pending.abandoned {
+            out.push(ReadDone { token: pending.token, item: None });
+        }
     }
 
-    fn take_read_slot(&mut self, pending: PendingRead) -> Option<usize> {
+    fn take_read_slot(&mut self, mut pending: PendingRead) -> Option<usize> {
+        pending.started_ns = self.last_now.nanos;
         if self.reads.len() - self.free_reads.len() >= self.cfg.max_reads as usize {
             self.stats.read_busy += 1;
             return None;
@@ -552,12 +573,12 @@ impl FlashStore {
                 self.bufs[b].waiters.push(i);
                 Lookup::Pending
             }
-            None => Lookup::Busy,
+            None => self.no_read_slot(),
         }
     }
 
     fn read(&mut self, pending: PendingRead) -> Lookup {
-        let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+        let Some(i) = self.take_read_slot(pending) else { return self.no_read_slot() };
         self.submit_data_read(i);
         Lookup::Pending
     }
@@ -634,7 +655,9 @@ impl FlashStore {
             self.promote(&pending);
         }
         self.count_outcome(pending.below.map_or(1, |b| b.tier), item.is_some(), pending.reads);
-        out.push(ReadDone { token: pending.token, item });
+        if !pending.abandoned {
+            out.push(ReadDone { token: pending.token, item });
+        }
     }
 
     /// Consumes finished I/O, writes a buffer that waited too long, runs GC; finished lookups
@@ -663,6 +686,7 @@ impl FlashStore {
         self.completions = completions;
         self.tick(now);
         self.io.flush();
+        self.abandon_late_reads(now, out);
     }
 
     /// Blocks until at least one request finishes (if any is in flight), then polls. A caller

@@ -60,6 +60,8 @@ pub(super) struct WriteBuf {
     pub in_use: bool,
     /// The ticket the next write of this buffer reports, once a mark asked for one.
     pub open_ticket: Option<u64>,
+    /// When that ticket was handed out (the store's clock, ns).
+    pub open_ticket_ns: u64,
     /// Groups of marks appended since the last write, and of those in the write in flight.
     pub marks_unwritten: Vec<u64>,
     pub marks_in_flight: Vec<u64>,
@@ -74,7 +76,12 @@ pub(super) struct WriteBuf {
 pub(super) struct BufWrite {
     pub end: usize,
     pub last: bool,
+    /// The ticket its end reports (None once reported failed for taking too long).
     pub ticket: Option<u64>,
+    /// When it went to the device (the store's clock, ns).
+    pub started_ns: u64,
+    /// When its ticket was handed out: a change waits from then.
+    pub ticket_ns: u64,
 }
 
 impl WriteBuf {
@@ -90,6 +97,7 @@ impl WriteBuf {
             seal_pending: false,
             in_use: false,
             open_ticket: None,
+            open_ticket_ns: 0,
             marks_unwritten: Vec::new(),
             marks_in_flight: Vec::new(),
             failures: 0,
@@ -188,6 +196,7 @@ impl FlashStore {
             Some(ticket) => ticket,
             None => {
                 self.durable.tickets += 1;
+                self.bufs[b].open_ticket_ns = now.nanos;
                 self.durable.tickets
             }
         };
@@ -351,7 +360,8 @@ impl FlashStore {
         buf.used = end;
         buf.marks_in_flight.append(&mut buf.marks_unwritten);
         let ticket = buf.open_ticket.take();
-        buf.write = Some(BufWrite { end, last, ticket });
+        let (started_ns, ticket_ns) = (self.last_now.nanos, buf.open_ticket_ns);
+        buf.write = Some(BufWrite { end, last, ticket, started_ns, ticket_ns });
         let slot = buf.slot;
         let (op_buf, at) = match copy {
             _ if start == end => (AlignedBuf::new(0), 0),

@@ -60,6 +60,9 @@ pub struct FlashStats {
     pub degraded: u64,
     /// Items kept out meanwhile.
     pub rejected_degraded: u64,
+    /// Lookups answered as misses after waiting `faults::READ_DEADLINE_NS` for the device (or
+    /// finding every read slot held by such reads).
+    pub read_timeouts: u64,
     /// Segments reclaimed by GC.
     pub reclaims: u64,
     /// Segment reads for GC.

@@ -157,10 +157,11 @@ impl Harness {
             self.store().wait(now, &mut done);
             self.absorb(done);
             // The owner's clock moves while it waits: a failed write is tried again after its
-            // pause (`faults`).
-            self.now.nanos += 1_000_000;
+            // pause, a stalled one's ticket fails after the deadline (`faults`).
+            self.now.nanos += 3_000_000;
         }
-        panic!("an invalidation never reached the device");
+        let now = self.now;
+        panic!("an invalidation never reached the device: {now:?} {:?}", self.store().stats());
     }
 
     pub(super) fn insert(&mut self, k: u32, len: usize, ttl: Option<u8>) {
@@ -239,6 +240,9 @@ impl Harness {
             let now = self.now;
             self.store().wait(now, &mut done);
             hits.extend(self.absorb(done));
+            // The clock moves while the owner waits (a stalled device's lookups end as misses
+            // after `faults::READ_DEADLINE_NS`).
+            self.now.nanos += 1_000_000;
         }
         hits
     }

@@ -167,7 +167,7 @@ impl FlashStore {
                     .map(|c| if let Cand::Known(m, _) = c { Found::Yes(*m) } else { Found::Unread })
                     .collect();
                 pending.map = Some(Box::new(MapRead { cands, found, left: 0, stream, version }));
-                let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+                let Some(i) = self.take_read_slot(pending) else { return self.no_read_slot() };
                 // The newest candidate is first, and a probe yields at least one to read.
                 self.read_candidates(i, 1);
                 Lookup::Pending

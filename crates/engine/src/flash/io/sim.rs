@@ -77,6 +77,8 @@ struct Disk {
     faults: Faults,
     /// Every write fails with EIO (a device whose writes fail for good, or for a while).
     fail_writes: bool,
+    /// Nothing completes (a stalled device): requests wait until this is lifted.
+    stalled: bool,
     counters: SimCounters,
 }
 
@@ -96,6 +98,7 @@ impl SimDisk {
             rng: SimRng::new(seed),
             faults: Faults::default(),
             fail_writes: false,
+            stalled: false,
             counters: SimCounters::default(),
         };
         SimDisk(Arc::new(Mutex::new(disk)))
@@ -123,6 +126,11 @@ impl SimDisk {
     /// Every write fails (true) or none does on purpose (false) from now on; reads still work.
     pub fn fail_writes(&self, fail: bool) {
         self.lock().fail_writes = fail;
+    }
+
+    /// Stalls the device (true: nothing completes) or lets it go on (false).
+    pub fn stall(&self, stalled: bool) {
+        self.lock().stalled = stalled;
     }
 
     /// What it has done so far.
@@ -196,6 +204,9 @@ impl Disk {
 
     /// Completes a random one of device `id`'s pending requests, if it has any.
     fn complete_one(&mut self, id: u64) -> Option<Completion> {
+        if self.stalled {
+            return None;
+        }
         let mine = self.pending.iter().filter(|(d, _)| *d == id).count();
         if mine == 0 {
             return None;
@@ -259,7 +270,7 @@ impl IoEngine for SimDevice {
         let mut disk = self.disk.lock();
         // Some of what is pending finishes, in a random order: completions arrive out of order.
         let n = disk.pending.iter().filter(|(d, _)| *d == self.id).count();
-        let finished = if n == 0 { 0 } else { disk.rng.below(n as u64 + 1) as usize };
+        let finished = if n == 0 || disk.stalled { 0 } else { disk.rng.below(n as u64 + 1) as usize };
         for _ in 0..finished {
             out.extend(disk.complete_one(self.id));
         }

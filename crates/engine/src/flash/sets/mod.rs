@@ -327,7 +327,7 @@ impl FlashStore {
         let mut pending = PendingRead::new(token, hash, key);
         pending.set = Some((s, sets.version(s)));
         pending.reads = 1;
-        let Some(i) = self.take_read_slot(pending) else { return Lookup::Busy };
+        let Some(i) = self.take_read_slot(pending) else { return self.no_read_slot() };
         let buf = self.page_pool.pop().unwrap_or_else(|| AlignedBuf::new(PAGE));
         self.io.submit(IoOp { kind: IoKind::Read, offset, buf, len: PAGE, at: 0, token: TOKEN_SET_READ | i as u64 });
         if self.submit_at_once {
@@ -355,7 +355,9 @@ impl FlashStore {
             sets.stats.misses += 1;
             sets.stats.reads_miss += 1;
         }
-        out.push(ReadDone { token: pending.token, item });
+        if !pending.abandoned {
+            out.push(ReadDone { token: pending.token, item });
+        }
     }
 
     /// The key's current item in the page read for `p`, if it is there; misses are counted.
