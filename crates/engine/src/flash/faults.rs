@@ -11,6 +11,7 @@
 
 use super::ring::SlotState;
 use super::{FlashStore, Lookup, Now, ReadDone};
+use crate::hash::KeyHash;
 
 /// A lookup that waited this long for the device (a stalled device: its read, or the write it
 /// waits for, never ends) is answered as a miss; its I/O keeps its slot until it ends.
@@ -212,6 +213,20 @@ impl FlashStore {
             self.active = None;
         }
         let slot = self.bufs[b].slot;
+        // A write reported failed may still have reached the device: its records must not come
+        // back after a crash once their keys change, so each key's group stays pending until a
+        // mark for it is written (a change of such a key waits for that mark, as for any key
+        // with a flash copy, and is refused while writes fail).
+        let mut groups = Vec::new();
+        if let Some(data) = self.bufs[b].data.as_ref() {
+            let (seed, used) = (self.slots[slot as usize].seq, self.bufs[b].used.min(data.len()));
+            super::gc::walk_items(&data[..used], seed, |_, item| groups.push(self.group(KeyHash::of(item.key))));
+        }
+        groups.sort_unstable();
+        groups.dedup();
+        for group in groups {
+            self.defer_drop(group);
+        }
         self.kill_slot(slot);
         // A dead segment, retired from the tail like any other (nothing in it is read again).
         if self.slots[slot as usize].state == SlotState::Buffer(b) {
