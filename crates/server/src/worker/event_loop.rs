@@ -270,7 +270,8 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             || !inbox.is_empty()
             || worker.udp_again.contains(&true)
             || worker.flash_waiting();
-        let waits = (worker.idle_limit(), if busy { Duration::ZERO } else { worker.flash_poll() });
+        // Only a worker about to wait asks how long (it scans the flash tier's pending reads).
+        let waits = if busy { (Duration::ZERO, Duration::ZERO) } else { (worker.idle_limit(), worker.flash_poll()) };
         // Nothing below uses the partition until the poll returns: a worker must never sleep,
         // yield or wait for its CPU while other workers wait for its lock.
         worker.core.partition.release();
