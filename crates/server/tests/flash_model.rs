@@ -127,8 +127,8 @@ fn the_cascade_index_serves_the_last_acknowledged_value_across_clean_restarts() 
     model_rounds("cascade", &["--flash-index", "cascade", "--flash-test-index-kib", "16", "--flash-size", "64m"]);
 }
 
-/// The same with the sets index: values of 500-2500 bytes, so about a fifth go to sets (up to
-/// 1 KiB with their header) and the rest stay in its log, given half the file here.
+/// The same with the sets index: values of 500-2500 bytes, which pass through its log (half
+/// the file here) into the sets (a page holds up to 4,040 bytes of items with their headers).
 #[test]
 fn the_sets_index_serves_the_last_acknowledged_value_across_clean_restarts() {
     model_rounds("sets", &["--flash-index", "sets", "--flash-sets-log-percent", "50", "--flash-size", "64m"]);

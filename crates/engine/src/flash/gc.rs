@@ -34,8 +34,13 @@ impl Gc {
 
 impl FlashStore {
     /// Free slots below this start a reclaim.
-    fn reclaim_mark(&self) -> u32 {
+    pub(super) fn reclaim_mark(&self) -> u32 {
         self.cfg.write_buffers + 1
+    }
+
+    /// Free slots are low, or the sets index's log holds more than its index's share.
+    pub(super) fn reclaim_wanted(&self) -> bool {
+        self.layout.slots - self.used_slots < self.reclaim_mark() || self.log_load() >= super::ring::RECLAIM_EIGHTHS
     }
 
     /// Starts reclaiming the tail if free slots are low (or the sets index's log is over its
@@ -43,11 +48,14 @@ impl FlashStore {
     /// into it, else reads it back. One retirement at a time: the slot is freed when its
     /// watermark is on the device (`durable`).
     pub(super) fn maybe_reclaim(&mut self) {
-        if self.gc.paused || self.gc.reading.is_some() || self.used_slots == 0 || self.durable.retiring.is_some() {
-            return;
+        if self.reclaim_wanted() {
+            self.reclaim_tail();
         }
-        if self.layout.slots - self.used_slots >= self.reclaim_mark() && self.log_load() < super::ring::RECLAIM_EIGHTHS
-        {
+    }
+
+    /// Starts reclaiming the tail segment (wanted or not) unless a reclaim is under way.
+    pub(super) fn reclaim_tail(&mut self) {
+        if self.gc.paused || self.gc.reading.is_some() || self.used_slots == 0 || self.durable.retiring.is_some() {
             return;
         }
         let tail = self.tail();

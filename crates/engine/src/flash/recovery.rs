@@ -48,6 +48,11 @@ pub struct Closed {
     /// page written so far may be adopted after a crash: the next clean start serves everything
     /// from the snapshot, but a crash in that run recovers none of it.
     pub crash_unsafe: bool,
+    /// Items the close could not keep (the sets index: too large for a set, not hit, and the
+    /// log needed their room for the DRAM items written out).
+    pub dropped: u64,
+    /// The largest item a set holds (key, value and header bytes; 0 without the sets index).
+    pub set_item_limit: u32,
 }
 
 /// What open found.
@@ -622,11 +627,33 @@ impl FlashStore {
         true
     }
 
+    /// The sets index: the close leaves its log below the level that starts a reclaim, so the
+    /// next run does not begin with reclaims that drop small items below the threshold (those
+    /// run now, while a close moves every small item into its set).
+    fn ease_sets_log(&mut self, now: Now) {
+        if self.sets.is_none() {
+            return;
+        }
+        // What the close still writes (the active buffer sealed, the marks) takes slots too.
+        let margin = self.cfg.write_buffers + 1;
+        for _ in 0..self.layout.slots {
+            let low = self.layout.slots - self.used_slots < self.reclaim_mark() + margin;
+            if !(low || self.reclaim_wanted()) || self.stuck() {
+                return;
+            }
+            let used = self.used_slots;
+            self.reclaim_for_close(now);
+            if self.used_slots >= used {
+                return;
+            }
+        }
+    }
+
     /// At close, with the log full: lets GC reclaim (it is paused while draining) until it
     /// stops, every request done and what GC rewrote sealed. Whether a slot is free now.
     fn reclaim_for_close(&mut self, now: Now) -> bool {
         self.gc.paused = false;
-        self.maybe_reclaim();
+        self.reclaim_tail();
         self.settle_all(now);
         self.gc.paused = true;
         self.used_slots < self.layout.slots
@@ -641,6 +668,7 @@ impl FlashStore {
             let what = "waiting for the device to finish its requests";
             return Err(StoreError::Device(DeviceError { what, errno: libc::ETIMEDOUT }));
         }
+        self.ease_sets_log(now);
         let marks_written = self.write_down_drops(now);
         fn errno(what: &'static str) -> impl Fn(i32) -> StoreError {
             move |errno| StoreError::Device(DeviceError { what, errno })
@@ -648,6 +676,8 @@ impl FlashStore {
         let (bytes, checksum) = self.save_snapshot().map_err(errno("writing the index snapshot"))?;
         self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map_err(errno("syncing the flash file"))?;
         self.write_superblock(STATE_CLEAN, bytes, checksum).map_err(errno("writing the clean superblock"))?;
-        Ok(Closed { crash_unsafe: !marks_written })
+        let dropped = self.sets.as_deref().map_or(0, |s| s.stats.close_drops);
+        let set_item_limit = self.layout.sets.map_or(0, |s| s.max_item_bytes);
+        Ok(Closed { crash_unsafe: !marks_written, dropped, set_item_limit })
     }
 }

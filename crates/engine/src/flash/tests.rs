@@ -165,6 +165,16 @@ impl Harness {
     }
 
     pub(super) fn insert(&mut self, k: u32, len: usize, ttl: Option<u8>) {
+        self.insert_with(k, len, ttl, 4, false);
+    }
+
+    /// Writes an item as a clean stop writes DRAM items out: past the admission policy, waiting
+    /// for a buffer as long as the server's close does.
+    pub(super) fn spill(&mut self, k: u32, len: usize) {
+        self.insert_with(k, len, None, 1000, true);
+    }
+
+    fn insert_with(&mut self, k: u32, len: usize, ttl: Option<u8>, tries: usize, always: bool) {
         if !self.invalidate_first(k) {
             return;
         }
@@ -174,9 +184,9 @@ impl Harness {
         let meta = ItemMeta { flags: k, expiry, cas: self.version, state: (k % 3) as u8 * 0x20 };
         let mut outcome = InsertOutcome::Busy;
         // Busy means every buffer is full or being written: wait for a write, as a caller would.
-        for _ in 0..4 {
+        for _ in 0..tries {
             let now = self.now;
-            outcome = self.store().insert(KeyHash::of(&key), &key, &value, meta, now);
+            outcome = self.store().insert_admitted(KeyHash::of(&key), &key, &value, meta, now, always);
             if outcome != InsertOutcome::Busy {
                 break;
             }

@@ -221,7 +221,7 @@ pub(crate) struct Config {
     #[arg(long = "flash-index-mib", value_name = "MIB", help_heading = "Flash")]
     pub flash_index_mib: Option<u64>,
     /// The sets index: percent of the flash file its log takes (small items pass through it
-    /// into the sets; items over 1 KiB live there) [default: 5].
+    /// into the sets; items too large for a 4 KiB set live there) [default: 5].
     #[arg(long = "flash-sets-log-percent", value_name = "PERCENT", help_heading = "Flash")]
     pub flash_sets_log_percent: Option<u32>,
     /// The key + value bytes of a typical item: the flash tier sizes its DRAM index (and the

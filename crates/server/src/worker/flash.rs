@@ -120,6 +120,14 @@ impl Worker {
         match tier.close_flash() {
             Ok(closed) => {
                 eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis());
+                if closed.dropped > 0 {
+                    eprintln!(
+                        "tierkv: flash partition {id}: {} items over {} bytes could not be kept: the sets index \
+                         keeps items too large for a set only in its log (--flash-sets-log-percent), which the \
+                         close needed for the items in DRAM",
+                        closed.dropped, closed.set_item_limit
+                    );
+                }
                 if closed.crash_unsafe {
                     eprintln!(
                         "tierkv: flash partition {id}: the marks of items its index dropped could not be written \

@@ -40,7 +40,9 @@ impl Default for SetsConfig {
         SetsConfig {
             log_percent: 5,
             threshold: 2,
-            max_item_bytes: 1024,
+            // Anything a page holds: a log of 5% cannot keep a workload's items of 1-4 KiB
+            // (they would be dropped at every reclaim, and a clean close would lose them).
+            max_item_bytes: (PAGE - SET_HEADER) as u32,
             bloom_bits: 3,
             max_moves: 64,
             log_pressure: true,

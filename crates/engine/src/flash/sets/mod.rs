@@ -7,7 +7,9 @@
 //! that at least `threshold` log items are bound for gets them all in one page write (`moves.rs`);
 //! below it, items hit while in the log are written to the log again and the rest are dropped,
 //! unless the set may hold an older copy of the key (then the item is written to the set).
-//! Large items stay in the log (the full index's rules).
+//! While a clean close writes the DRAM items out, every small item goes to its set whatever
+//! the threshold (a warm restart keeps what was served). Items too large for a set (over a
+//! page less its header) stay in the log (the full index's rules).
 //!
 //! Never stale: a log entry shadows its set; a key whose newest state left the log while its set
 //! may hold an older copy keeps a tombstone entry in the log index (`bury`); a tombstone the
@@ -78,6 +80,9 @@ pub struct SetsStats {
     pub threshold_drops: u64,
     /// Items written to the log again at a reclaim (hit while there).
     pub readmitted: u64,
+    /// Items a clean close could not keep: too large for a set, not hit, reclaimed from the
+    /// log to make room for the DRAM items the close writes (`Closed::dropped`).
+    pub close_drops: u64,
     /// Items RRIP evicted from sets.
     pub rrip_evictions: u64,
     /// Tombstones put in the log index.

@@ -129,6 +129,9 @@ impl FlashStore {
             let expired = is_expired(item.meta.expiry, now.unix);
             if expired || !small {
                 if expired || !(entry.hit() && self.readmit(hash, item.key, item.value, item.meta, item.bytes, now)) {
+                    if !expired && self.close_by.is_some() {
+                        self.sets.as_deref_mut().expect("the sets index").stats.close_drops += 1;
+                    }
                     self.drop_log(hash);
                 } else if let Some(sets) = self.sets.as_deref().filter(|s| s.on_flash(self.fingerprint(hash))) {
                     // Its set may hold an older copy: purged before this segment is retired (a
@@ -210,8 +213,12 @@ impl FlashStore {
                     && sets.set_of((bucket, e.tag())) == s
             })
             .collect();
-        let threshold = sets.geo.threshold as usize;
-        let (go, stay): (Vec<Moving>, Vec<Moving>) = if force || items.len() + others.len() >= threshold {
+        // A clean close moves every small item: a warm restart serves what was served before it.
+        let threshold = if self.close_by.is_some() { 1 } else { sets.geo.threshold as usize };
+        // A page write carrying a quarter page is worth it whatever the count (large items).
+        let carried: usize = items.iter().map(|m| set_item_bytes(m.item.key.len(), m.item.value.len())).sum();
+        let worth = items.len() + others.len() >= threshold || carried >= PAGE / 4;
+        let (go, stay): (Vec<Moving>, Vec<Moving>) = if force || worth {
             (items, Vec::new())
         } else {
             // Below the threshold an item goes to its set anyway if the set may hold an older
@@ -231,7 +238,7 @@ impl FlashStore {
             return;
         }
         let sets = self.sets.as_deref_mut().expect("the sets index");
-        if !force && go.len() + others.len() < threshold {
+        if !force && !worth {
             sets.stats.shadow_moves += go.len() as u64;
         }
         for m in &go {
