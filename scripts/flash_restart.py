@@ -88,13 +88,13 @@ def stats(port):
 
 
 def damage_snapshot(path):
-    """Flips bytes in the first partition's index snapshot (page 2 onward of its region)."""
+    """Flips bytes in the first partition's index snapshot (after the file header page and the region's two superblock pages)."""
     with open(path, "r+b") as f:
-        f.seek(2 * 4096 + 100)
+        f.seek(3 * 4096 + 100)
         chunk = bytearray(f.read(64))
         for j in range(len(chunk)):
             chunk[j] ^= 0x5A
-        f.seek(2 * 4096 + 100)
+        f.seek(3 * 4096 + 100)
         f.write(chunk)
 
 

@@ -103,8 +103,10 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_degraded_partitions",
     "flash_rejected_degraded",
     "flash_read_timeouts",
+    // Clean starts whose index snapshot was damaged: the segments were recovered instead.
+    "flash_snapshot_fallbacks",
 ];
-pub(crate) const FIGURES: usize = 82;
+pub(crate) const FIGURES: usize = 83;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
@@ -202,6 +204,7 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.degraded,
         s.rejected_degraded,
         s.read_timeouts,
+        s.snapshot_fallbacks,
     ]
 }
 

@@ -269,7 +269,8 @@ impl FlashStore {
         self.pump_mapping_io(now, true);
         self.bury_killed(sets);
         self.stats.recovered_segments = found.segments.len() as u64;
-        self.stats.recovered_items = adopted.len() as u64;
+        // What is served back: the records the index kept and (sets index) the set pages' items.
+        self.stats.recovered_items = self.stats().items;
         Ok(adopted.len() as u64)
     }
 }

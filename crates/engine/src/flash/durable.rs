@@ -46,6 +46,8 @@ pub(super) struct Durable {
     pub retiring: Option<u32>,
     /// The generation of the last superblock written.
     pub sb_generation: u64,
+    /// A clean close wrote every drop mark (its superblock says so: `MARKS_WRITTEN`).
+    pub marks_written: bool,
     /// Keys whose invalidation waits for its write (ticket, key, sequence number of the segment the mark is in): their index entries go the
     /// moment it is done, before anything else (GC) could copy them past the mark.
     pub invalidated: Vec<(u64, KeyHash, u64)>,

@@ -28,7 +28,9 @@
 //!  16 partition u32 | 20 partitions u32 | 24 region_bytes u64 | 32 segment_bytes u32
 //!  36 buckets u32 | 40 epoch u64 | 48 last_seq u64 | 56 snapshot_bytes u64
 //!  64 snapshot_checksum u64 | 72 last_cas u64 | 80 flush_at u32 (Unix seconds of a pending
-//!  delayed flush_all, 0 = none) | 84 zero u32 | 88 identity u64 (the file's, see above)
+//!  delayed flush_all, 0 = none) | 84 flags u32 (`MARKS_WRITTEN`: the clean close wrote every
+//!  drop mark, so recovery from the segments may stand in for a damaged snapshot; zero in
+//!  superblocks written before it) | 88 identity u64 (the file's, see above)
 //!  96 watermark u64 (the lowest segment sequence number still valid) | 104 generation u64
 //!  112 record_seq u64 (the last record sequence number handed out) | 120 checksum u64 (xxh3
 //!  of bytes 0..120) | 128 sets_floor_seq u64 | 136 sets_floor_epoch u64 (the sets index: set
@@ -144,6 +146,8 @@ pub(super) struct Superblock {
     pub snapshot_checksum: u64,
     pub last_cas: u64,
     pub flush_at: u32,
+    /// `MARKS_WRITTEN` or 0.
+    pub flags: u32,
     /// The file identity the region was written under.
     pub identity: u64,
     /// The lowest segment sequence number still valid (raised when the region starts empty).
@@ -159,6 +163,11 @@ pub(super) struct Superblock {
     /// empty since).
     pub sets_floor_epoch: u64,
 }
+
+/// `Superblock::flags`: the clean close that wrote this superblock first wrote the marks of
+/// every item its index dropped, so the records on the device bring back no deleted or
+/// overwritten item: recovery from the segments is as safe as after a crash.
+pub(super) const MARKS_WRITTEN: u32 = 1;
 
 impl Superblock {
     pub(super) fn encode(&self, out: &mut [u8]) {
@@ -177,6 +186,7 @@ impl Superblock {
         put64(out, 64, self.snapshot_checksum);
         put64(out, 72, self.last_cas);
         put32(out, 80, self.flush_at);
+        put32(out, 84, self.flags);
         put64(out, 88, self.identity);
         put64(out, 96, self.watermark);
         put64(out, 104, self.generation);
@@ -219,6 +229,7 @@ impl Superblock {
             snapshot_checksum: u64_at(page, 64),
             last_cas: u64_at(page, 72),
             flush_at: u32_at(page, 80),
+            flags: u32_at(page, 84),
             identity: u64_at(page, 88),
             watermark: u64_at(page, 96),
             generation: u64_at(page, 104),
@@ -578,6 +589,7 @@ mod tests {
             snapshot_checksum: 55,
             last_cas: 99,
             flush_at: 1_900_000_000,
+            flags: MARKS_WRITTEN,
             identity: 0xDEAD_BEEF,
             watermark: 77 << 32,
             generation: 12,

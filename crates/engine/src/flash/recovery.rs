@@ -21,7 +21,8 @@ use super::admission::admission_for;
 use super::index::FlashIndex;
 use super::io::{AlignedBuf, IoEngine, IoKind, IoOp};
 use super::layout::{
-    SegmentHeader, SnapshotHeader, Superblock, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN, SUPERBLOCK_PAGES,
+    SegmentHeader, SnapshotHeader, Superblock, MARKS_WRITTEN, PAGE, SLOT_RECORD, STATE_CLEAN, STATE_OPEN,
+    SUPERBLOCK_PAGES,
 };
 use super::ring::{Slot, SlotState, WriteBuf};
 use super::{gc, FlashConfig, FlashStats, FlashStore, Now, RegionLayout, TOKEN_META};
@@ -110,7 +111,7 @@ impl FlashStore {
                 Ok(()) => (true, "restored".to_string()),
                 Err(why) => {
                     store.reset();
-                    (false, why.to_string())
+                    store.open_without_snapshot(sb, why, now)
                 }
             },
         };
@@ -151,6 +152,18 @@ impl FlashStore {
         }
         let report = OpenReport { restored, items: store.stats().items, epoch: store.epoch, reason };
         Ok((store, report))
+    }
+
+    /// A clean close whose snapshot cannot be used (damaged, unreadable): recovery from the
+    /// segments as after a crash, if that close wrote every drop mark (`MARKS_WRITTEN`: no
+    /// deleted or overwritten item can come back), else an empty start.
+    fn open_without_snapshot(&mut self, sb: &Superblock, why: RecoveryError, now: Now) -> (bool, String) {
+        if sb.flags & MARKS_WRITTEN == 0 {
+            return (false, why.to_string());
+        }
+        self.stats.snapshot_fallbacks += 1;
+        let (restored, how) = self.open_after_crash(sb, now);
+        (restored, format!("{why}; {}", how.replace(" after a crash", " instead")))
     }
 
     /// Open's way after a run that did not close: the segments (and set pages) are read back.
@@ -259,6 +272,7 @@ impl FlashStore {
             snapshot_checksum,
             last_cas: self.max_cas,
             flush_at: self.flush_at,
+            flags: if state == STATE_CLEAN && self.durable.marks_written { MARKS_WRITTEN } else { 0 },
             identity: self.cfg.identity,
             // A retirement in flight: its watermark already (a superblock written meanwhile
             // must not carry an older one past the slot's freeing).
@@ -673,6 +687,7 @@ impl FlashStore {
         fn errno(what: &'static str) -> impl Fn(i32) -> StoreError {
             move |errno| StoreError::Device(DeviceError { what, errno })
         }
+        self.durable.marks_written = marks_written;
         let (bytes, checksum) = self.save_snapshot().map_err(errno("writing the index snapshot"))?;
         self.sync_io(IoKind::Sync, 0, AlignedBuf::new(0), 0).1.map_err(errno("syncing the flash file"))?;
         self.write_superblock(STATE_CLEAN, bytes, checksum).map_err(errno("writing the clean superblock"))?;

@@ -91,8 +91,11 @@ pub struct FlashStats {
     pub watermark_writes: u64,
     /// Crash recovery: segments scanned and items adopted.
     pub recovered_segments: u64,
-    /// Items recovered from the segments after a crash.
+    /// Items recovered after a crash (or a damaged snapshot): the records the index kept and
+    /// the set pages' items, as `items` counts them.
     pub recovered_items: u64,
+    /// Clean opens whose snapshot was damaged and whose segments were recovered instead.
+    pub snapshot_fallbacks: u64,
 }
 
 /// Every heap byte the store holds, by structure.

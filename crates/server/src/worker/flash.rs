@@ -48,10 +48,13 @@ pub(super) fn attach(
         eprintln!("tierkv: --flash-io: {note}");
     }
     if report.restored {
-        let how = match report.reason.strip_prefix("recovered") {
-            Some(r) if r.contains("set pages") => " (after a crash, from the segments and the set pages)",
-            Some(_) => " (after a crash, from the segments)",
-            None => "",
+        let how = match (report.reason.strip_prefix("recovered"), report.reason.split_once("; recovered")) {
+            (_, Some((why, _))) => {
+                format!(" (its index snapshot could not be used: {why}; recovered from the segments instead)")
+            }
+            (Some(r), _) if r.contains("set pages") => " (after a crash, from the segments and the set pages)".into(),
+            (Some(_), _) => " (after a crash, from the segments)".into(),
+            (None, _) => String::new(),
         };
         eprintln!(
             "tierkv: flash partition {id}: restored {} items in {} ms{how}",
