@@ -1,5 +1,6 @@
 //! A flash device whose writes fail, under the real server (`--flash-test-fail-writes-while`:
-//! the thread pool fails every write while a file exists): with clients setting, getting and
+//! a fault layer over the I/O engine, io_uring or the thread pool, fails every write while a
+//! file exists): with clients setting, getting and
 //! deleting throughout, every request is answered within the deadline a client would use (a
 //! get of a flash key is a hit with its value or a miss, a change STORED or SERVER_ERROR), new
 //! clients are served, the log and `stats` say the tier is degraded, the tier is used again
@@ -108,13 +109,22 @@ fn degraded_partitions(port: u16) -> u64 {
 }
 
 #[test]
-fn writes_failing_for_good_or_for_a_while_never_leave_a_request_unanswered() {
+fn writes_failing_under_io_uring_never_leave_a_request_unanswered() {
+    writes_failing_for_good_or_for_a_while("uring");
+}
+
+#[test]
+fn writes_failing_under_the_thread_pool_never_leave_a_request_unanswered() {
+    writes_failing_for_good_or_for_a_while("threads");
+}
+
+fn writes_failing_for_good_or_for_a_while(io: &str) {
     let dir = std::env::temp_dir();
-    let flash: PathBuf = dir.join(format!("tierkv-faults-{}.flash", std::process::id()));
-    let switch: PathBuf = dir.join(format!("tierkv-faults-{}.switch", std::process::id()));
+    let flash: PathBuf = dir.join(format!("tierkv-faults-{io}-{}.flash", std::process::id()));
+    let switch: PathBuf = dir.join(format!("tierkv-faults-{io}-{}.switch", std::process::id()));
     let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
     let port = free_port();
-    let extra = ["-c", "300", "--flash-test-fail-writes-while", switch.to_str().unwrap()];
+    let extra = ["-c", "300", "--flash-io", io, "--flash-test-fail-writes-while", switch.to_str().unwrap()];
     let server = start(hybrid_command(port, &flash, &extra, "64m"), port);
     fill(port);
     std::fs::write(&switch, b"").unwrap();
@@ -143,6 +153,6 @@ fn writes_failing_for_good_or_for_a_while_never_leave_a_request_unanswered() {
     std::fs::write(&switch, b"").unwrap();
     load(port, 4, 2);
     let took = stop_within(server, Duration::from_secs(10));
-    eprintln!("stopped in {took:?} with writes failing");
+    eprintln!("{io}: stopped in {took:?} with writes failing");
     let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
 }

@@ -7,7 +7,7 @@
 
 use super::config::{CascadeConfig, FlashConfig, LayoutError, RegionLayout};
 use super::identity::{claim_file, ClaimError};
-use super::io::{engine_for, open_file, threads::ThreadsEngine, FlashIo, IoEngine};
+use super::io::{engine_for, faulty::FaultLayer, open_file, threads::ThreadsEngine, FlashIo};
 use super::recovery::OpenReport;
 use super::{AdmissionPolicy, FlashStore, Now, SetsConfig, StoreError};
 use std::fs::File;
@@ -42,11 +42,11 @@ pub struct TierSettings {
     pub item_bytes: Option<u32>,
     /// Tests only: small mapping blocks and early merges, so they happen constantly.
     pub small_index: bool,
-    /// Tests only: I/O on the thread pool with slower reads or failing writes.
+    /// Tests only: I/O (through either engine) with slower reads or failing writes.
     pub test_io: Option<TestIo>,
 }
 
-/// Tests only: how the thread pool misbehaves.
+/// Tests only: how the I/O engine misbehaves (`io::faulty::FaultLayer`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct TestIo {
     /// Every read this much slower.
@@ -234,14 +234,10 @@ impl TierFile {
     ) -> Result<(FlashStore, OpenReport, Option<String>), OpenError> {
         let mut cfg = FlashConfig::for_partition(settings, partition, partitions);
         cfg.identity = self.identity;
-        let (io, note): (Box<dyn IoEngine>, Option<String>) = match &settings.test_io {
-            Some(test) => {
-                let file = self.file.try_clone().map_err(OpenError::Io)?;
-                let failing = test.fail_writes_while.clone();
-                (Box::new(ThreadsEngine::for_tests(file, 8, test.read_delay, failing)), None)
-            }
-            None => engine_for(settings.io, &self.file, cfg.io_depth()).map_err(OpenError::Io)?,
-        };
+        let (mut io, note) = engine_for(settings.io, &self.file, cfg.io_depth()).map_err(OpenError::Io)?;
+        if let Some(test) = &settings.test_io {
+            io = Box::new(FaultLayer::new(io, test.fail_writes_while.clone(), test.read_delay));
+        }
         let (store, report) = FlashStore::open(io, cfg, now).map_err(|why| OpenError::Region { partition, why })?;
         Ok((store, report, note))
     }

@@ -166,7 +166,6 @@ impl Config {
         }
         let read_delay_ms = self.flash_test_read_delay_ms.unwrap_or(0);
         let fail_writes_while = self.flash_test_fail_writes_while.clone();
-        let io = if read_delay_ms > 0 || fail_writes_while.is_some() { FlashIo::Threads } else { io };
         let item_bytes = match self.flash_item_bytes {
             None => DEFAULT_ITEM_BYTES,
             Some(b) if (1..=MAX_ITEM_BYTES).contains(&b) => b,

@@ -253,10 +253,10 @@ pub(crate) struct Config {
     /// flag above allows, so that tests demote constantly).
     #[arg(long = "flash-test-index-kib", hide = true, help_heading = "Flash")]
     pub flash_test_index_kib: Option<u64>,
-    /// Tests only: flash I/O on the thread pool, every write failing while this file exists.
+    /// Tests only: every flash write fails (with either I/O engine) while this file exists.
     #[arg(long = "flash-test-fail-writes-while", hide = true, help_heading = "Flash")]
     pub flash_test_fail_writes_while: Option<PathBuf>,
-    /// Tests only: flash I/O on the thread pool with every read this many milliseconds slower.
+    /// Tests only: every flash read (with either I/O engine) answered this many milliseconds later.
     #[arg(long = "flash-test-read-delay-ms", hide = true, help_heading = "Flash")]
     pub flash_test_read_delay_ms: Option<u64>,
     /// Tests only: how a worker takes another worker's partition lock (`crcw`): `try` (the

@@ -8,6 +8,7 @@
 //! writing.
 
 pub mod aligned;
+pub mod faulty;
 pub mod sim;
 pub mod threads;
 pub mod uring;
