@@ -156,3 +156,30 @@ fn writes_failing_for_good_or_for_a_while(io: &str) {
     eprintln!("{io}: stopped in {took:?} with writes failing");
     let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
 }
+
+/// A device that answers every read 3 s late (past the 2 s deadline of a flash lookup), under
+/// io_uring through the fault layer: with clients getting flash keys, setting and deleting,
+/// every request is answered within `DEADLINE` (a get of a flash key as a miss at the deadline,
+/// counted in `flash_read_timeouts`, or a hit with its value), and SIGTERM stops the server
+/// within 10 s. The start-up reads the file's header and superblocks through the same slow
+/// device, so the first answer may take several delays.
+#[test]
+fn a_device_answering_reads_late_never_holds_a_request_past_the_deadline() {
+    let flash: PathBuf = std::env::temp_dir().join(format!("tierkv-slow-{}.flash", std::process::id()));
+    let _ = std::fs::remove_file(&flash);
+    let port = free_port();
+    let extra = ["-c", "300", "--flash-io", "uring", "--flash-test-read-delay-ms", "3000"];
+    let server = start(hybrid_command(port, &flash, &extra, "64m"), port);
+    let (mut out, mut reader) = connect(port);
+    reader.get_ref().set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    out.write_all(b"version\r\n").unwrap();
+    assert!(line(&mut reader, "version after the slow start").starts_with("VERSION"));
+    fill(port);
+    let answered = load(port, 8, 4);
+    assert!(answered > 0, "nothing answered in 4 s");
+    let timeouts = stat_number(port, "", "flash_read_timeouts");
+    assert!(timeouts > 0, "no flash read outlived the deadline: {}", server.stderr());
+    let took = stop_within(server, Duration::from_secs(10));
+    eprintln!("{answered} requests answered, {timeouts} flash reads past the deadline, stopped in {took:?}");
+    let _ = std::fs::remove_file(&flash);
+}
