@@ -48,6 +48,9 @@ pub(super) struct Durable {
     pub sb_generation: u64,
     /// A clean close wrote every drop mark (its superblock says so: `MARKS_WRITTEN`).
     pub marks_written: bool,
+    /// `--flash-sync`: tickets whose marks are written and whose flush is on the device, with
+    /// when the ticket was opened (a stalled flush reports it failed at the deadline).
+    pub syncing: Vec<(u64, u64)>,
     /// Keys whose invalidation waits for its write (ticket, key, sequence number of the segment the mark is in): their index entries go the
     /// moment it is done, before anything else (GC) could copy them past the mark.
     pub invalidated: Vec<(u64, KeyHash, u64)>,

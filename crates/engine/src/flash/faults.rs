@@ -112,6 +112,14 @@ impl FlashStore {
                 self.ticket_done(ticket, false);
             }
         }
+        // `--flash-sync`: marks written, their flush stalled.
+        while let Some(i) =
+            self.durable.syncing.iter().position(|&(_, since)| now.nanos.saturating_sub(since) >= READ_DEADLINE_NS)
+        {
+            let (ticket, _) = self.durable.syncing.swap_remove(i);
+            self.stats.read_timeouts += 1;
+            self.ticket_done(ticket, false);
+        }
     }
 
     /// Answers as misses the lookups that have waited past `READ_DEADLINE_NS`.
@@ -198,7 +206,12 @@ impl FlashStore {
             (retry.failures > 0 && retry.not_before_ns > self.last_now.nanos).then_some(retry.not_before_ns);
         // A lookup still waiting for the device ends at its deadline.
         let reads = self.reads.iter().flatten().filter(|p| !p.abandoned).map(|p| p.started_ns + READ_DEADLINE_NS);
-        self.bufs.iter().filter_map(|buf| buf.retry_at).chain(watermark).chain(reads).min()
+        // So does a change waiting for its marks' write or flush.
+        let open = self.bufs.iter().filter(|b| b.open_ticket.is_some()).map(|b| b.open_ticket_ns);
+        let writing = self.bufs.iter().filter_map(|b| b.write.filter(|w| w.ticket.is_some()).map(|w| w.ticket_ns));
+        let syncing = self.durable.syncing.iter().map(|&(_, since)| since);
+        let tickets = open.chain(writing).chain(syncing).map(|since| since + READ_DEADLINE_NS);
+        self.bufs.iter().filter_map(|buf| buf.retry_at).chain(watermark).chain(reads).chain(tickets).min()
     }
 
     /// Whether a failed write waits for its retry.

@@ -163,3 +163,39 @@ fn a_damaged_snapshot_falls_back_to_recovery_from_the_segments() {
         assert_eq!(after, before.len(), "index {seed}: {report:?}");
     }
 }
+
+/// `--flash-sync` with a device whose flushes hang (reads and writes go on): a change of a
+/// flash key waits for its marks' write and then its flush; at the deadline its ticket is
+/// reported not written (the change is refused, `SERVER_ERROR`) instead of waiting, and the
+/// flush's late end answers no one. With all three indexes.
+#[test]
+fn a_stalled_flush_reports_the_change_failed_at_the_deadline() {
+    for (seed, cfg) in (0..3).zip(configs()) {
+        let mut h = Harness::with(FlashConfig { sync_commits: true, ..cfg }, seed, Faults::default());
+        churn(&mut h, 0, 40, 4);
+        let k = (0..40).find(|&k| h.store().needs_durable(KeyHash::of(&key(k)))).expect("a key on flash");
+        h.disk.stall_syncs(true);
+        let started = h.now;
+        let ticket = h.store().invalidate(KeyHash::of(&key(k)), started).expect("room for the mark");
+        h.store().commit();
+        let mut reported = None;
+        while reported.is_none() {
+            assert!(h.now.nanos - started.nanos <= faults::READ_DEADLINE_NS + 100_000_000, "waited past the deadline");
+            let (now, mut done, mut commits) = (h.now, Vec::new(), Vec::new());
+            h.store().poll(now, &mut done);
+            h.store().take_commits(&mut commits);
+            reported = commits.iter().find(|&&(t, _)| t == ticket).map(|&(_, written)| written);
+            h.now.nanos += 10_000_000;
+        }
+        assert_eq!(reported, Some(false), "a change acknowledged whose flush never ended");
+        assert!(h.now.nanos - started.nanos >= faults::READ_DEADLINE_NS, "reported before the deadline");
+        // The flush ends late: it reports nothing more.
+        h.disk.stall_syncs(false);
+        let (now, mut done, mut commits) = (h.now, Vec::new(), Vec::new());
+        for _ in 0..50 {
+            h.store().poll(now, &mut done);
+        }
+        h.store().take_commits(&mut commits);
+        assert!(commits.iter().all(|&(t, _)| t != ticket), "a ticket reported twice");
+    }
+}

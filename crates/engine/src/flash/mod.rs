@@ -751,7 +751,14 @@ impl FlashStore {
             TOKEN_MAP_WRITE => self.t2_written(number as u64, c),
             TOKEN_REORG => self.reorg_done(number as u64, c),
             TOKEN_SUPER => self.watermark_done(number as u32, c),
-            TOKEN_SYNC => self.ticket_done(number as u64, c.result.is_ok()),
+            TOKEN_SYNC => {
+                // A flush reported failed at the deadline answers no one when it ends.
+                let ticket = number as u64;
+                if let Some(i) = self.durable.syncing.iter().position(|&(t, _)| t == ticket) {
+                    self.durable.syncing.swap_remove(i);
+                    self.ticket_done(ticket, c.result.is_ok());
+                }
+            }
             TOKEN_SET_READ => self.set_read_done(number, c, now, out),
             TOKEN_MOVE => self.move_done(number as u64, c, now),
             _ => {}

@@ -425,6 +425,7 @@ impl FlashStore {
                 };
                 self.io.submit(op);
                 self.io.flush();
+                self.durable.syncing.push((ticket, write.ticket_ns));
             }
             Some(ticket) => self.ticket_done(ticket, c.result.is_ok()),
             None => {}

@@ -79,6 +79,8 @@ struct Disk {
     fail_writes: bool,
     /// Nothing completes (a stalled device): requests wait until this is lifted.
     stalled: bool,
+    /// No flush (`IoKind::Sync`) completes: a device whose cache flush hangs.
+    syncs_stalled: bool,
     counters: SimCounters,
 }
 
@@ -99,6 +101,7 @@ impl SimDisk {
             faults: Faults::default(),
             fail_writes: false,
             stalled: false,
+            syncs_stalled: false,
             counters: SimCounters::default(),
         };
         SimDisk(Arc::new(Mutex::new(disk)))
@@ -131,6 +134,11 @@ impl SimDisk {
     /// Stalls the device (true: nothing completes) or lets it go on (false).
     pub fn stall(&self, stalled: bool) {
         self.lock().stalled = stalled;
+    }
+
+    /// Flushes stop completing (or complete again); reads and writes go on.
+    pub fn stall_syncs(&self, stalled: bool) {
+        self.lock().syncs_stalled = stalled;
     }
 
     /// What it has done so far.
@@ -207,13 +215,29 @@ impl Disk {
         if self.stalled {
             return None;
         }
-        let mine = self.pending.iter().filter(|(d, _)| *d == id).count();
+        let mine = self.completable(id);
         if mine == 0 {
             return None;
         }
         let nth = self.rng.below(mine as u64) as usize;
-        let index = self.pending.iter().enumerate().filter(|(_, (d, _))| *d == id).nth(nth)?.0;
+        let syncs_stalled = self.syncs_stalled;
+        let index = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter(|(_, (d, op))| *d == id && !(syncs_stalled && op.kind == IoKind::Sync))
+            .nth(nth)?
+            .0;
         Some(self.complete(index))
+    }
+
+    /// Device `id`'s pending requests that may complete now.
+    fn completable(&self, id: u64) -> usize {
+        if self.stalled {
+            return 0;
+        }
+        let held = |op: &IoOp| self.syncs_stalled && op.kind == IoKind::Sync;
+        self.pending.iter().filter(|(d, op)| *d == id && !held(op)).count()
     }
 
     fn complete(&mut self, index: usize) -> Completion {
@@ -269,8 +293,8 @@ impl IoEngine for SimDevice {
     fn poll(&mut self, out: &mut Vec<Completion>) {
         let mut disk = self.disk.lock();
         // Some of what is pending finishes, in a random order: completions arrive out of order.
-        let n = disk.pending.iter().filter(|(d, _)| *d == self.id).count();
-        let finished = if n == 0 || disk.stalled { 0 } else { disk.rng.below(n as u64 + 1) as usize };
+        let n = disk.completable(self.id);
+        let finished = if n == 0 { 0 } else { disk.rng.below(n as u64 + 1) as usize };
         for _ in 0..finished {
             out.extend(disk.complete_one(self.id));
         }
