@@ -49,8 +49,8 @@ pub struct Closed {
     /// page written so far may be adopted after a crash: the next clean start serves everything
     /// from the snapshot, but a crash in that run recovers none of it.
     pub crash_unsafe: bool,
-    /// Items the close could not keep (the sets index: too large for a set, not hit, and the
-    /// log needed their room for the DRAM items written out).
+    /// Items the close could not keep (the sets index: too large for a set and not hit when
+    /// the log needed their room for the DRAM items written out, or pushed out of a full set).
     pub dropped: u64,
     /// The largest item a set holds (key, value and header bytes; 0 without the sets index).
     pub set_item_limit: u32,

@@ -125,9 +125,10 @@ impl Worker {
                 eprintln!("tierkv: flash partition {id}: closed cleanly in {} ms", started.elapsed().as_millis());
                 if closed.dropped > 0 {
                     eprintln!(
-                        "tierkv: flash partition {id}: {} items over {} bytes could not be kept: the sets index \
-                         keeps items too large for a set only in its log (--flash-sets-log-percent), which the \
-                         close needed for the items in DRAM",
+                        "tierkv: flash partition {id}: {} items could not be kept: the sets index keeps items \
+                         over {} bytes only in its log (--flash-sets-log-percent), whose room the close needed \
+                         for the items in DRAM, and a full set lets its least used items go for the ones the \
+                         close moves in (a larger --flash-size keeps more)",
                         closed.dropped, closed.set_item_limit
                     );
                 }

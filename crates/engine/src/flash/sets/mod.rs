@@ -80,8 +80,9 @@ pub struct SetsStats {
     pub threshold_drops: u64,
     /// Items written to the log again at a reclaim (hit while there).
     pub readmitted: u64,
-    /// Items a clean close could not keep: too large for a set, not hit, reclaimed from the
-    /// log to make room for the DRAM items the close writes (`Closed::dropped`).
+    /// Items a clean close could not keep (`Closed::dropped`): too large for a set and not hit,
+    /// reclaimed from the log to make room for the DRAM items the close writes, or pushed out
+    /// of a full set (RRIP) by the items the close moved in.
     pub close_drops: u64,
     /// Items RRIP evicted from sets.
     pub rrip_evictions: u64,

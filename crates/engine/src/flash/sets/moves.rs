@@ -481,6 +481,9 @@ impl FlashStore {
             sets.stats.set_writes += 1;
             sets.stats.items_moved += mv.incoming.len() as u64;
             sets.stats.rrip_evictions += u64::from(mv.evicted);
+            if self.close_by.is_some() {
+                sets.stats.close_drops += u64::from(mv.evicted);
+            }
             let bucket = (s / sets.geo.per_bucket) as usize;
             for m in &mv.incoming {
                 match self.index.find(m.hash) {
