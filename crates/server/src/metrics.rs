@@ -151,6 +151,7 @@ pub(crate) fn render(published: &Published) -> String {
             text.push_str(&format!("tierkv_{name}{{worker=\"{id}\"}} {}\n", row[g].2));
         }
     }
+    flash_lines(&mut text, &workers, &mut head);
     histograms(&mut text, &workers, &mut head);
     if let Some(tls) = &published.tls {
         tls_lines(&mut text, tls, &mut head);
@@ -159,6 +160,26 @@ pub(crate) fn render(published: &Published) -> String {
 }
 
 type Head<'a> = dyn FnMut(&mut String, &str, &str, &str) + 'a;
+
+/// With a flash tier: each worker's flash figures, as `stats` names them (among them
+/// `flash_degraded_partitions`, 1 while this worker's region's writes fail, and the counts of
+/// failed writes, given-up segments and reads past the deadline). Nothing without one.
+fn flash_lines(text: &mut String, workers: &[WorkerFigures], head: &mut Head<'_>) {
+    if workers.iter().all(|w| w.snapshot.flash.iter().all(|&v| v == 0)) {
+        return;
+    }
+    for (index, name) in crate::flash_stats::NAMES.iter().enumerate() {
+        head(
+            text,
+            name,
+            "gauge",
+            "The flash tier's figure of the same name in `stats` (there summed over the workers).",
+        );
+        for (id, w) in workers.iter().enumerate() {
+            text.push_str(&format!("tierkv_{name}{{worker=\"{id}\"}} {}\n", w.snapshot.flash[index]));
+        }
+    }
+}
 
 fn histograms(text: &mut String, workers: &[WorkerFigures], head: &mut Head<'_>) {
     let name = "request_duration_seconds";

@@ -182,3 +182,53 @@ fn connections_on_the_shared_port_spread_evenly_over_the_workers() {
     assert!(body.contains(expected), "{lines:?}");
     drop(clients);
 }
+
+/// With a flash tier, `/metrics` has each worker's flash figures under their `stats` names; a
+/// device whose writes fail shows as `tierkv_flash_degraded_partitions` 1 and failed writes, and
+/// the page still passes `promtool check metrics`.
+#[test]
+fn a_degraded_flash_tier_shows_in_the_metrics() {
+    let dir = std::env::temp_dir();
+    let flash = dir.join(format!("tierkv-metrics-{}.flash", std::process::id()));
+    let switch = dir.join(format!("tierkv-metrics-{}.switch", std::process::id()));
+    let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
+    let (port, metrics) = (free_port(), free_port());
+    let extra = ["--metrics-port", &metrics.to_string(), "--flash-test-fail-writes-while", switch.to_str().unwrap()];
+    let server = start(common::hybrid_command(port, &flash, &extra, "64m"), port);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", metrics)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the metrics port never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Workers publish their figures about once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, body) = http_get(metrics, "/metrics");
+    assert!(body.contains("tierkv_flash_degraded_partitions{worker=\"0\"} 0"), "{body}");
+    std::fs::write(&switch, b"").unwrap();
+    // Sets past -m 4 evict to flash, whose writes now fail.
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let value = "v".repeat(1000);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut i = 0;
+    while common::stat_number(port, "", "flash_degraded_partitions") == 0 {
+        assert!(std::time::Instant::now() < deadline, "never degraded: {}", server.stderr());
+        let batch: String = (i..i + 500).map(|k| format!("set k{k} 0 0 1000 noreply\r\n{value}\r\n")).collect();
+        stream.write_all(batch.as_bytes()).unwrap();
+        i += 500;
+    }
+    // Workers publish their figures about once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (_, body) = http_get(metrics, "/metrics");
+    assert!(
+        body.contains("tierkv_flash_degraded_partitions{worker=\"0\"} 1")
+            || body.contains("tierkv_flash_degraded_partitions{worker=\"1\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("# TYPE tierkv_flash_write_errors gauge"), "{body}");
+    let (parsed, complaints) =
+        Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).output_with_stdin(&body);
+    assert!(parsed, "promtool check metrics: {complaints}");
+    drop(server);
+    let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
+}
