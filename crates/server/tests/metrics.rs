@@ -166,9 +166,14 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
 /// The workers share one listening socket and deal its connections out round-robin: 40
 /// clients that connect at once end up 20 on each of the two workers (each worker's
 /// `curr_connections` series), however the accepts fell.
+/// `--spread round-robin`: in turn, as memcached deals them.
 #[test]
 fn connections_on_the_shared_port_spread_evenly_over_the_workers() {
-    let (server, metrics) = tierkv_with_metrics();
+    let (port, metrics) = (free_port(), free_port());
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--metrics-port", &metrics.to_string()]);
+    command.args(["--spread", "round-robin"]);
+    let server = start(command, port);
     let clients: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(("127.0.0.1", server.1)).unwrap()).collect();
     // Workers publish their figures once a second.
     let expected = "tierkv_curr_connections{worker=\"0\"} 20\ntierkv_curr_connections{worker=\"1\"} 20\n";
@@ -231,4 +236,48 @@ fn a_degraded_flash_tier_shows_in_the_metrics() {
     assert!(parsed, "promtool check metrics: {complaints}");
     drop(server);
     let _ = (std::fs::remove_file(&flash), std::fs::remove_file(&switch));
+}
+
+/// Pins the calling thread to `cpu`; false if it may not run there.
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: `set` is a zeroed cpu_set_t on the stack, filled by CPU_SET and read by the call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// `--spread cpu` (the default): the connections of a client thread on one CPU go to that
+/// CPU's worker once packets have arrived on two CPUs; the first CPU's are dealt in turn.
+/// Eight connections from a thread on CPU 0, then eight from one on CPU 1: in turn 4 and 4,
+/// then all eight to worker 1 (memcached's round-robin would make it 8 and 8).
+#[test]
+fn connections_of_one_client_thread_share_a_worker() {
+    if !(pin_to(1) && pin_to(0)) {
+        eprintln!("skipped: this test needs CPUs 0 and 1");
+        return;
+    }
+    let (server, metrics) = tierkv_with_metrics();
+    let port = server.1;
+    let open = move |cpu: usize| {
+        std::thread::spawn(move || {
+            assert!(pin_to(cpu));
+            (0..8).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap()
+    };
+    let first = open(0);
+    let second = open(1);
+    let expected = "tierkv_curr_connections{worker=\"0\"} 4\ntierkv_curr_connections{worker=\"1\"} 12\n";
+    let began = std::time::Instant::now();
+    let mut body = String::new();
+    while began.elapsed() < Duration::from_secs(5) && !body.contains(expected) {
+        std::thread::sleep(Duration::from_millis(300));
+        body = http_get(metrics, "/metrics").1;
+    }
+    let lines: Vec<&str> = body.lines().filter(|line| line.starts_with("tierkv_curr_connections{")).collect();
+    assert!(body.contains(expected), "{lines:?}");
+    drop((first, second));
 }

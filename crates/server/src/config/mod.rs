@@ -60,6 +60,13 @@ pub(crate) struct Config {
     /// memcached's threads].
     #[arg(long = "pin-workers")]
     pub pin_workers: bool,
+    /// How connections on the shared port are dealt to the workers: `cpu` gives each to the
+    /// worker of the CPU its packets arrive on (SO_INCOMING_CPU), so the connections of one
+    /// client thread share a worker and the scheduler keeps the two on one CPU (a worker
+    /// holding more than half again its share passes it to the one with the fewest);
+    /// `round-robin` deals them in turn, as memcached does [default: cpu].
+    #[arg(long = "spread", value_name = "cpu|round-robin")]
+    pub spread: Option<String>,
     /// How items are kept: `cache` (evict the oldest when memory is full) or `store` (never
     /// evict; refuse writes when memory is full) [default: cache].
     #[arg(long = "mode", value_name = "cache|store", help_heading = "Memory")]
@@ -424,6 +431,8 @@ pub(crate) struct Settings {
     pub idle_yields: usize,
     /// `--pin-workers`: each worker pinned to one CPU.
     pub pin_workers: bool,
+    /// `--spread`: how connections on the shared port are dealt to the workers.
+    pub spread: Spread,
     /// `--test-guest-lock`: how workers take each other's partition locks.
     pub guest_lock: crate::sys::partition_lock::GuestLock,
     /// memcached's UDP protocol on this port (None: off).
@@ -579,6 +588,7 @@ impl Config {
                 }
             },
             pin_workers: self.pin_workers,
+            spread: spread(self.spread.as_deref())?,
             guest_lock: match self.test_guest_lock.as_deref() {
                 None | Some("try") => GuestLock::Try,
                 Some("never") => GuestLock::Never,
@@ -813,5 +823,23 @@ impl Config {
             notes.push("-d/--daemon: ignored; tierkv stays in the foreground (use a service manager)".to_string());
         }
         notes
+    }
+}
+
+/// `--spread`: how connections accepted on the shared port are dealt to the workers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spread {
+    /// To the worker of the CPU the connection's packets arrive on, within a bound.
+    Cpu,
+    /// In turn, as memcached's listener thread deals them.
+    RoundRobin,
+}
+
+/// `--spread`'s value.
+fn spread(value: Option<&str>) -> Result<Spread, ConfigError> {
+    match value {
+        None | Some("cpu") => Ok(Spread::Cpu),
+        Some("round-robin") => Ok(Spread::RoundRobin),
+        Some(other) => Err(ConfigError::flag("--spread", format!("expected cpu or round-robin, got {other:?}"))),
     }
 }

@@ -72,6 +72,10 @@ fn bad_flags_are_named() {
     assert_eq!((settings.concurrency, settings.idle_yields), (super::Concurrency::Erew, 0));
     assert!(!settings.pin_workers, "workers are not pinned unless asked");
     assert!(parse(&["--pin-workers"]).unwrap().settings().unwrap().pin_workers);
+    assert_eq!(settings.spread, super::Spread::Cpu, "connections follow their packets' CPU by default");
+    assert_eq!(parse(&["--spread", "round-robin"]).unwrap().settings().unwrap().spread, super::Spread::RoundRobin);
+    let refused = parse(&["--spread", "random"]).unwrap().settings().map(|_| ()).unwrap_err().to_string();
+    assert!(refused.contains("--spread"), "{refused}");
     assert_eq!(settings.guest_lock, crate::sys::partition_lock::GuestLock::Try, "guests try the lock by default");
     let wait = parse(&["--test-guest-lock", "wait"]).unwrap().settings().unwrap().guest_lock;
     assert_eq!(wait, crate::sys::partition_lock::GuestLock::Wait);

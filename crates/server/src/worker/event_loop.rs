@@ -174,6 +174,8 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
         open_connections: AtomicUsize::new(0),
         handoff: (0..settings.threads).map(|_| admission::Handoff::default()).collect(),
         next_worker: AtomicUsize::new(0),
+        worker_conns: (0..settings.threads).map(|_| AtomicUsize::new(0)).collect(),
+        arrival_cpus: std::sync::atomic::AtomicU64::new(0),
         udp_amplification: settings.udp_amplification,
         auth_log: Arc::default(),
         metrics,

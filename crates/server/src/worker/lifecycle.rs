@@ -74,6 +74,7 @@ impl Worker {
                 let _ = poll.registry().deregister(stream);
                 self.core.state.curr_connections -= 1;
                 self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+                self.shared.worker_conns[self.core.id].fetch_sub(1, Ordering::Relaxed);
             }
         }
     }

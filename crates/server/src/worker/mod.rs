@@ -77,8 +77,13 @@ struct Shared {
     open_connections: AtomicUsize,
     /// Connections accepted on the shared port for each worker whose turn they were.
     handoff: Vec<admission::Handoff>,
-    /// Whose turn the next connection accepted on the shared port is.
+    /// Whose turn the next connection accepted on the shared port is (`--spread round-robin`,
+    /// or a connection whose CPU is unknown).
     next_worker: AtomicUsize,
+    /// TCP connections dealt to each worker and not closed yet (`admission::deal`).
+    worker_conns: Vec<AtomicUsize>,
+    /// The CPUs (modulo 64) accepted connections' packets have arrived on.
+    arrival_cpus: std::sync::atomic::AtomicU64,
     /// `--udp-amplification`: UDP replies to a datagram total at most this many times its size.
     udp_amplification: usize,
     /// Failed authentication attempts, logged at most once a second by all workers together.
