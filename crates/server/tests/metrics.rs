@@ -166,6 +166,21 @@ fn idle_metrics_connections_do_not_hold_up_a_scrape() {
 /// The workers share one listening socket and deal its connections out round-robin: 40
 /// clients that connect at once end up 20 on each of the two workers (each worker's
 /// `curr_connections` series), however the accepts fell.
+/// Waits up to 5 s for `/metrics` to show these open connections on workers 0 and 1 (workers
+/// publish their figures once a second).
+fn assert_connections_per_worker(metrics: u16, [first, second]: [usize; 2]) {
+    let expected =
+        format!("tierkv_curr_connections{{worker=\"0\"}} {first}\ntierkv_curr_connections{{worker=\"1\"}} {second}\n");
+    let began = std::time::Instant::now();
+    let mut body = String::new();
+    while began.elapsed() < Duration::from_secs(5) && !body.contains(&expected) {
+        std::thread::sleep(Duration::from_millis(300));
+        body = http_get(metrics, "/metrics").1;
+    }
+    let lines: Vec<&str> = body.lines().filter(|line| line.starts_with("tierkv_curr_connections{")).collect();
+    assert!(body.contains(&expected), "{lines:?}");
+}
+
 /// `--spread round-robin`: in turn, as memcached deals them.
 #[test]
 fn connections_on_the_shared_port_spread_evenly_over_the_workers() {
@@ -175,16 +190,7 @@ fn connections_on_the_shared_port_spread_evenly_over_the_workers() {
     command.args(["--spread", "round-robin"]);
     let server = start(command, port);
     let clients: Vec<TcpStream> = (0..40).map(|_| TcpStream::connect(("127.0.0.1", server.1)).unwrap()).collect();
-    // Workers publish their figures once a second.
-    let expected = "tierkv_curr_connections{worker=\"0\"} 20\ntierkv_curr_connections{worker=\"1\"} 20\n";
-    let began = std::time::Instant::now();
-    let mut body = String::new();
-    while began.elapsed() < Duration::from_secs(5) && !body.contains(expected) {
-        std::thread::sleep(Duration::from_millis(300));
-        body = http_get(metrics, "/metrics").1;
-    }
-    let lines: Vec<&str> = body.lines().filter(|line| line.starts_with("tierkv_curr_connections{")).collect();
-    assert!(body.contains(expected), "{lines:?}");
+    assert_connections_per_worker(metrics, [20, 20]);
     drop(clients);
 }
 
@@ -270,14 +276,6 @@ fn connections_of_one_client_thread_share_a_worker() {
     };
     let first = open(0);
     let second = open(1);
-    let expected = "tierkv_curr_connections{worker=\"0\"} 4\ntierkv_curr_connections{worker=\"1\"} 12\n";
-    let began = std::time::Instant::now();
-    let mut body = String::new();
-    while began.elapsed() < Duration::from_secs(5) && !body.contains(expected) {
-        std::thread::sleep(Duration::from_millis(300));
-        body = http_get(metrics, "/metrics").1;
-    }
-    let lines: Vec<&str> = body.lines().filter(|line| line.starts_with("tierkv_curr_connections{")).collect();
-    assert!(body.contains(expected), "{lines:?}");
+    assert_connections_per_worker(metrics, [4, 12]);
     drop((first, second));
 }

@@ -133,12 +133,12 @@ impl Worker {
             return by_turn();
         }
         let target = cpu % workers;
-        let counts: Vec<usize> = self.shared.worker_conns.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        let share = counts.iter().sum::<usize>() / workers;
-        if counts[target] < share + share / 2 + 2 {
+        let count = |w: usize| self.shared.worker_conns[w].load(Ordering::Relaxed);
+        let share = (0..workers).map(count).sum::<usize>() / workers;
+        if count(target) < share + share / 2 + 2 {
             return target;
         }
-        (0..workers).min_by_key(|&w| counts[w]).unwrap_or(target)
+        (0..workers).min_by_key(|&w| count(w)).unwrap_or(target)
     }
 
     /// Connections other workers accepted for this one.
