@@ -39,6 +39,9 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
     admission::raise_open_files(settings)?;
     let workers = settings.threads;
     let address = settings.address;
+    // Before the main port listens, so that a client that can connect finds the metrics port
+    // (and the flash file's lock) in place too.
+    let shared = Arc::new(shared_state(settings)?);
     let mains: Vec<Listener> = match &settings.unix_socket {
         Some((path, mask)) => crate::net::bind_unix(path, *mask, workers, settings.backlog as i32)
             .map_err(|error| ServeError::Unix { path: path.clone(), error })?,
@@ -54,7 +57,6 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
     }
     let links = crate::forward::connect(&Arc::new(peers));
     let cpus = crate::sys::allowed_cpus();
-    let shared = Arc::new(shared_state(settings)?);
     // memcached's UDP port: one socket, read by every worker.
     let udp_main = match settings.udp_port {
         Some(port) => {

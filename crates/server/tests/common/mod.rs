@@ -188,7 +188,10 @@ pub(crate) fn exchange_to_sentinel_within(port: u16, request: &[u8], quiet: Dura
 /// `stats GROUP` (`group` "" for plain `stats`) as name -> value.
 pub(crate) fn stats_map(port: u16, group: &str) -> std::collections::HashMap<String, String> {
     let request = if group.is_empty() { "stats\r\n".to_string() } else { format!("stats {group}\r\n") };
-    let reply = exchange_to_sentinel(port, request.as_bytes());
+    // Its END ends the wait: a sentinel get would itself be a request, forwarded when the
+    // connection lands on a worker that does not own the sentinel's key.
+    let ended = |reply: &[u8]| reply.ends_with(b"END\r\n") || reply.ends_with(b"ERROR\r\n");
+    let reply = exchange_until(port, request.as_bytes(), b"", SENTINEL_QUIET, ended);
     String::from_utf8_lossy(&reply)
         .lines()
         .filter_map(|line| line.strip_prefix("STAT ")?.split_once(' '))
