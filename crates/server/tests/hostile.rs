@@ -2,7 +2,7 @@
 //! within the connection memory budget while a fresh client is still served, and get every
 //! reply once they read; a low open-files limit is refused at start, running out of
 //! descriptors refuses clients instead of leaving them hanging; idle connections are closed
-//! with `-o idle_timeout`.
+//! with `-o idle_timeout`; hundreds of half-sent large sets do not hold up a whole one.
 
 mod common;
 
@@ -169,4 +169,59 @@ fn trickling_clients_are_kicked_and_the_client_waiting_on_the_server_is_not() {
     assert_eq!(trickler.join().unwrap(), 0, "every trickling client was closed");
     let stats = String::from_utf8(exchange_to_sentinel(port, b"stats\r\n")).unwrap();
     assert!(stats.contains("STAT idle_kicks 8\r\n"), "{stats}");
+}
+
+/// 150 connections that each send half of a 1 MB set as fast as the server takes it and go
+/// silent (issue 56): a client sending a whole 900 KB set is stored within seconds, a small
+/// round trip stays quick, the connection buffers stay bounded, and the silent senders let
+/// through beyond the budget are closed.
+#[test]
+fn hundreds_of_half_sent_large_sets_do_not_hold_up_a_whole_one() {
+    let server = tierkv_args(&["-t", "1", "-m", "64"]);
+    let port = server.1;
+    let attackers: Vec<_> = (0..150)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let request = [format!("set k{i} 0 0 1000000\r\n").as_bytes(), &[b'a'; 500_000]].concat();
+                // The server may close it midway: that is what is tested.
+                let _ = stream.write_all(&request);
+                stream
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let sampler = {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !seen.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(stat_number(port, "", "read_buf_bytes"));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        (stop, thread)
+    };
+    let began = Instant::now();
+    let mut legit = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    legit.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    legit.write_all(&[b"set legit 0 0 900000\r\n".as_slice(), &[b'L'; 900_000], b"\r\n"].concat()).unwrap();
+    let mut stored = [0u8; 8];
+    legit.read_exact(&mut stored).unwrap();
+    let waited = began.elapsed();
+    assert_eq!(&stored, b"STORED\r\n");
+    assert!(waited < Duration::from_secs(5), "the whole 900 KB set waited {waited:?} behind the silent ones");
+    let trip = fresh_round_trip(port);
+    assert!(trip < Duration::from_secs(1), "a small round trip took {trip:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    sampler.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.1.join().unwrap();
+    // The budget (-m 64: 5 MiB), as much again in grants, the finisher's request, and 150 fair
+    // shares of a pressed read: far below the 75 MB the silent senders sent.
+    assert!(peak < 16 << 20, "connection buffers peaked at {peak} bytes");
+    let kicked = stat_number(port, "tierkv", "slow_request_kicks");
+    assert!(kicked >= 100, "{kicked} silent senders closed");
+    drop(attackers);
 }

@@ -78,6 +78,19 @@ impl Stream {
     pub(crate) fn pending_output(&self) -> bool {
         matches!(self, Stream::Tls(s) if s.pending_output())
     }
+
+    /// Bytes the client sent that wait in the socket, not yet read (`FIONREAD`; with TLS, the
+    /// records' bytes): what reached the server though the worker has not taken it.
+    pub(crate) fn queued_input(&self) -> usize {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int into `queued`, a live local, for this open socket.
+        let rc = unsafe { libc::ioctl(self.as_raw_fd(), libc::FIONREAD, &mut queued) };
+        if rc == 0 {
+            queued.max(0) as usize
+        } else {
+            0
+        }
+    }
 }
 
 fn path_text(path: Option<&Path>) -> String {

@@ -1,21 +1,25 @@
 //! Who gets in and who is sent away: the open-files limit the server needs (checked at start),
 //! accepting connections (with memcached's refusal past `-c`, and a spare descriptor so that
 //! running out of descriptors refuses clients instead of leaving them hanging) and dealing
-//! those of the shared port out round-robin, and closing connections idle longer than `-o
-//! idle_timeout` or sending a large request too slowly.
+//! those of the shared port out (`--spread`), and closing connections idle longer than `-o
+//! idle_timeout`, sending a large request too slowly, or holding connection memory granted
+//! for a request they stopped sending (`check_grants`).
 //!
 //! It must not touch requests: a connection is admitted or closed here, served elsewhere.
 
+use super::budget::GRANT_STALL;
 use super::connection::Connection;
 use super::Worker;
 use crate::config::{Settings, Spread};
 use crate::error::ServeError;
+use crate::limits::PRESSED_INPUT_BYTES;
 use crate::net::{Listener, Stream};
 use crate::sys;
 use mio::{Interest, Poll, Token};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 use tierkv_engine::{unix_now, Engine};
 
 /// Descriptors the server needs beyond one per connection: listeners, epoll and wake-up
@@ -263,16 +267,69 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Counts what the grants (former finishers still reading their requests) hold; while
+    /// that is more than twice the share, closes the oldest that delivered nothing for `GRANT_STALL`
+    /// (bytes waiting in its socket count as delivered), so their memory comes back and the
+    /// next client with a large request is let through.
+    pub(super) fn check_grants(&mut self, poll: &Poll) {
+        let (connections, budget) = (&self.connections, &mut self.core.budget);
+        let mut held = 0;
+        budget.grants.retain(|g| match connections.get(g.slot).and_then(Option::as_ref) {
+            Some(c) if c.generation == g.generation && c.wanted > PRESSED_INPUT_BYTES => {
+                held += c.input.capacity();
+                true
+            }
+            _ => false,
+        });
+        budget.grants_held = held;
+        let now = Instant::now();
+        let mut at = 0;
+        while at < self.core.budget.grants.len() && self.core.budget.grants_full() {
+            let grant = self.core.budget.grants[at];
+            let Some(connection) = self.connections[grant.slot].as_ref() else { break };
+            let delivered = connection.input.len() + connection.stream.as_ref().map_or(0, Stream::queued_input);
+            if self.core.budget.is_finisher(connection) || delivered > grant.delivered {
+                let grant = &mut self.core.budget.grants[at];
+                (grant.delivered, grant.since) = (delivered.max(grant.delivered), now);
+                at += 1;
+                continue;
+            }
+            if now.duration_since(grant.since) < GRANT_STALL {
+                at += 1;
+                continue;
+            }
+            self.core.budget.grants_held -= connection.input.capacity();
+            self.core.budget.grants.remove(at);
+            self.core.state.counters.slow_request_kicks += 1;
+            if self.core.state.shared.settings.verbose > 0 {
+                let (read, wanted) = (connection.input.len(), connection.wanted);
+                let peer = Stream::peer_label(connection.stream.as_ref());
+                eprintln!(
+                    "tierkv: closed a connection from {peer}: {read} bytes of a {wanted}-byte request, nothing more \
+                     for {} ms while other clients wait for connection memory",
+                    GRANT_STALL.as_millis()
+                );
+            }
+            self.close(grant.slot, poll);
+        }
+    }
+}
+
 /// Whether `connection` sends its large request (beyond `PRESSED_INPUT_BYTES`) so slowly that
-/// it must go: after the grace time, it has delivered less than the minimum rate times the
-/// seconds since. So one that stops midway goes after the grace plus what it sent at that rate:
+/// it must go: after the grace time, it has delivered (read, or waiting in its socket) less
+/// than the minimum rate times the seconds since. So one that stops midway goes after the grace plus what it sent at that rate:
 /// its claim on memory is bounded by what it delivers.
 fn slow_request(connection: &Connection, now: u32, requests: crate::config::RequestSettings) -> bool {
-    if requests.min_rate_bytes == 0 || connection.wanted <= crate::limits::PRESSED_INPUT_BYTES {
+    if requests.min_rate_bytes == 0 || connection.wanted <= PRESSED_INPUT_BYTES {
         return false;
     }
     let counted = u64::from(now.saturating_sub(connection.request_since).saturating_sub(requests.grace_seconds));
-    (connection.input.len() as u64) < requests.min_rate_bytes.saturating_mul(counted)
+    let due = requests.min_rate_bytes.saturating_mul(counted);
+    // Bytes waiting in the socket reached the server: a worker that was itself descheduled,
+    // or held back reading, must not count them against the client.
+    (connection.input.len() as u64) < due
+        && ((connection.input.len() + connection.stream.as_ref().map_or(0, Stream::queued_input)) as u64) < due
 }
 
 /// The CPU that last processed the connection's packets (`SO_INCOMING_CPU`), if known.

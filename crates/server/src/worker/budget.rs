@@ -13,17 +13,41 @@
 //! - a connection that cannot go on without reading more (a request larger than that) waits
 //!   in `starved` until the pressure ends; but one at a time, the finisher, is let through to
 //!   the end of its request, so the requests that hold the budget can always finish and give
-//!   it back. A finisher that stops sending loses its place within two seconds, and
-//!   `--request-min-rate` closes it later (admission.rs).
+//!   it back. A finisher whose socket runs dry before its request is whole gives its place
+//!   to the next at once (so hundreds of silent senders cost the next one milliseconds each,
+//!   not seconds) and keeps a grant: what it read beyond its fair share. Grants that deliver
+//!   nothing more (counting the bytes waiting in their sockets) for `GRANT_STALL` while they
+//!   hold more than twice the share are closed, oldest first, and no new grant is made until
+//!   they fit in it again: silent senders cannot pile up memory either.
 //!
-//! So under pressure the buffers stay within the budget, the fair shares, the finisher's
-//! request and, per connection, one pressed read and one pressed batch of replies (plus the
-//! one item a reply may carry beyond it).
+//! So under pressure the buffers stay within the budget, twice the budget in grants (plus
+//! the largest request, which a grant may reach before it is counted), the fair shares, the
+//! finisher's request and, per connection, one pressed read and one pressed batch of replies
+//! (plus the one item a reply may carry beyond it).
 //!
-//! It must not allocate per request: accounting is a few additions per connection turn.
+//! It must not allocate per request: accounting is a few additions per connection turn (a
+//! grant is a large request under pressure).
 
 use super::connection::Connection;
 use crate::limits::{MAX_PENDING_OUTPUT_BYTES, PRESSED_INPUT_BYTES, TRIM_AFTER_BYTES};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// How long a grant may deliver nothing (not a byte more read or waiting in its socket) while
+/// grants hold more than twice the share, before it is closed: longer than TCP's shortest
+/// retransmission timeout (200 ms), so one lost packet does not cut an honest sender off.
+pub(super) const GRANT_STALL: Duration = Duration::from_millis(250);
+
+/// A connection let through as finisher that ran dry before its request was whole.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Grant {
+    pub(super) generation: u64,
+    pub(super) slot: usize,
+    /// Bytes of its request delivered (read, or waiting in the socket) when last looked at.
+    pub(super) delivered: usize,
+    /// When `delivered` last grew.
+    pub(super) since: Instant,
+}
 
 /// One worker's share of the connection memory budget.
 pub(super) struct Budget {
@@ -40,6 +64,10 @@ pub(super) struct Budget {
     finisher: Option<(u64, usize)>,
     /// Bytes of closed connections' buffers since the allocator last gave memory back.
     freed: usize,
+    /// Former finishers still reading their requests, oldest grant first.
+    pub(super) grants: VecDeque<Grant>,
+    /// Bytes the grants' buffers held when last counted (`Worker::check_grants`).
+    pub(super) grants_held: usize,
 }
 
 impl Budget {
@@ -52,7 +80,8 @@ impl Budget {
 
     pub(super) fn new(limit: usize, share_percent: u32) -> Budget {
         let share_percent = share_percent as usize;
-        Budget { held: 0, limit, share_percent, starved: Vec::new(), finisher: None, freed: 0 }
+        let (grants, grants_held) = (VecDeque::new(), 0);
+        Budget { held: 0, limit, share_percent, starved: Vec::new(), finisher: None, freed: 0, grants, grants_held }
     }
 
     /// Whether connections must hold back now.
@@ -74,14 +103,14 @@ impl Budget {
     /// `connection` cannot go on under pressure: true if it becomes the finisher (no other
     /// is), false if it must wait.
     pub(super) fn claim_finisher(&mut self, connection: &Connection) -> bool {
-        if self.finisher.is_some() {
+        if self.finisher.is_some() || (self.grants_full() && !self.has_grant(connection)) {
             return false;
         }
         self.finisher = Some((connection.generation, connection.input.len()));
         true
     }
 
-    fn is_finisher(&self, connection: &Connection) -> bool {
+    pub(super) fn is_finisher(&self, connection: &Connection) -> bool {
         self.finisher.is_some_and(|(generation, _)| generation == connection.generation)
     }
 
@@ -97,6 +126,29 @@ impl Budget {
                 }
             }
         }
+    }
+
+    /// The finisher's socket ran dry before its request was whole: the place goes to the next
+    /// at once, and `slot` keeps a grant (what it read) until its request is whole or it is
+    /// closed for stalling.
+    pub(super) fn ran_dry(&mut self, slot: usize, connection: &Connection, now: Instant) {
+        if !self.is_finisher(connection) {
+            return;
+        }
+        self.finisher = None;
+        if !self.has_grant(connection) {
+            let delivered = connection.input.len();
+            self.grants.push_back(Grant { generation: connection.generation, slot, delivered, since: now });
+        }
+    }
+
+    fn has_grant(&self, connection: &Connection) -> bool {
+        self.grants.iter().any(|g| g.generation == connection.generation)
+    }
+
+    /// Whether the grants hold twice the share already: no new one until some finish or go.
+    pub(super) fn grants_full(&self) -> bool {
+        self.grants_held > 2 * self.limit
     }
 
     /// After `connection`'s turn: a finisher whose large request is complete lets the next in.
@@ -152,10 +204,16 @@ impl Budget {
         if !self.pressure() {
             return std::mem::take(&mut self.starved);
         }
-        if self.finisher.is_none() {
+        if self.finisher.is_none() && !self.grants_full() {
             return vec![self.starved.remove(0)];
         }
         Vec::new()
+    }
+
+    /// Whether `relieved` would let a starved connection go on now (so the worker must not
+    /// sleep before it asks).
+    pub(super) fn can_relieve(&self) -> bool {
+        !self.starved.is_empty() && (!self.pressure() || (self.finisher.is_none() && !self.grants_full()))
     }
 
     /// Bytes held now.

@@ -353,10 +353,15 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 
 impl Worker {
     /// The longest an idle worker sleeps: a second; 100 ms while watchers wait for lines, 10 ms
-    /// while accepts wait for a descriptor, and never past a failed flash write's retry.
+    /// while accepts wait for a descriptor, half `GRANT_STALL` while grants hold too much, none
+    /// while a starved connection may go on, and never past a failed flash write's retry.
     fn idle_limit(&self) -> Duration {
         let idle = if self.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if self.accept_again { Duration::from_millis(10) } else { idle };
+        // Stalled grants are looked at again when their time is up; the next starved
+        // connection goes on at once when it may.
+        let idle = if self.core.budget.grants_full() { idle.min(super::budget::GRANT_STALL / 2) } else { idle };
+        let idle = if self.core.budget.can_relieve() { Duration::ZERO } else { idle };
         match self.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
             Some(due) => idle.min(due.max(Duration::from_millis(1))),
             None => idle,
@@ -400,6 +405,7 @@ impl Worker {
         if self.core.partition.now() != self.idle_checked {
             self.kick_idle_and_slow(poll);
         }
+        self.check_grants(poll);
         self.core.budget.trim();
         self.core.state.conn_buffer_bytes = self.core.budget.held() as u64;
         let relieved = self.core.budget.relieved();

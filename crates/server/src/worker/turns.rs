@@ -91,6 +91,9 @@ pub(super) fn serve_connection(
         connection.request_since = now;
     }
     core.budget.finished(connection);
+    if read == ReadEnd::Drained && connection.wanted > PRESSED_INPUT_BYTES {
+        core.budget.ran_dry(slot, connection, std::time::Instant::now());
+    }
     core.partition.release();
     connection.drain_parts(&mut core.pool);
     if !flush(connection, &mut core.state) {
