@@ -15,6 +15,7 @@ mod after;
 mod alloc_tests;
 mod atomic_run;
 mod auth;
+mod auth_throttle;
 mod config;
 mod conns;
 mod detail;

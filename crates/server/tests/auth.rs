@@ -1,5 +1,6 @@
 //! memcached's ASCII authentication (`-Y FILE`): the same exchanges get the same bytes from
-//! tierkv and Debian's memcached; pymemcache authenticates with a `set`; counters and flags.
+//! tierkv and Debian's memcached; pymemcache authenticates with a `set`; counters and flags;
+//! guesses from one address are slowed, other addresses are not.
 
 mod common;
 
@@ -172,7 +173,10 @@ fn a_connection_that_keeps_failing_is_closed_and_the_failures_are_logged() {
     std::thread::sleep(Duration::from_millis(100));
     let log = server.stderr();
     assert!(
-        log.contains("ASCII authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"),
+        log.contains(
+            "ASCII authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection; its next attempt \
+             waits 10 ms)"
+        ),
         "{log}"
     );
     assert_eq!(log.matches("authentication failed").count(), 1, "one line a second: {log}");
@@ -181,16 +185,84 @@ fn a_connection_that_keeps_failing_is_closed_and_the_failures_are_logged() {
     let again = conversation(server.1, &[&guess(0)]);
     assert_eq!(again, vec!["CLIENT_ERROR authentication failure\r\n"]);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(server.stderr().contains("(1 on this connection) (2 more not logged)"), "{}", server.stderr());
+    let log = server.stderr();
+    assert!(log.contains("(1 on this connection; its next attempt waits 80 ms) (2 more not logged)"), "{log}");
 
     let port = free_port();
     let mut command = Command::new(TIERKV);
     command.args(["-p", &port.to_string(), "-m", "64", "--auth-max-failures", "0", "-Y"]).arg(&file);
     let patient = start(command, port);
-    let steps: Vec<Vec<u8>> = (0..10).map(guess).chain([b"set a 0 0 12\r\nalice secret\r\n".to_vec()]).collect();
-    let steps: Vec<&[u8]> = steps.iter().map(Vec::as_slice).collect();
-    let replies = conversation(patient.1, &steps);
-    assert_eq!(replies[9], "CLIENT_ERROR authentication failure\r\n");
-    assert_eq!(replies[10], "STORED\r\n");
+    // Each failure doubles the wait of the source's next attempt: 10 + 20 + ... + 320 ms
+    // before the seventh.
+    let mut stream = TcpStream::connect(("127.0.0.1", patient.1)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let began = std::time::Instant::now();
+    for n in 0..6 {
+        stream.write_all(&guess(n)).unwrap();
+        assert_eq!(read_line(&mut stream), "CLIENT_ERROR authentication failure\r\n");
+    }
+    stream.write_all(b"set a 0 0 12\r\nalice secret\r\n").unwrap();
+    assert_eq!(read_line(&mut stream), "STORED\r\n");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(630), "six failures and a success took {took:?}");
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// One reply line.
+fn read_line(stream: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        stream.read_exact(&mut byte).unwrap();
+        line.push(byte[0]);
+    }
+    String::from_utf8(line).unwrap()
+}
+
+/// Guesses from one address on several connections at once wait for each other, doubling up
+/// to 2 s; a client with the right password from another address is answered at once
+/// meanwhile, and the guessing address, once it has the password, is served again.
+#[test]
+fn guesses_from_one_address_are_slowed_and_other_addresses_are_not() {
+    let file = auth_file("throttle");
+    let server = tierkv_auth_with(&file, &["--auth-max-failures", "0"]);
+    let port = server.1;
+    let began = std::time::Instant::now();
+    let guessers: Vec<_> = (0..4)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                for n in 0..3 {
+                    stream.write_all(format!("set a 0 0 11\r\nalice wro{c}{n}\r\n").as_bytes()).unwrap();
+                    assert_eq!(read_line(&mut stream), "CLIENT_ERROR authentication failure\r\n");
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Meanwhile, from 127.0.0.2 (another address on the loopback).
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other.bind(&"127.0.0.2:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    other.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+    let mut other: TcpStream = other.into();
+    other.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let asked = std::time::Instant::now();
+    other.write_all(b"set a 0 0 11\r\nbob hunter2\r\n").unwrap();
+    assert_eq!(read_line(&mut other), "STORED\r\n");
+    assert!(asked.elapsed() < Duration::from_millis(500), "another address waited {:?}", asked.elapsed());
+    for guesser in guessers {
+        guesser.join().unwrap();
+    }
+    // Twelve failures in a row from one address: 10 ms doubling to 2 s between them, about
+    // 7.6 s in all (without the throttle: a few milliseconds).
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(7000), "12 guesses took {took:?}");
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"set a 0 0 12\r\nalice secret\r\n").unwrap();
+    assert_eq!(read_line(&mut stream), "STORED\r\n");
+    let log = server.stderr();
+    assert!(log.contains("its next attempt waits 2000 ms"), "{log}");
     std::fs::remove_file(&file).unwrap();
 }

@@ -193,7 +193,10 @@ fn a_connection_closes_after_three_failed_sasl_attempts() {
     std::thread::sleep(Duration::from_millis(100));
     let log = server.stderr();
     assert!(
-        log.contains("SASL authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection)"),
+        log.contains(
+            "SASL authentication failed for user \"alice\" from 127.0.0.1 (1 on this connection; its next attempt \
+             waits 10 ms)"
+        ),
         "{log}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -2,20 +2,63 @@
 //! client has authenticated, its input goes here instead of to the request decoder. Each attempt is
 //! answered and counted (`auth_cmds`, `auth_errors`); once one succeeds, the rest of the input
 //! is served as usual. A failure is logged with the client's address (at most a line a second
-//! per worker), and after `--auth-max-failures` of them the connection is closed: guessing
-//! passwords costs a new connection every few guesses, and it shows.
+//! per worker), and after `--auth-max-failures` of them the connection is closed. After a
+//! failure, the next attempt from the same source waits (`auth_throttle.rs`: doubling up to
+//! 2 s), on any connection: the connection is parked until then (`Worker::auth_waits`), the
+//! worker goes on serving others. Guessing costs seconds per guess, and it shows.
 
 use std::time::{Duration, Instant};
 
 use super::connection::Connection;
-use super::Core;
+use super::{Core, Worker};
+use crate::auth_throttle::{Source, Throttle};
 use tierkv_protocol::auth::{self, AsciiAuth};
 
-/// Failed attempts, logged at most once a second; the line says how many went unlogged.
+/// Failed attempts, logged at most once a second (the line says how many went unlogged), and
+/// the sources whose attempts wait; shared by the workers.
 #[derive(Default)]
 pub(super) struct AuthLog {
     next: Option<Instant>,
     unlogged: u64,
+    throttle: Throttle,
+}
+
+impl Worker {
+    /// Parked authentication attempts whose wait is over get their turn.
+    pub(super) fn end_auth_waits(&mut self) {
+        if self.auth_waits.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let connections = &self.connections;
+        let again = &mut self.again;
+        self.auth_waits.retain(|&(slot, generation, until)| {
+            if until > now {
+                return true;
+            }
+            if connections.get(slot).and_then(Option::as_ref).is_some_and(|c| c.generation == generation) {
+                again.push(slot);
+            }
+            false
+        });
+    }
+}
+
+/// Whether `connection`'s attempts must wait (its source failed lately): then it is parked
+/// until the wait ends, and nothing of its input is taken meanwhile.
+fn must_wait(connection: &mut Connection, core: &Core) -> bool {
+    let source = Source::of(connection.stream.as_ref().and_then(crate::net::Stream::peer_ip));
+    let until = core.auth_log.lock().ok().and_then(|log| log.throttle.wait(source, Instant::now()));
+    connection.auth_until = until;
+    until.is_some()
+}
+
+/// A successful attempt: its source is no longer slowed.
+fn succeeded(connection: &Connection, core: &Core) {
+    let source = Source::of(connection.stream.as_ref().and_then(crate::net::Stream::peer_ip));
+    if let Ok(mut log) = core.auth_log.lock() {
+        log.throttle.succeeded(source);
+    }
 }
 
 impl AuthLog {
@@ -39,13 +82,19 @@ fn failed(connection: &mut Connection, core: &mut Core, kind: &str, user: &[u8])
     let max = core.state.shared.settings.auth_max_failures;
     let close = max > 0 && connection.auth_failures >= max;
     let (stream, failures) = (connection.stream.as_ref(), connection.auth_failures);
+    let source = Source::of(stream.and_then(crate::net::Stream::peer_ip));
     if let Ok(mut log) = core.auth_log.lock() {
-        // The peer's address is looked up only for a failure that is logged.
-        log.note(Instant::now(), || {
+        let now = Instant::now();
+        let delay = log.throttle.failed(source, now);
+        log.note(now, || {
             let peer = crate::net::Stream::peer_label(stream);
             let user = String::from_utf8_lossy(&user[..user.len().min(64)]).into_owned();
             let then = if close { ", closing the connection" } else { "" };
-            format!("{kind} authentication failed for user {user:?} from {peer} ({failures} on this connection{then})")
+            format!(
+                "{kind} authentication failed for user {user:?} from {peer} ({failures} on this connection{then}; \
+                 its next attempt waits {} ms)",
+                delay.as_millis()
+            )
         });
     }
     if close {
@@ -65,7 +114,7 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
     }
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
-    while !connection.authenticated() && at < input.len() {
+    while !connection.authenticated() && at < input.len() && !must_wait(connection, core) {
         let out = connection.local_out(&mut core.pool);
         match auth::decode(&input[at..]) {
             AsciiAuth::Incomplete => break,
@@ -82,6 +131,7 @@ pub(super) fn authenticate(connection: &mut Connection, core: &mut Core) -> bool
                 if table.check(user, password) {
                     out.extend_from_slice(b"STORED\r\n");
                     connection.grant();
+                    succeeded(connection, core);
                 } else {
                     core.state.counters.auth_errors += 1;
                     out.extend_from_slice(auth::FAILED);
@@ -107,7 +157,7 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
     use tierkv_protocol::{Command, Decoded, ReplyStyle};
     let input = std::mem::take(&mut connection.input);
     let mut at = 0;
-    while !connection.authenticated() && !connection.is_closing() && at < input.len() {
+    while !connection.authenticated() && !connection.is_closing() && at < input.len() && !must_wait(connection, core) {
         // memcached reads a whole header before it looks at the magic byte.
         if input.len() - at < binary::HEADER_BYTES {
             break;
@@ -151,6 +201,7 @@ fn sasl_authenticate(connection: &mut Connection, core: &mut Core, table: &crate
         };
         if authenticated {
             connection.grant();
+            succeeded(connection, core);
         }
         if close {
             connection.close_after_replies();

@@ -88,6 +88,9 @@ pub(super) struct Connection {
     pub(super) hangup: bool,
     /// `-Y`/`-S`: attempts that failed on this connection.
     pub(super) auth_failures: u32,
+    /// `-Y`/`-S`: its source failed lately, and its next attempt waits until then (the
+    /// worker parks it on a timer).
+    pub(super) auth_until: Option<std::time::Instant>,
     /// Replies it may have waiting before its requests stop (set each turn: smaller under
     /// memory pressure).
     pub(super) output_limit: usize,
@@ -128,6 +131,7 @@ impl Connection {
         let fd = stream.as_ref().map_or(-1, std::os::fd::AsRawFd::as_raw_fd);
         Connection {
             auth_failures: 0,
+            auth_until: None,
             stream,
             udp,
             marks: Vec::new(),

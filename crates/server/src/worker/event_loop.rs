@@ -354,7 +354,8 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
 impl Worker {
     /// The longest an idle worker sleeps: a second; 100 ms while watchers wait for lines, 10 ms
     /// while accepts wait for a descriptor, half `GRANT_STALL` while grants hold too much, none
-    /// while a starved connection may go on, and never past a failed flash write's retry.
+    /// while a starved connection may go on, and never past a parked authentication attempt's
+    /// time or a failed flash write's retry.
     fn idle_limit(&self) -> Duration {
         let idle = if self.watching.is_empty() { Duration::from_secs(1) } else { Duration::from_millis(100) };
         let idle = if self.accept_again { Duration::from_millis(10) } else { idle };
@@ -362,6 +363,10 @@ impl Worker {
         // connection goes on at once when it may.
         let idle = if self.core.budget.grants_full() { idle.min(super::budget::GRANT_STALL / 2) } else { idle };
         let idle = if self.core.budget.can_relieve() { Duration::ZERO } else { idle };
+        // A parked authentication attempt is taken up when its wait ends.
+        let now = Instant::now();
+        let idle =
+            self.auth_waits.iter().map(|&(_, _, until)| until.saturating_duration_since(now)).fold(idle, Duration::min);
         match self.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
             Some(due) => idle.min(due.max(Duration::from_millis(1))),
             None => idle,
@@ -406,6 +411,7 @@ impl Worker {
             self.kick_idle_and_slow(poll);
         }
         self.check_grants(poll);
+        self.end_auth_waits();
         self.core.budget.trim();
         self.core.state.conn_buffer_bytes = self.core.budget.held() as u64;
         let relieved = self.core.budget.relieved();
@@ -499,6 +505,7 @@ impl Worker {
             input_limit: input_limit(&limits),
             again: Vec::new(),
             blocked: Vec::new(),
+            auth_waits: Vec::new(),
             receiver: udp[0].is_some().then(|| Box::new(crate::sys::udp::Receiver::new())),
             udp,
             senders: Default::default(),

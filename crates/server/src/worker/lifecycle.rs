@@ -39,6 +39,9 @@ impl Worker {
         if connection.blocked {
             self.blocked.push(slot);
         }
+        if let Some(until) = connection.auth_until.take() {
+            self.auth_waits.push((slot, connection.generation, until));
+        }
         if connection.watching().is_some() && turn != Turn::Close && !self.watching.contains(&slot) {
             self.watching.push(slot);
         }

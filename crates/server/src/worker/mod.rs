@@ -150,6 +150,8 @@ struct Worker {
     /// Connections that stopped for forwarded replies or forwarding room; served again when
     /// replies arrive.
     blocked: Vec<usize>,
+    /// Connections whose next authentication attempt waits (slot, generation, until when).
+    auth_waits: Vec<(usize, u64, std::time::Instant)>,
     /// UDP sockets (shared port, direct port), their batched receive buffers and reply queues.
     udp: [Option<mio::net::UdpSocket>; 2],
     receiver: Option<Box<crate::sys::udp::Receiver>>,
