@@ -364,9 +364,10 @@ impl Worker {
         let idle = if self.core.budget.grants_full() { idle.min(super::budget::GRANT_STALL / 2) } else { idle };
         let idle = if self.core.budget.can_relieve() { Duration::ZERO } else { idle };
         // A parked authentication attempt is taken up when its wait ends.
-        let now = Instant::now();
-        let idle =
-            self.auth_waits.iter().map(|&(_, _, until)| until.saturating_duration_since(now)).fold(idle, Duration::min);
+        let idle = match self.auth_waits.iter().map(|&(_, _, until)| until).min() {
+            Some(first) => idle.min(first.saturating_duration_since(Instant::now())),
+            None => idle,
+        };
         match self.core.partition.flash_ref().and_then(|tier| tier.flash_retry_in()) {
             Some(due) => idle.min(due.max(Duration::from_millis(1))),
             None => idle,
