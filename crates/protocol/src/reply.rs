@@ -30,6 +30,14 @@ pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option
     out.extend_from_slice(CRLF);
 }
 
+/// The bytes `value` writes for these arguments (with a `len`-byte value): what a reply with a
+/// bound checks before the value is copied.
+pub fn value_bytes(key: &[u8], flags: u32, len: usize, cas: Option<u64>) -> usize {
+    let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as usize + 1;
+    let cas = cas.map_or(0, |cas| 1 + digits(cas));
+    "VALUE ".len() + key.len() + 1 + digits(u64::from(flags)) + 1 + digits(len as u64) + cas + 2 + len + 2
+}
+
 /// The fixed one-line text replies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -273,6 +281,20 @@ pub mod returned {
 mod tests {
     use super::*;
     use crate::meta::parse_flags;
+
+    #[test]
+    fn value_bytes_is_what_value_writes() {
+        for (key, flags, len, cas) in [
+            (&b"k"[..], 0, 0, None),
+            (b"key", 9, 10, Some(0)),
+            (b"big", u32::MAX, 999_999, Some(u64::MAX)),
+            (b"x", 10, 100, Some(99)),
+        ] {
+            let mut out = Vec::new();
+            value(&mut out, key, flags, &vec![b'v'; len], cas);
+            assert_eq!(value_bytes(key, flags, len, cas), out.len(), "{key:?} {flags} {len} {cas:?}");
+        }
+    }
 
     #[test]
     fn text_replies_are_exact() {

@@ -58,6 +58,27 @@ pub(crate) fn get_value(
     }
 }
 
+/// `get_value` for a reply that may take at most `room` more bytes: false, with nothing
+/// written, if the key's VALUE block would not fit (its size is known before it is copied).
+#[inline]
+pub(crate) fn get_value_within(
+    partition: &mut engine::AnyPartition,
+    key: &[u8],
+    return_cas: bool,
+    touch: Option<i64>,
+    out: &mut Vec<u8>,
+    state: &mut State,
+    room: usize,
+) -> bool {
+    let Some(item) = fetch(partition, key, touch, state) else { return true };
+    let cas = return_cas.then_some(item.cas);
+    if reply::value_bytes(key, item.flags, item.value.len(), cas) > room {
+        return false;
+    }
+    reply::value(out, key, item.flags, item.value, cas);
+    true
+}
+
 /// A store through the engine, counted for `stats`. With `invalidate` (meta `I`) a late
 /// writer's value is kept, marked stale.
 fn counted_store(

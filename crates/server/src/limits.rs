@@ -32,6 +32,11 @@ pub(crate) const MAX_PARTS: usize = 256;
 /// forwarded requests (small replies) are bounded by `MAX_PARTS`.
 pub(crate) const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
 
+/// The same for one UDP datagram, whose replies must fit its amplification bound: one item in
+/// flight before the bound is checked; a datagram that would need more has the rest dropped,
+/// as a full receive buffer would drop it.
+pub(crate) const MAX_UDP_REMOTE_READS: usize = 1;
+
 /// Requests decoded and prefetched together in one step of a turn.
 pub(crate) const BATCH: usize = 32;
 

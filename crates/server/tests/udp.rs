@@ -184,3 +184,35 @@ fn replies_stay_within_ten_times_the_request_whoever_sends_it() {
     let n = std::io::Read::read(&mut tcp, &mut reply).unwrap();
     assert!(String::from_utf8_lossy(&reply[..n]).contains(&format!("STAT udpport {}\r\n", server.1)));
 }
+
+/// Datagrams that ask for a 1 MB value hundreds of times (one `get` with the key repeated, and
+/// many `mg`s) are refused before their replies are built: the server's resident memory grows
+/// by less than 8 MiB over 20 of each, whichever worker owns the key (issue 56).
+#[test]
+fn datagrams_asking_a_large_value_many_times_are_refused_before_it_is_copied() {
+    let server = with_udp(TIERKV, &["-t", "2", "-I", "2m"]);
+    let port = server.1;
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for key in ["ubig0", "ubig1", "ubig2", "ubig3"] {
+        let set = [format!("set {key} 0 0 1000000\r\n").as_bytes(), &vec![b'u'; 1_000_000], b"\r\n"].concat();
+        std::io::Write::write_all(&mut tcp, &set).unwrap();
+        let mut stored = [0u8; 8];
+        std::io::Read::read_exact(&mut tcp, &mut stored).unwrap();
+        assert_eq!(&stored, b"STORED\r\n");
+    }
+    let socket = client();
+    let before = common::resident_bytes(server.0.id());
+    for round in 0..20u16 {
+        let key = format!("ubig{}", round % 4);
+        let get = format!("get{}\r\n", format!(" {key}").repeat(280));
+        let meta = format!("mg {key} v\r\n").repeat(100);
+        for (i, body) in [get, meta].iter().enumerate() {
+            let replies = exchange(&socket, port, [round * 2 + i as u16, 0, 1, 0], body.as_bytes());
+            assert_eq!(replies.len(), 1, "one refusal for round {round}");
+            assert!(replies[0].ends_with(b"SERVER_ERROR reply too large for UDP\r\n"), "{:?}", &replies[0][8..]);
+        }
+    }
+    let grown = common::resident_bytes(server.0.id()).saturating_sub(before);
+    assert!(grown < 8 << 20, "resident memory grew by {} KiB", grown >> 10);
+}

@@ -313,6 +313,27 @@ impl Connection {
 
     /// Whether replies waiting to be written have reached the limit.
     #[inline]
+    /// Forwarded reads it may have outstanding (fewer for a UDP datagram).
+    pub(super) fn remote_read_limit(&self) -> usize {
+        if self.udp.is_some() {
+            crate::limits::MAX_UDP_REMOTE_READS
+        } else {
+            crate::limits::MAX_REMOTE_READS_PER_CONNECTION
+        }
+    }
+
+    /// A UDP datagram's replies: the bytes still allowed before the amplification bound (None
+    /// for a stream connection, whose replies only pause).
+    pub(super) fn udp_room(&self) -> Option<usize> {
+        self.udp.as_ref()?;
+        Some(self.output_limit.saturating_sub(self.output.len() + self.pending_bytes()))
+    }
+
+    /// A UDP datagram whose replies would pass the bound: refused whole, nothing more built.
+    pub(super) fn udp_refused(&self) -> bool {
+        self.udp.as_ref().is_some_and(|udp| udp.oversized) || (self.udp.is_some() && self.over_output_limit())
+    }
+
     pub(super) fn over_output_limit(&self) -> bool {
         self.output.len() > self.output_limit || (!self.order.is_empty() && self.pending_bytes() > self.output_limit)
     }

@@ -72,6 +72,15 @@ impl Core {
     ) -> bool {
         let Some(found) = self.counted_crew_read(connection, owner, key, hash) else { return false };
         if let Some((flags, cas)) = found {
+            // A UDP reply that this value would take past its bound is refused before the
+            // value is copied into it.
+            let bytes = reply::value_bytes(key, flags, self.crew_value.len(), return_cas.then_some(cas));
+            if connection.udp_room().is_some_and(|room| bytes > room) {
+                if let Some(udp) = connection.udp.as_mut() {
+                    udp.oversized = true;
+                }
+                return true;
+            }
             let out = connection.local_out(&mut self.pool);
             reply::value(out, key, flags, &self.crew_value, return_cas.then_some(cas));
         }

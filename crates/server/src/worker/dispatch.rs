@@ -10,8 +10,8 @@ use super::forwarded::Route;
 use super::order::Part;
 use super::{Core, Gather};
 use crate::after::After;
-use crate::execute::{execute, get_value, Progress};
-use crate::limits::{MAX_PARTS, MAX_REMOTE_READS_PER_CONNECTION};
+use crate::execute::{execute, get_value_within, Progress};
+use crate::limits::MAX_PARTS;
 use crate::pending::{Kind, Learned, Pending};
 use tierkv_engine::KeyHash;
 use tierkv_protocol::{reply, Command};
@@ -49,7 +49,7 @@ pub(super) fn dispatch(
 ) -> Step {
     let read = matches!(request.command, Command::Get { .. });
     if route != Route::Local
-        && (connection.order.len() >= MAX_PARTS || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION))
+        && (connection.order.len() >= MAX_PARTS || (read && connection.remote_reads >= connection.remote_read_limit()))
     {
         return Step::Blocked;
     }
@@ -58,7 +58,7 @@ pub(super) fn dispatch(
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local if core.parking.enabled && hash.is_some() => {
             if connection.order.len() >= MAX_PARTS
-                || (read && connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION)
+                || (read && connection.remote_reads >= connection.remote_read_limit())
             {
                 return Step::Blocked;
             }
@@ -172,7 +172,11 @@ pub(super) fn split_get(
         unreachable!("only text gets are split")
     };
     for (number, key) in keys.iter().enumerate().skip(connection.resume) {
-        if connection.order.len() >= MAX_PARTS || connection.remote_reads >= MAX_REMOTE_READS_PER_CONNECTION {
+        if connection.udp_refused() {
+            // Past a UDP reply's bound: the datagram is refused whole (`udp_datagram`).
+            return Step::Done(After::Pause);
+        }
+        if connection.order.len() >= MAX_PARTS || connection.remote_reads >= connection.remote_read_limit() {
             connection.resume = number;
             return Step::Blocked;
         }
@@ -186,8 +190,11 @@ pub(super) fn split_get(
             continue;
         }
         if owner == core.id {
+            let room = connection.udp_room().unwrap_or(usize::MAX);
             let out = connection.local_out(&mut core.pool);
-            get_value(&mut core.partition, key, return_cas, touch, out, &mut core.state);
+            if !get_value_within(&mut core.partition, key, return_cas, touch, out, &mut core.state, room) {
+                return Step::Done(After::Pause);
+            }
             if connection.over_output_limit() && number + 1 < keys.len() {
                 connection.resume = number + 1;
                 return Step::Done(After::Pause);

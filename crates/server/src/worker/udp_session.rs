@@ -59,9 +59,17 @@ impl Worker {
         let connection =
             self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation, false));
         connection.marks = self.mark_pool.pop().unwrap_or_default();
+        // Replies are built only up to the bound: past it the datagram is refused whole.
+        connection.output_limit = target_limit(connection);
         let core = &mut self.core;
         let mut at = 0;
         while at < payload.len() {
+            if connection.udp_refused() {
+                if let Some(udp) = connection.udp.as_mut() {
+                    udp.oversized = true;
+                }
+                break;
+            }
             match decode_request(&payload[at..], &core.limits) {
                 Decoded::Request { request, consumed } => {
                     if let (Some(udp), ReplyStyle::Binary(info)) = (connection.udp.as_mut(), request.style) {
@@ -187,6 +195,12 @@ impl Worker {
             }
         }
     }
+}
+
+/// The reply bytes a datagram's connection may build: its amplification bound, at most the
+/// largest UDP reply.
+fn target_limit(connection: &Connection) -> usize {
+    connection.udp.as_ref().map_or(MAX_UDP_REPLY_BYTES, |udp| udp.limit.min(MAX_UDP_REPLY_BYTES))
 }
 
 /// What a UDP request gets instead of a reply over the amplification bound.
