@@ -33,8 +33,8 @@ pub(crate) const MAX_PARTS: usize = 256;
 pub(crate) const MAX_REMOTE_READS_PER_CONNECTION: usize = 16;
 
 /// The same for one UDP datagram, whose replies must fit its amplification bound: one item in
-/// flight before the bound is checked; a datagram that would need more has the rest dropped,
-/// as a full receive buffer would drop it.
+/// flight (forwarded, or parked on a flash read) before the bound is checked; a datagram that
+/// would need more has the rest dropped, as a full receive buffer would drop it.
 pub(crate) const MAX_UDP_REMOTE_READS: usize = 1;
 
 /// Requests decoded and prefetched together in one step of a turn.
