@@ -53,9 +53,7 @@ pub(crate) fn get_value(
     out: &mut Vec<u8>,
     state: &mut State,
 ) {
-    if let Some(item) = fetch(partition, key, touch, state) {
-        reply::value(out, key, item.flags, item.value, return_cas.then_some(item.cas));
-    }
+    get_value_within(partition, key, return_cas, touch, out, state, usize::MAX);
 }
 
 /// `get_value` for a reply that may take at most `room` more bytes: false, with nothing

@@ -334,6 +334,13 @@ impl Connection {
         self.udp.as_ref().is_some_and(|udp| udp.oversized) || (self.udp.is_some() && self.over_output_limit())
     }
 
+    /// A UDP datagram's replies are refused whole (nothing more is built for it).
+    pub(super) fn refuse_udp(&mut self) {
+        if let Some(udp) = self.udp.as_mut() {
+            udp.oversized = true;
+        }
+    }
+
     pub(super) fn over_output_limit(&self) -> bool {
         self.output.len() > self.output_limit || (!self.order.is_empty() && self.pending_bytes() > self.output_limit)
     }

@@ -76,9 +76,7 @@ impl Core {
             // value is copied into it.
             let bytes = reply::value_bytes(key, flags, self.crew_value.len(), return_cas.then_some(cas));
             if connection.udp_room().is_some_and(|room| bytes > room) {
-                if let Some(udp) = connection.udp.as_mut() {
-                    udp.oversized = true;
-                }
+                connection.refuse_udp();
                 return true;
             }
             let out = connection.local_out(&mut self.pool);

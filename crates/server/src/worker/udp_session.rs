@@ -51,6 +51,8 @@ impl Worker {
             binary: None,
             oversized: false,
         };
+        // Replies are built only up to the bound: past it the datagram is refused whole.
+        let bound = target.limit.min(MAX_UDP_REPLY_BYTES);
         let slot = self.free.pop().unwrap_or_else(|| {
             self.connections.push(None);
             self.connections.len() - 1
@@ -59,15 +61,12 @@ impl Worker {
         let connection =
             self.connections[slot].insert(Connection::new(None, Some(target), self.next_generation, false));
         connection.marks = self.mark_pool.pop().unwrap_or_default();
-        // Replies are built only up to the bound: past it the datagram is refused whole.
-        connection.output_limit = target_limit(connection);
+        connection.output_limit = bound;
         let core = &mut self.core;
         let mut at = 0;
         while at < payload.len() {
             if connection.udp_refused() {
-                if let Some(udp) = connection.udp.as_mut() {
-                    udp.oversized = true;
-                }
+                connection.refuse_udp();
                 break;
             }
             match decode_request(&payload[at..], &core.limits) {
@@ -86,9 +85,7 @@ impl Worker {
                         Step::Done(After::Continue) => connection.mark(),
                         // Over the largest reply: refused whole.
                         Step::Done(After::Pause) => {
-                            if let Some(udp) = connection.udp.as_mut() {
-                                udp.oversized = true;
-                            }
+                            connection.refuse_udp();
                             break;
                         }
                         // A dump streams over TCP only; over UDP it gets no reply.
@@ -195,12 +192,6 @@ impl Worker {
             }
         }
     }
-}
-
-/// The reply bytes a datagram's connection may build: its amplification bound, at most the
-/// largest UDP reply.
-fn target_limit(connection: &Connection) -> usize {
-    connection.udp.as_ref().map_or(MAX_UDP_REPLY_BYTES, |udp| udp.limit.min(MAX_UDP_REPLY_BYTES))
 }
 
 /// What a UDP request gets instead of a reply over the amplification bound.
