@@ -50,9 +50,16 @@ pub(crate) struct Throttle {
 }
 
 impl Throttle {
-    /// Until when an attempt from `source` must wait (None: it may go now).
-    pub(crate) fn wait(&self, source: Source, now: Instant) -> Option<Instant> {
-        self.sources.get(&source).map(|f| f.until).filter(|&until| until > now)
+    /// Until when an attempt from `source` must wait (None: it may go now). An attempt of a
+    /// source that failed before holds the others back for `FIRST_DELAY` (until its outcome
+    /// is known), so connections on other workers cannot slip through the same opening.
+    pub(crate) fn wait(&mut self, source: Source, now: Instant) -> Option<Instant> {
+        let failures = self.sources.get_mut(&source)?;
+        if failures.until > now {
+            return Some(failures.until);
+        }
+        failures.until = now + FIRST_DELAY;
+        None
     }
 
     /// A failed attempt from `source`: the delay its next attempt waits.
@@ -103,7 +110,9 @@ mod tests {
         assert_eq!(throttle.wait(source, now), None);
         assert_eq!(throttle.failed(source, now), FIRST_DELAY);
         assert_eq!(throttle.wait(source, now), Some(now + FIRST_DELAY));
-        assert_eq!(throttle.wait(source, now + FIRST_DELAY), None, "the wait ends");
+        let later = now + FIRST_DELAY;
+        assert_eq!(throttle.wait(source, later), None, "the wait ends");
+        assert_eq!(throttle.wait(source, later), Some(later + FIRST_DELAY), "one attempt at a time");
         assert_eq!(throttle.failed(source, now), FIRST_DELAY * 2);
         let delays: Vec<Duration> = (0..20).map(|_| throttle.failed(source, now)).collect();
         assert_eq!(*delays.last().unwrap(), MAX_DELAY);

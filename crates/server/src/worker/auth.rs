@@ -48,7 +48,7 @@ impl Worker {
 /// until the wait ends, and nothing of its input is taken meanwhile.
 fn must_wait(connection: &mut Connection, core: &Core) -> bool {
     let source = Source::of(connection.stream.as_ref().and_then(crate::net::Stream::peer_ip));
-    let until = core.auth_log.lock().ok().and_then(|log| log.throttle.wait(source, Instant::now()));
+    let until = core.auth_log.lock().ok().and_then(|mut log| log.throttle.wait(source, Instant::now()));
     connection.auth_until = until;
     until.is_some()
 }
