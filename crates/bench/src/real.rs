@@ -101,6 +101,8 @@ pub struct RealConfig {
     pub out: PathBuf,
     /// A cgroup directory (with a CPU quota, say) each server is moved into once started.
     pub server_cgroup: Option<PathBuf>,
+    /// How long the busy processes run before each load starts.
+    pub busy_lead: Duration,
 }
 
 /// One measured run.
@@ -297,9 +299,11 @@ fn run_server(
     let pid = running.0.id();
     for &busy in &config.busy {
         for &load in &config.loads {
-            // The busy processes start first and outlive the run by a little on both sides.
-            let burners = start_busy(busy, config.seconds + 1.0)?;
-            std::thread::sleep(Duration::from_millis(300));
+            // The busy processes start first (they were there before the clients connected, as
+            // on a host that runs other work) and outlive the run by a little.
+            let lead = if busy > 0 { config.busy_lead } else { Duration::from_millis(300) };
+            let burners = start_busy(busy, config.seconds + lead.as_secs_f64() + 0.7)?;
+            std::thread::sleep(lead);
             let cpu_before = process_cpu_seconds(pid)?;
             let (requests_per_sec, latency_us) = match load {
                 Load::Caslap { binary } => (caslap(port, binary, config.seconds)?, None),

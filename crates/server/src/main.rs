@@ -18,6 +18,7 @@ mod auth;
 mod auth_throttle;
 mod config;
 mod conns;
+mod contention;
 mod detail;
 mod dump;
 mod error;

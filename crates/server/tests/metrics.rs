@@ -254,28 +254,110 @@ fn pin_to(cpu: usize) -> bool {
     }
 }
 
+/// The connections per worker `/metrics` shows once they add up to `total`.
+fn connections_per_worker(metrics: u16, total: usize) -> [usize; 2] {
+    let began = std::time::Instant::now();
+    loop {
+        let body = http_get(metrics, "/metrics").1;
+        let count = |worker: usize| {
+            let prefix = format!("tierkv_curr_connections{{worker=\"{worker}\"}} ");
+            body.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|n| n.parse::<usize>().ok())
+        };
+        if let (Some(first), Some(second)) = (count(0), count(1)) {
+            if first + second == total {
+                return [first, second];
+            }
+        }
+        assert!(began.elapsed() < Duration::from_secs(10), "never {total} connections: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The two dealing tests one at a time: the busy threads of one would make the other's server
+/// find its CPUs shared.
+static DEALING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether the server finds its CPUs shared with other busy work (`stats tierkv`).
+fn contended(port: u16) -> bool {
+    common::stat_number(port, "tierkv", "cpu_contended") == 1
+}
+
+/// `count` connections opened from a thread pinned to `cpu`.
+fn open_from(cpu: usize, port: u16, count: usize) -> Vec<TcpStream> {
+    std::thread::spawn(move || {
+        assert!(pin_to(cpu));
+        (0..count).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Eight connections from a thread on CPU 0, then four from one on CPU 1, as dealt while the
+/// server's verdict on contention stayed the same (tried again when it changed meanwhile).
+fn deal_eight_and_four(port: u16, metrics: u16) -> (bool, [usize; 2]) {
+    for _ in 0..5 {
+        let before = contended(port);
+        let first = open_from(0, port, 8);
+        let second = open_from(1, port, 4);
+        let after = contended(port);
+        let counts = connections_per_worker(metrics, 12);
+        drop((first, second));
+        connections_per_worker(metrics, 0);
+        if before == after {
+            return (before, counts);
+        }
+    }
+    panic!("the verdict on contention changed during every attempt");
+}
+
 /// `--spread cpu` (the default): the connections of a client thread on one CPU go to that
-/// CPU's worker once packets have arrived on two CPUs; the first CPU's are dealt in turn.
-/// Eight connections from a thread on CPU 0, then eight from one on CPU 1: in turn 4 and 4,
-/// then all eight to worker 1 (memcached's round-robin would make it 8 and 8).
+/// CPU's worker (a client on this host sends from its own CPU): eight from a thread on CPU 0,
+/// then four from one on CPU 1, are dealt 8 and 4 (memcached's round-robin would make them 6
+/// and 6). While the CPUs are shared with other busy work they are dealt in turn.
 #[test]
 fn connections_of_one_client_thread_share_a_worker() {
     if !(pin_to(1) && pin_to(0)) {
         eprintln!("skipped: this test needs CPUs 0 and 1");
         return;
     }
+    let _alone = DEALING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (server, metrics) = tierkv_with_metrics();
-    let port = server.1;
-    let open = move |cpu: usize| {
-        std::thread::spawn(move || {
-            assert!(pin_to(cpu));
-            (0..8).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect::<Vec<_>>()
+    let (contended, counts) = deal_eight_and_four(server.1, metrics);
+    eprintln!("contended: {contended}, dealt {counts:?}");
+    assert_eq!(counts, if contended { [6, 6] } else { [8, 4] }, "contended: {contended}");
+}
+
+/// Beside busy work the workers' yields take scheduler slices, `stats tierkv` shows
+/// `cpu_contended 1`, and the shared port deals new connections in turn: a client thread and
+/// its worker on one CPU could only run one at a time, where two threads get two shares.
+#[test]
+fn beside_busy_work_connections_are_dealt_in_turn() {
+    if !(pin_to(1) && pin_to(0)) {
+        eprintln!("skipped: this test needs CPUs 0 and 1");
+        return;
+    }
+    let _alone = DEALING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (server, metrics) = tierkv_with_metrics();
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..4)
+        .map(|i| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                pin_to(i % 2);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
         })
-        .join()
-        .unwrap()
-    };
-    let first = open(0);
-    let second = open(1);
-    assert_connections_per_worker(metrics, [4, 12]);
-    drop((first, second));
+        .collect();
+    let began = std::time::Instant::now();
+    while !contended(server.1) {
+        assert!(began.elapsed() < Duration::from_secs(30), "never contended beside four busy threads");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (contended, counts) = deal_eight_and_four(server.1, metrics);
+    stop.store(true, Ordering::Relaxed);
+    spinners.into_iter().for_each(|spinner| spinner.join().unwrap());
+    assert!(contended, "the verdict held while the busy threads ran");
+    assert_eq!(counts, [6, 6]);
 }

@@ -157,6 +157,11 @@ struct RealArgs {
     /// `echo 100000 > /sys/fs/cgroup/cpu/q/cpu.cfs_quota_us` on cgroup v1, `cpu.max` on v2).
     #[arg(long)]
     server_cgroup: Option<std::path::PathBuf>,
+    /// Milliseconds the busy processes run before each load starts (tierkv learns that its
+    /// CPUs are shared from its workers' yields within about two seconds; connections made
+    /// before it knows are dealt as on an idle machine).
+    #[arg(long, default_value_t = 2500)]
+    busy_lead_ms: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -243,6 +248,7 @@ fn real(args: RealArgs) {
         keys: args.keys,
         out: args.out,
         server_cgroup: args.server_cgroup,
+        busy_lead: std::time::Duration::from_millis(args.busy_lead_ms),
     };
     if let Err(e) = tierkv_bench::real::real(&config) {
         fail(e);

@@ -123,6 +123,8 @@ pub(crate) struct ServerState {
     /// What became of the flash file's path under the running server (`TierFile::path_check`),
     /// looked at once a second by worker 0; None while it names the file the tier writes.
     pub flash_file_problem: std::sync::Mutex<Option<&'static str>>,
+    /// Whether the CPUs are shared with other busy work now (the workers' yields say).
+    pub contention: crate::contention::Contention,
 }
 
 impl ServerState {
@@ -137,6 +139,7 @@ impl ServerState {
             tls: None,
             auth: None,
             flash_file_problem: std::sync::Mutex::new(None),
+            contention: crate::contention::Contention::new(),
         }
     }
 }
@@ -521,6 +524,7 @@ pub(crate) fn report(
             put("locked_requests", &total.counters.locked_requests);
             put("idle_yields", &total.counters.idle_yields);
             put("slow_yields", &total.counters.slow_yields);
+            put("cpu_contended", &u8::from(state.shared.contention.holds()));
             put("lock_waits", &total.counters.lock_waits);
             put("slow_request_kicks", &total.counters.slow_request_kicks);
             put("concurrency", &state.shared.settings.concurrency.name());

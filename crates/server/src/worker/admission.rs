@@ -75,6 +75,9 @@ impl Handoff {
 /// memcached's reply to a client beyond the connection limit (then the connection closes).
 const TOO_MANY: &[u8] = b"ERROR Too many open connections\r\n";
 
+/// Connections a worker may hold beyond half again its share before `deal` passes them on.
+const GROUP_SLACK: usize = 16;
+
 impl Worker {
     /// Accepts every pending connection on `listener`. On the shared port (`spread`) each goes
     /// to the worker whose turn it is, round-robin over all of them, as memcached's listener
@@ -119,27 +122,40 @@ impl Worker {
     /// The worker a connection accepted on the shared port goes to (`--spread`). With `cpu`,
     /// the worker of the CPU its packets arrive on: the connections of one client thread then
     /// share a worker, whose replies wake that thread alone, and the scheduler keeps the pair
-    /// on one CPU (memcaslap's load at `-t 2`: 1.6x the requests/s at a fifth of the p99). So
-    /// that one receive queue, or clients that all connect from one CPU, cannot pile every
-    /// connection on one worker, connections are dealt in turn until packets have arrived on
-    /// two CPUs, and a worker holding more than half again its share (plus two) passes the
-    /// connection to the one with the fewest.
+    /// on one CPU (a closed loop of 32 connections from two threads at `-t 2`: 300k requests/s
+    /// at p99 0.25 ms, against 190-260k at 0.3-2.5 ms when each thread's connections were
+    /// split). The exceptions:
+    /// - While the CPUs are shared with other busy work (`Contention`), in turn, as memcached
+    ///   deals: a client thread and its worker on one CPU can only run one at a time, and
+    ///   beside busy processes they get one share of it where two threads would get two
+    ///   (beside three busy processes: 98k requests/s grouped against 119k in turn).
+    /// - From another host, until packets have arrived on two CPUs, in turn: there the CPU is
+    ///   the network card's receive queue's, and one queue would group nothing. A client on
+    ///   this host sends from its own CPU, which is the thing to group by (its first thread's
+    ///   connections were dealt in turn when they were the first seen).
+    /// - A worker holding more than half again its share plus `GROUP_SLACK` passes the
+    ///   connection to the one with the fewest. The slack lets a client thread open its pool
+    ///   on one worker before the next thread connects (without it a thread's 16 connections
+    ///   were split 12 and 4).
     fn deal(&self, stream: &Stream) -> usize {
         let workers = self.core.workers;
         let by_turn = || self.shared.next_worker.fetch_add(1, Ordering::Relaxed) % workers;
         if self.core.state.shared.settings.spread == Spread::RoundRobin {
             return by_turn();
         }
+        if self.shared.server.contention.holds() {
+            return by_turn();
+        }
         let Some(cpu) = incoming_cpu(stream) else { return by_turn() };
         // Packets all arriving on one CPU (one receive queue) would group nothing: in turn.
         let seen = self.shared.arrival_cpus.fetch_or(1 << (cpu % 64), Ordering::Relaxed) | 1 << (cpu % 64);
-        if seen.count_ones() < 2 {
+        if seen.count_ones() < 2 && !from_this_host(stream) {
             return by_turn();
         }
         let target = cpu % workers;
         let count = |w: usize| self.shared.worker_conns[w].load(Ordering::Relaxed);
         let share = (0..workers).map(count).sum::<usize>() / workers;
-        if count(target) < share + share / 2 + 2 {
+        if count(target) < share + share / 2 + GROUP_SLACK {
             return target;
         }
         (0..workers).min_by_key(|&w| count(w)).unwrap_or(target)
@@ -333,6 +349,16 @@ fn slow_request(connection: &Connection, now: u32, requests: crate::config::Requ
 }
 
 /// The CPU that last processed the connection's packets (`SO_INCOMING_CPU`), if known.
+/// Whether the client runs on this host (loopback, or the server's own address): its packets
+/// arrive on the CPU its thread sent them from.
+fn from_this_host(stream: &Stream) -> bool {
+    match (stream.peer_ip(), stream.local()) {
+        (Some(peer), _) if peer.is_loopback() => true,
+        (Some(peer), Some(crate::conns::Endpoint::Inet(local))) => peer == local.ip(),
+        _ => false,
+    }
+}
+
 fn incoming_cpu(stream: &Stream) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let mut cpu: libc::c_int = -1;

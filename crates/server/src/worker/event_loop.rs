@@ -227,31 +227,52 @@ fn wait_for_work(
 ) -> io::Result<()> {
     let start = Instant::now();
     if !flash_poll.is_zero() && gate.open(start) {
-        loop {
-            poll.poll(events, Some(Duration::ZERO))?;
-            links.receive(inbox);
-            if !events.is_empty() || !inbox.is_empty() {
+        poll.poll(events, Some(Duration::ZERO))?;
+        links.receive(inbox);
+        if !events.is_empty() || !inbox.is_empty() {
+            return Ok(());
+        }
+        while start.elapsed() < flash_poll {
+            let fast = gate.yield_now();
+            if work_after_yield(poll, events, links, inbox, gate)? {
                 return Ok(());
             }
-            if start.elapsed() >= flash_poll || !gate.yield_now() {
+            if !fast {
                 break;
             }
         }
     }
     for _ in 0..yields {
-        if !gate.open(start) || !gate.yield_now() {
+        if !gate.open(start) {
             break;
         }
-        poll.poll(events, Some(Duration::ZERO))?;
-        links.receive(inbox);
-        if !events.is_empty() || !inbox.is_empty() {
+        let fast = gate.yield_now();
+        if work_after_yield(poll, events, links, inbox, gate)? {
             return Ok(());
+        }
+        if !fast {
+            break;
         }
     }
     let timeout = if links.may_sleep(inbox) { idle } else { Duration::ZERO };
     let polled = poll.poll(events, Some(timeout));
     links.awake();
     polled
+}
+
+/// After a yield: looks for work without blocking and tells the gate whether there was some.
+fn work_after_yield(
+    poll: &mut Poll,
+    events: &mut Events,
+    links: &mut Links,
+    inbox: &mut Vec<(usize, Message)>,
+    gate: &mut YieldGate,
+) -> io::Result<bool> {
+    poll.poll(events, Some(Duration::ZERO))?;
+    links.receive(inbox);
+    let work = !events.is_empty() || !inbox.is_empty();
+    gate.found(work);
+    Ok(work)
 }
 
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
@@ -287,6 +308,9 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             let (yields, slow) = worker.yield_gate.take_counts();
             worker.core.state.counters.idle_yields += yields;
             worker.core.state.counters.slow_yields += slow;
+            if let Some(contended) = worker.yield_gate.verdict(Instant::now()) {
+                worker.shared.server.contention.note(contended);
+            }
             waited
         };
         debug_assert!(!worker.core.partition.held(), "the partition lock was taken during the wait");
