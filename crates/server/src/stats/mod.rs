@@ -139,7 +139,7 @@ impl ServerState {
             tls: None,
             auth: None,
             flash_file_problem: std::sync::Mutex::new(None),
-            contention: crate::contention::Contention::new(),
+            contention: crate::contention::Contention::new(settings.threads),
         }
     }
 }
@@ -525,6 +525,7 @@ pub(crate) fn report(
             put("idle_yields", &total.counters.idle_yields);
             put("slow_yields", &total.counters.slow_yields);
             put("cpu_contended", &u8::from(state.shared.contention.holds()));
+            put("workers_contended", &state.shared.contention.workers_contended());
             put("lock_waits", &total.counters.lock_waits);
             put("slow_request_kicks", &total.counters.slow_request_kicks);
             put("concurrency", &state.shared.settings.concurrency.name());

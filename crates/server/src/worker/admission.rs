@@ -125,10 +125,10 @@ impl Worker {
     /// on one CPU (a closed loop of 32 connections from two threads at `-t 2`: 300k requests/s
     /// at p99 0.25 ms, against 190-260k at 0.3-2.5 ms when each thread's connections were
     /// split). The exceptions:
-    /// - While the CPUs are shared with other busy work (`Contention`), in turn, as memcached
-    ///   deals: a client thread and its worker on one CPU can only run one at a time, and
-    ///   beside busy processes they get one share of it where two threads would get two
-    ///   (beside three busy processes: 98k requests/s grouped against 119k in turn).
+    /// - While most workers find their CPUs shared with other busy work (`Contention`), in
+    ///   turn, as memcached deals: a client thread and its worker on one CPU can only run one
+    ///   at a time, and beside busy processes they get one share of it where two threads would
+    ///   get two (beside three busy processes: 98k requests/s grouped against 132k in turn).
     /// - From another host, until packets have arrived on two CPUs, in turn: there the CPU is
     ///   the network card's receive queue's, and one queue would group nothing. A client on
     ///   this host sends from its own CPU, which is the thing to group by (its first thread's

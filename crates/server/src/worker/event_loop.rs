@@ -309,7 +309,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
             worker.core.state.counters.idle_yields += yields;
             worker.core.state.counters.slow_yields += slow;
             if let Some(contended) = worker.yield_gate.verdict(Instant::now()) {
-                worker.shared.server.contention.note(contended);
+                worker.shared.server.contention.note(id, contended);
             }
             waited
         };
