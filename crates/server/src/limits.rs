@@ -106,8 +106,10 @@ pub(crate) const BATCH_ENTRIES: usize = 256;
 /// Batches kept for reuse.
 pub(crate) const POOL_BATCHES: usize = 64;
 
-/// A batch's buffers above this capacity are not kept for reuse.
-pub(crate) const KEEP_BATCH_BYTES: usize = 1 << 20;
+/// A batch's buffers above this capacity are not kept for reuse: one that carried a large
+/// value is freed, not kept idle beside the connection budget (64 pooled batches of 1 MiB
+/// would be 128 MiB a worker).
+pub(crate) const KEEP_BATCH_BYTES: usize = 2 * BATCH_BYTES;
 
 // ----- UDP (`udp.rs`, `worker/udp_session.rs`) -----
 

@@ -22,10 +22,12 @@ const MAX_ITEM: u64 = MIB;
 
 /// The README's bound above the process's own memory (`idle`): `-m`, three times the
 /// connection budget (4 MiB + `-m`/64: the budget, grants up to twice it), one largest request
-/// per worker, 16 KiB per connection (one more for the sampler's `stats`).
+/// per worker, forwarded requests in flight (8 batches of 64 KiB and one request per ordered
+/// pair of workers), 16 KiB per connection.
 fn bound(idle: u64) -> u64 {
     let budget = 4 * MIB + MEMORY_MIB * MIB / 64;
-    idle + MEMORY_MIB * MIB + 3 * budget + WORKERS * MAX_ITEM + (CONNECTIONS + 1) * (16 << 10)
+    let forwarded = WORKERS * (WORKERS - 1) * 8 * ((64 << 10) + MAX_ITEM);
+    idle + MEMORY_MIB * MIB + 3 * budget + WORKERS * MAX_ITEM + forwarded + CONNECTIONS * (16 << 10)
 }
 
 /// Reads until the reply ends with `ending`.
