@@ -11,38 +11,12 @@ A program that prints figures, not a test (the test is `memory.rs`).
 import argparse
 import os
 import socket
-import subprocess
 import threading
 import time
 
+from hostile import free_port, launch, rss
+
 MIB = 1 << 20
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def start(command, port):
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit(f"{command[0]} did not start")
 
 
 def read_until(sock, ending):
@@ -126,7 +100,7 @@ def main():
         servers.append(("memcached", ["/usr/bin/memcached", "-m", str(m), "-t", t, "-U", "0"] + user))
     for name, command in servers:
         port = free_port()
-        process = start(command + ["-p", str(port)], port)
+        process = launch(command + ["-p", str(port)], port)
         try:
             idle = rss(process.pid)
             print(f"{name} -m {m} -t {t}: idle RSS {idle / MIB:.1f} MiB")
