@@ -18,11 +18,14 @@ const CONTENTION_HOLDS: Duration = Duration::from_secs(5);
 pub(crate) struct Contention {
     base: Instant,
     until_ms: Vec<AtomicU64>,
+    /// `--test-contended`: always shared, whatever the verdicts.
+    forced: bool,
 }
 
 impl Contention {
-    pub(crate) fn new(workers: usize) -> Contention {
-        Contention { base: Instant::now(), until_ms: (0..workers.max(1)).map(|_| AtomicU64::new(0)).collect() }
+    pub(crate) fn new(workers: usize, forced: bool) -> Contention {
+        let until_ms = (0..workers.max(1)).map(|_| AtomicU64::new(0)).collect();
+        Contention { base: Instant::now(), until_ms, forced }
     }
 
     fn millis(&self) -> u64 {
@@ -45,7 +48,7 @@ impl Contention {
 
     /// Whether the CPUs count as shared: more than half of the workers found theirs so.
     pub(crate) fn holds(&self) -> bool {
-        self.workers_contended() * 2 > self.until_ms.len()
+        self.forced || self.workers_contended() * 2 > self.until_ms.len()
     }
 }
 
@@ -55,7 +58,7 @@ mod tests {
 
     #[test]
     fn the_cpus_count_as_shared_while_more_than_half_the_workers_found_so() {
-        let contention = Contention::new(2);
+        let contention = Contention::new(2, false);
         assert!(!contention.holds());
         contention.note(0, false);
         assert!(!contention.holds(), "no verdict of contention yet");
@@ -68,9 +71,10 @@ mod tests {
         // As if worker 0's verdict was given longer ago than it holds.
         contention.until_ms[0].store(contention.millis().saturating_sub(1), Ordering::Relaxed);
         assert!(!contention.holds(), "it runs out");
-        let one = Contention::new(1);
+        let one = Contention::new(1, false);
         one.note(0, true);
         assert!(one.holds());
         one.note(5, true);
+        assert!(Contention::new(2, true).holds(), "--test-contended");
     }
 }

@@ -273,10 +273,6 @@ fn connections_per_worker(metrics: u16, total: usize) -> [usize; 2] {
     }
 }
 
-/// The two dealing tests one at a time: the busy threads of one would make the other's server
-/// find its CPUs shared.
-static DEALING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Whether the server finds its CPUs shared with other busy work (`stats tierkv`).
 fn contended(port: u16) -> bool {
     common::stat_number(port, "tierkv", "cpu_contended") == 1
@@ -320,44 +316,29 @@ fn connections_of_one_client_thread_share_a_worker() {
         eprintln!("skipped: this test needs CPUs 0 and 1");
         return;
     }
-    let _alone = DEALING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (server, metrics) = tierkv_with_metrics();
     let (contended, counts) = deal_eight_and_four(server.1, metrics);
     eprintln!("contended: {contended}, dealt {counts:?}");
     assert_eq!(counts, if contended { [6, 6] } else { [8, 4] }, "contended: {contended}");
 }
 
-/// Beside busy work the workers' yields take scheduler slices, `stats tierkv` shows
-/// `cpu_contended 1`, and the shared port deals new connections in turn: a client thread and
-/// its worker on one CPU could only run one at a time, where two threads get two shares.
+/// While the CPUs count as shared with other busy work (`cpu_contended 1`; forced here with
+/// the hidden `--test-contended`, since whether a loaded machine's scheduler lets a yield find
+/// it within a given time is not for a test to decide; `yields.rs` tests the verdicts), the
+/// shared port deals new connections in turn: a client thread and its worker on one CPU could
+/// only run one at a time, where two threads get two shares.
 #[test]
-fn beside_busy_work_connections_are_dealt_in_turn() {
+fn while_the_cpus_are_shared_connections_are_dealt_in_turn() {
     if !(pin_to(1) && pin_to(0)) {
         eprintln!("skipped: this test needs CPUs 0 and 1");
         return;
     }
-    let _alone = DEALING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let (server, metrics) = tierkv_with_metrics();
-    let stop = Arc::new(AtomicBool::new(false));
-    let spinners: Vec<_> = (0..4)
-        .map(|i| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || {
-                pin_to(i % 2);
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    let began = std::time::Instant::now();
-    while !contended(server.1) {
-        assert!(began.elapsed() < Duration::from_secs(30), "never contended beside four busy threads");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (port, metrics) = (free_port(), free_port());
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-m", "64", "-t", "2", "--metrics-port", &metrics.to_string()]);
+    command.arg("--test-contended");
+    let server = start(command, port);
     let (contended, counts) = deal_eight_and_four(server.1, metrics);
-    stop.store(true, Ordering::Relaxed);
-    spinners.into_iter().for_each(|spinner| spinner.join().unwrap());
-    assert!(contended, "the verdict held while the busy threads ran");
+    assert!(contended, "cpu_contended is 1");
     assert_eq!(counts, [6, 6]);
 }

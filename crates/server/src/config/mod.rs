@@ -270,6 +270,9 @@ pub(crate) struct Config {
     /// default), `never` (every request forwarded: the contended path) or `wait`.
     #[arg(long = "test-guest-lock", hide = true)]
     pub test_guest_lock: Option<String>,
+    /// Tests only: the CPUs always count as shared with other busy work (`contention.rs`).
+    #[arg(long = "test-contended", hide = true)]
+    pub test_contended: bool,
     /// Read settings from a TOML file whose keys are the long flag names (or, for a flag
     /// under a heading, its name in that heading's section: `[udp] port`).
     #[arg(long = "config")]
@@ -435,6 +438,8 @@ pub(crate) struct Settings {
     pub spread: Spread,
     /// `--test-guest-lock`: how workers take each other's partition locks.
     pub guest_lock: crate::sys::partition_lock::GuestLock,
+    /// `--test-contended`: the CPUs always count as shared.
+    pub test_contended: bool,
     /// memcached's UDP protocol on this port (None: off).
     pub udp_port: Option<u16>,
     /// `--udp-amplification`: the replies to a datagram total at most this many times its size.
@@ -589,14 +594,8 @@ impl Config {
             },
             pin_workers: self.pin_workers,
             spread: spread(self.spread.as_deref())?,
-            guest_lock: match self.test_guest_lock.as_deref() {
-                None | Some("try") => GuestLock::Try,
-                Some("never") => GuestLock::Never,
-                Some("wait") => GuestLock::Wait,
-                Some(other) => {
-                    return Err(ConfigError::flag("--test-guest-lock", format!("{other:?} must be try, never or wait")))
-                }
-            },
+            guest_lock: guest_lock(self.test_guest_lock.as_deref())?,
+            test_contended: self.test_contended,
             udp_port: self.udp_port.filter(|&port| port != 0),
             udp_amplification: match self.udp_amplification {
                 None => DEFAULT_UDP_AMPLIFICATION,
@@ -836,6 +835,15 @@ pub(crate) enum Spread {
 }
 
 /// `--spread`'s value.
+fn guest_lock(value: Option<&str>) -> Result<GuestLock, ConfigError> {
+    match value {
+        None | Some("try") => Ok(GuestLock::Try),
+        Some("never") => Ok(GuestLock::Never),
+        Some("wait") => Ok(GuestLock::Wait),
+        Some(other) => Err(ConfigError::flag("--test-guest-lock", format!("{other:?} must be try, never or wait"))),
+    }
+}
+
 fn spread(value: Option<&str>) -> Result<Spread, ConfigError> {
     match value {
         None | Some("cpu") => Ok(Spread::Cpu),

@@ -139,7 +139,7 @@ impl ServerState {
             tls: None,
             auth: None,
             flash_file_problem: std::sync::Mutex::new(None),
-            contention: crate::contention::Contention::new(settings.threads),
+            contention: crate::contention::Contention::new(settings.threads, settings.test_contended),
         }
     }
 }
