@@ -834,7 +834,7 @@ pub(crate) enum Spread {
     RoundRobin,
 }
 
-/// `--spread`'s value.
+/// `--test-guest-lock`'s value.
 fn guest_lock(value: Option<&str>) -> Result<GuestLock, ConfigError> {
     match value {
         None | Some("try") => Ok(GuestLock::Try),
@@ -844,6 +844,7 @@ fn guest_lock(value: Option<&str>) -> Result<GuestLock, ConfigError> {
     }
 }
 
+/// `--spread`'s value.
 fn spread(value: Option<&str>) -> Result<Spread, ConfigError> {
     match value {
         None | Some("cpu") => Ok(Spread::Cpu),

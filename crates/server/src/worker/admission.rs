@@ -348,7 +348,6 @@ fn slow_request(connection: &Connection, now: u32, requests: crate::config::Requ
         && ((connection.input.len() + connection.stream.as_ref().map_or(0, Stream::queued_input)) as u64) < due
 }
 
-/// The CPU that last processed the connection's packets (`SO_INCOMING_CPU`), if known.
 /// Whether the client runs on this host (loopback, or the server's own address): its packets
 /// arrive on the CPU its thread sent them from.
 fn from_this_host(stream: &Stream) -> bool {
@@ -359,6 +358,7 @@ fn from_this_host(stream: &Stream) -> bool {
     }
 }
 
+/// The CPU that last processed the connection's packets (`SO_INCOMING_CPU`), if known.
 fn incoming_cpu(stream: &Stream) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let mut cpu: libc::c_int = -1;

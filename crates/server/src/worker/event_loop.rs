@@ -227,9 +227,7 @@ fn wait_for_work(
 ) -> io::Result<()> {
     let start = Instant::now();
     if !flash_poll.is_zero() && gate.open(start) {
-        poll.poll(events, Some(Duration::ZERO))?;
-        links.receive(inbox);
-        if !events.is_empty() || !inbox.is_empty() {
+        if look_for_work(poll, events, links, inbox)? {
             return Ok(());
         }
         while start.elapsed() < flash_poll {
@@ -260,7 +258,19 @@ fn wait_for_work(
     polled
 }
 
-/// After a yield: looks for work without blocking and tells the gate whether there was some.
+/// Whether events or other workers' messages wait, looked for without blocking.
+fn look_for_work(
+    poll: &mut Poll,
+    events: &mut Events,
+    links: &mut Links,
+    inbox: &mut Vec<(usize, Message)>,
+) -> io::Result<bool> {
+    poll.poll(events, Some(Duration::ZERO))?;
+    links.receive(inbox);
+    Ok(!events.is_empty() || !inbox.is_empty())
+}
+
+/// After a yield: looks for work and tells the gate whether there was some.
 fn work_after_yield(
     poll: &mut Poll,
     events: &mut Events,
@@ -268,9 +278,7 @@ fn work_after_yield(
     inbox: &mut Vec<(usize, Message)>,
     gate: &mut YieldGate,
 ) -> io::Result<bool> {
-    poll.poll(events, Some(Duration::ZERO))?;
-    links.receive(inbox);
-    let work = !events.is_empty() || !inbox.is_empty();
+    let work = look_for_work(poll, events, links, inbox)?;
     gate.found(work);
     Ok(work)
 }
