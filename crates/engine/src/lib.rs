@@ -57,4 +57,4 @@ pub use types::{
 pub use vectors::{apply_update, vector_header, vector_slice, ElemType, VectorError, VectorOp, VectorUpdate};
 
 #[cfg(test)]
-use cache::index::{ENTRIES_PER_BUCKET, SLOTS_PER_PAIR};
+use cache::index::ENTRIES_PER_BUCKET;

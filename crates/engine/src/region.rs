@@ -52,6 +52,16 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 impl Region {
     /// Maps `len` zeroed bytes (`len` > 0), or returns None when the kernel refuses.
     pub(crate) fn new(len: usize) -> Option<Region> {
+        Region::map(len, true)
+    }
+
+    /// Like `new`, without huge pages: for a mapping touched a little at a time, whose
+    /// resident size should follow what is used in 4 KiB steps, not 2 MiB ones.
+    pub(crate) fn new_small_pages(len: usize) -> Option<Region> {
+        Region::map(len, false)
+    }
+
+    fn map(len: usize, huge: bool) -> Option<Region> {
         assert!(len > 0);
         // SAFETY: an anonymous private mapping with no address hint touches no existing memory;
         // the result is checked against MAP_FAILED before use.
@@ -68,7 +78,7 @@ impl Region {
         if raw == libc::MAP_FAILED {
             return None;
         }
-        if len >= HUGE_PAGE_BYTES {
+        if huge && len >= HUGE_PAGE_BYTES {
             // SAFETY: the range is exactly the mapping just created. A failure only means no
             // huge pages, which is a speed loss, not an error.
             unsafe {

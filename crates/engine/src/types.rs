@@ -230,8 +230,11 @@ pub enum ArithOutcome {
 pub struct EngineStats {
     /// Items copied to the tail because they were read close to eviction.
     pub reappends: u64,
-    /// Live index entries dropped because their bucket pair was full.
+    /// Live index entries dropped because their pair was full and no overflow bucket was
+    /// left (cache mode; counted in `evictions` too).
     pub index_evictions: u64,
+    /// Overflow buckets in the index's chains now (cache mode).
+    pub overflow_buckets: u64,
     /// Bytes consumed in the log so far.
     pub log_bytes_written: u64,
     /// Items in the index and the log now, expired ones included until a read notices them

@@ -18,7 +18,8 @@
 //!
 //! What needs the owner is left to it (`CrewGet::Owner`): an item stale or with a token out
 //! (meta state), expired (the owner drops it), old enough to be copied forward, a miss when a
-//! flash tier may hold the key, a full notice queue, an item larger than `MAX_CREW_COPY`, and
+//! flash tier may hold the key, a key whose tag another entry of its pair shares or whose pair
+//! has an overflow chain (the owner compares every candidate), a full notice queue, an item larger than `MAX_CREW_COPY`, and
 //! a reader that keeps losing the race.
 //! A reply is built only from a validated copy, never from the log.
 //!
@@ -27,7 +28,7 @@
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::cache::index::{entry_offset, entry_tag, Index, ENTRIES_PER_BUCKET, OFFSET_MASK};
+use crate::cache::index::{entry_offset, entry_tag, is_link, Index, ENTRIES_PER_BUCKET, LINK_SLOT, OFFSET_MASK};
 use crate::hash::KeyHash;
 use crate::item::{self, ItemHeader};
 use crate::region::SharedBytes;
@@ -258,18 +259,11 @@ impl CrewReader {
         if in_place % 2 == 1 {
             return None;
         }
-        let tag = hash.tag();
-        let mut found = None;
-        'pair: for bucket in Index::pair_order(hash.bucket(self.buckets)) {
-            for entry_no in 0..ENTRIES_PER_BUCKET {
-                let entry = self.index.load_u64((bucket * ENTRIES_PER_BUCKET + entry_no) * 8);
-                if entry_tag(entry) == tag {
-                    found = Some(entry);
-                    break 'pair;
-                }
-            }
+        let Some((entry, others)) = self.candidate(hash) else { return Some(self.absent()) };
+        if others {
+            // A tag twin or an overflow chain: the owner compares every candidate.
+            return Some(CrewGet::Owner);
         }
-        let Some(entry) = found else { return Some(self.absent()) };
         // After the entry: the geometry the owner published before writing the entry's item.
         let g = self.published.geometry()?;
         let position = g.position(entry_offset(entry));
@@ -313,6 +307,32 @@ impl CrewReader {
         }
         value.drain(..header_len + header.key_len);
         Some(CrewGet::Hit { flags: header.flags, cas: header.cas.unwrap_or(position + 1) })
+    }
+
+    /// The first entry in the key's pair whose tag matches, and whether the key could be
+    /// elsewhere too (another entry with its tag, or an overflow chain); None if it cannot be
+    /// in the index at all.
+    fn candidate(&self, hash: KeyHash) -> Option<(u64, bool)> {
+        let tag = hash.tag();
+        let home = hash.bucket(self.buckets);
+        let mut first = None;
+        for bucket in Index::pair_order(home) {
+            for entry_no in 0..ENTRIES_PER_BUCKET {
+                let entry = self.index.load_u64((bucket * ENTRIES_PER_BUCKET + entry_no) * 8);
+                if entry_tag(entry) == tag {
+                    if first.is_some() {
+                        return Some((entry, true));
+                    }
+                    first = Some(entry);
+                }
+            }
+        }
+        let link = self.index.load_u64(((home | 1) * ENTRIES_PER_BUCKET + LINK_SLOT) * 8);
+        match first {
+            Some(entry) => Some((entry, is_link(link))),
+            None if is_link(link) => Some((0, true)),
+            None => None,
+        }
     }
 
     /// No live entry for the key: a miss, unless a flash tier may hold it.

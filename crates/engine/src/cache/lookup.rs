@@ -4,7 +4,7 @@
 //!
 //! It must not write items: only index entries of items found dead are dropped.
 
-use crate::cache::index::{entry_offset, entry_tag, Index, Slot};
+use crate::cache::index::{entry_offset, entry_tag, Slot};
 use crate::cache::{Found, Partition};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
@@ -12,27 +12,27 @@ use crate::time::is_expired;
 use crate::types::keys_equal;
 
 impl Partition {
-    /// Finds the item for `key` if its index entry is present and its bytes are intact.
+    /// Finds the item for `key` if its index entry is present and its bytes are intact. A tag
+    /// match whose item has another key (a twin) or is gone is passed over.
     #[inline]
     pub(super) fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let tag = hash.tag();
         let max_age = self.log.max_age();
-        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
+        for bucket in self.index.walk(hash.bucket(self.index.buckets())) {
             for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
                 if entry_tag(entry) != tag {
                     continue;
                 }
-                // Tags are unique within a pair, so this is the only candidate.
                 let age = self.log.age_of(entry_offset(entry));
                 if age > max_age {
-                    return None;
+                    continue;
                 }
                 let position = self.log.tail() - age;
                 let ring_index = self.log.ring_index(position);
                 let bytes = self.log.bytes_from(ring_index);
                 let (header, header_len) = ItemHeader::decode(bytes);
                 if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
-                    return None;
+                    continue;
                 }
                 return Some(Found {
                     slot: Slot { bucket, entry: entry_no },
@@ -75,23 +75,18 @@ impl Partition {
     /// flushed item its get finds.
     fn forget_flushed(&mut self, key: &[u8], hash: KeyHash) {
         let tag = hash.tag();
-        for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
-            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
-                if entry == 0 || entry_tag(entry) != tag {
-                    continue;
-                }
+        let (max_age, live_span) = (self.log.max_age(), self.log.live_span());
+        let found = self.index.walk(hash.bucket(self.index.buckets())).find_map(|bucket| {
+            let entries = self.index.bucket(bucket);
+            entries.iter().enumerate().find_map(|(entry_no, &entry)| {
                 let age = self.log.age_of(entry_offset(entry));
-                if age <= self.log.max_age() || age > self.log.live_span() {
-                    return;
-                }
-                let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
-                let (header, header_len) = ItemHeader::decode(bytes);
-                if header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key) {
-                    self.stats.flushed_reads += 1;
-                    self.index.set(Slot { bucket, entry: entry_no }, 0);
-                }
-                return;
-            }
+                let hidden = entry_tag(entry) == tag && age > max_age && age <= live_span;
+                (hidden && self.key_is(self.log.tail() - age, key)).then_some(Slot { bucket, entry: entry_no })
+            })
+        });
+        if let Some(slot) = found {
+            self.stats.flushed_reads += 1;
+            self.index.set(slot, 0);
         }
     }
 }

@@ -1,5 +1,6 @@
-//! A cache-mode partition (MICA): one circular log plus one lossy index, owned by one thread,
-//! sized once at creation and never grown.
+//! A cache-mode partition (MICA): one circular log plus one index, owned by one thread. Both
+//! are mapped once at creation; the index's overflow buckets are charged to the budget as they
+//! are used, and the log's next lap shrinks to pay for them.
 
 pub(crate) mod census;
 mod cleaner;
@@ -10,6 +11,7 @@ pub(crate) mod crew;
 #[cfg(test)]
 mod crew_tests;
 pub(crate) mod index;
+mod install;
 pub(crate) mod log;
 mod lookup;
 #[cfg(test)]
@@ -20,7 +22,7 @@ mod tier_tests;
 
 use crate::batch::BATCH_CHUNK;
 use crate::cache::census::Census;
-use crate::cache::index::{entry_offset, entry_tag, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
+use crate::cache::index::{entry_offset, entry_tag, is_item, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::cache::log::Log;
 use crate::config::SWEEP_PERIOD_BYTES;
 use crate::config::{ConfigError, Mode, PartitionConfig, MAX_ITEM_BYTES_CEILING, MIN_ITEM_BYTES};
@@ -77,6 +79,8 @@ pub struct Partition {
     /// touched only as far as items reach.
     carried: Vec<u8>,
     max_item_bytes: usize,
+    /// The budget the log's length follows (`set_memory_bytes`), index and scratch included.
+    budget: usize,
     now: u32,
     flush: ops::FlushSchedule,
     sweep_cursor: usize,
@@ -120,7 +124,9 @@ impl Partition {
         if max_log_bytes as u64 >= SWEEP_PERIOD_BYTES {
             return Err(ConfigError::TooLarge(max_log_bytes));
         }
-        let index = Index::new(buckets).ok_or(ConfigError::OutOfMemory(index_bytes))?;
+        // Overflow buckets may take up to half the largest budget (address space until used).
+        let chain_cap = max_memory / 2 / std::mem::size_of::<crate::cache::index::Bucket>();
+        let index = Index::new(buckets, chain_cap).ok_or(ConfigError::OutOfMemory(index_bytes))?;
         let log = Log::new(log_bytes, max_log_bytes).ok_or(ConfigError::OutOfMemory(max_log_bytes))?;
         let scratch = Region::new(config.max_item_bytes).ok_or(ConfigError::OutOfMemory(config.max_item_bytes))?;
         let sweep_stride = (SWEEP_PERIOD_BYTES / buckets as u64).max(1);
@@ -129,6 +135,7 @@ impl Partition {
             scratch,
             carried: Vec::with_capacity(config.max_item_bytes),
             max_item_bytes: config.max_item_bytes,
+            budget: config.memory_bytes,
             now: unix_now(),
             flush: ops::FlushSchedule::default(),
             sweep_cursor: 0,
@@ -168,7 +175,7 @@ impl Partition {
         self.index
             .all_slots()
             .map(|slot| self.index.get(slot))
-            .filter(|&entry| entry != 0 && self.log.age_of(entry_offset(entry)) <= max_age)
+            .filter(|&entry| is_item(entry) && self.log.age_of(entry_offset(entry)) <= max_age)
             .count()
     }
 
@@ -232,7 +239,7 @@ impl Partition {
     fn slot_at(&self, hash: KeyHash, position: u64) -> Option<Slot> {
         let tag = hash.tag();
         let max_age = self.log.max_age();
-        Index::pair_order(hash.bucket(self.index.buckets())).into_iter().find_map(|bucket| {
+        self.index.walk(hash.bucket(self.index.buckets())).find_map(|bucket| {
             let entries = self.index.bucket(bucket);
             entries
                 .iter()
@@ -310,58 +317,6 @@ impl Partition {
         cleaner::cas_of(header, position)
     }
 
-    /// Points the index at the item just written at `position`, keeping tags unique per pair:
-    /// the entry with the same tag is replaced, else a free or stale slot (home bucket first)
-    /// is used, else the entry of the oldest item in the pair is dropped.
-    fn install(&mut self, hash: KeyHash, position: u64) {
-        let tag = hash.tag();
-        let max_age = self.log.max_age();
-        let mut free: Option<Slot> = None;
-        let mut oldest: Option<(Slot, u64)> = None;
-        let mut target: Option<Slot> = None;
-        'scan: for bucket in Index::pair_order(hash.bucket(self.index.buckets())) {
-            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
-                let slot = Slot { bucket, entry: entry_no };
-                if entry_tag(entry) == tag {
-                    target = Some(slot);
-                    break 'scan;
-                }
-                let age = self.log.age_of(entry_offset(entry));
-                if entry == 0 || age > max_age {
-                    free = free.or(Some(slot));
-                } else if oldest.is_none_or(|(_, oldest_age)| age > oldest_age) {
-                    oldest = Some((slot, age));
-                }
-            }
-        }
-        let slot = match (target, free) {
-            (Some(slot), _) => {
-                // The entry with this tag dies now, unless the log already overwrote its item.
-                let age = self.log.age_of(entry_offset(self.index.get(slot)));
-                if age <= max_age {
-                    let old = self.log.tail() - age;
-                    self.census.removed(old, &self.header_at(old));
-                }
-                slot
-            }
-            (None, Some(slot)) => slot,
-            (None, None) => {
-                self.stats.index_evictions += 1;
-                let (slot, age) = oldest.expect("a full pair has an oldest entry");
-                let old = self.log.tail() - age;
-                self.spill_pushed_out(old);
-                self.census.removed(old, &self.header_at(old));
-                slot
-            }
-        };
-        self.index.set(slot, make_entry(tag, position));
-        self.census.stored(position, &self.header_at(position));
-        // memcached hides whatever is stored during a delayed flush's deadline second.
-        if self.flush.hides_writes(self.now) {
-            self.flush_now();
-        }
-    }
-
     /// Copies `found` to the tail with `header` (which must keep its key and value lengths
     /// and carry its CAS explicitly) and repoints its index entry. With `only_if_cheap`, gives
     /// up (returning `found`) when the copy would overwrite the original.
@@ -413,17 +368,22 @@ impl Partition {
     /// Clears index entries whose items are gone, one bucket per `sweep_stride` bytes written,
     /// so every bucket is swept at least once per 2^46 bytes and no stale 48-bit offset can
     /// live long enough to wrap around and look valid again.
+    /// An odd bucket's sweep covers its pair's overflow chain too.
     fn sweep_to_tail(&mut self) {
         while self.log.tail() >= self.sweep_next_at {
             let max_age = self.log.max_age();
-            let bucket = self.sweep_cursor;
-            for entry_no in 0..ENTRIES_PER_BUCKET {
-                let slot = Slot { bucket, entry: entry_no };
-                let entry = self.index.get(slot);
-                if entry != 0 && self.log.age_of(entry_offset(entry)) > max_age {
-                    self.index.set(slot, 0);
+            let mut next = Some(self.sweep_cursor);
+            while let Some(bucket) = next {
+                for entry_no in 0..ENTRIES_PER_BUCKET {
+                    let slot = Slot { bucket, entry: entry_no };
+                    let entry = self.index.get(slot);
+                    if is_item(entry) && self.log.age_of(entry_offset(entry)) > max_age {
+                        self.index.set(slot, 0);
+                    }
                 }
+                next = self.index.next_in_chain(bucket);
             }
+            let bucket = self.sweep_cursor;
             self.sweep_cursor = (bucket + 1) & (self.index.buckets() - 1);
             self.sweep_next_at += self.sweep_stride;
         }
@@ -563,6 +523,7 @@ impl Storage for Partition {
             return Err(ConfigError::AboveMaximum { memory_bytes, max_bytes });
         }
         self.log.resize(log_bytes as u64);
+        self.budget = memory_bytes;
         Ok(())
     }
 
@@ -578,16 +539,18 @@ impl Storage for Partition {
 
     /// Calls `f` with the key of every item index bucket `bucket` points at (for dumps; the
     /// items may still be expired: `debug_item` tells).
+    /// An odd bucket's keys include its pair's overflow chain's.
     fn bucket_keys(&self, bucket: usize, f: &mut dyn FnMut(&[u8])) {
         let max_age = self.log.max_age();
-        for &entry in self.index.bucket(bucket).iter() {
-            let age = self.log.age_of(entry_offset(entry));
-            if entry == 0 || age > max_age {
-                continue;
+        let mut next = Some(bucket);
+        while let Some(bucket) = next {
+            for &entry in self.index.bucket(bucket).iter() {
+                let age = self.log.age_of(entry_offset(entry));
+                if is_item(entry) && age <= max_age {
+                    f(self.key_at(self.log.tail() - age));
+                }
             }
-            let bytes = self.log.bytes_from(self.log.ring_index(self.log.tail() - age));
-            let (header, header_len) = ItemHeader::decode(bytes);
-            f(&bytes[header_len..header_len + header.key_len]);
+            next = self.index.next_in_chain(bucket);
         }
     }
 
@@ -616,6 +579,7 @@ impl Storage for Partition {
             live_bytes: self.census.live_bytes(),
             items_stored: self.census.stored_total(),
             evictions: self.census.evicted() + self.stats.index_evictions,
+            overflow_buckets: self.index.chain_buckets() as u64,
             ..self.stats
         }
     }
@@ -763,13 +727,18 @@ impl Partition {
         self.sweep_next_at = position + self.sweep_stride;
     }
 
+    /// Leaves the index at most `buckets` overflow buckets.
+    pub(crate) fn cap_overflow(&mut self, buckets: usize) {
+        self.index.cap_overflow(buckets);
+    }
+
     /// Entries that are non-empty but point outside the live window.
     pub(crate) fn stale_entries(&self) -> usize {
         let max_age = self.log.max_age();
         self.index
             .all_slots()
             .map(|slot| self.index.get(slot))
-            .filter(|&entry| entry != 0 && self.log.age_of(entry_offset(entry)) > max_age)
+            .filter(|&entry| is_item(entry) && self.log.age_of(entry_offset(entry)) > max_age)
             .count()
     }
 }

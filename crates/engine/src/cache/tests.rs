@@ -331,20 +331,109 @@ fn reading_an_item_near_eviction_copies_it_forward() {
     assert!(new_cas > cas);
 }
 
+/// Keys (from "k0" on) whose hashes share a tag: `n` of them.
+fn tag_twins(n: usize) -> Vec<Vec<u8>> {
+    let mut by_tag: std::collections::HashMap<u16, Vec<Vec<u8>>> = std::collections::HashMap::new();
+    for i in 0.. {
+        let key = format!("k{i}").into_bytes();
+        let twins = by_tag.entry(crate::hash::KeyHash::of(&key).tag()).or_default();
+        twins.push(key);
+        if twins.len() == n {
+            return twins.clone();
+        }
+    }
+    unreachable!()
+}
+
 #[test]
-fn a_full_bucket_pair_drops_its_oldest_entry() {
+fn keys_that_share_a_tag_in_one_pair_are_all_kept() {
+    // One pair: every key lands in it, so twins meet.
     let mut p = partition(1 << 20, 2);
+    let twins = tag_twins(3);
+    for (i, key) in twins.iter().enumerate() {
+        p.set(key, format!("v{i}").as_bytes(), 0, 0).unwrap();
+    }
+    for (i, key) in twins.iter().enumerate() {
+        assert_eq!(value(&mut p, key), Some(format!("v{i}").into_bytes()), "{key:?}");
+    }
+    // Replacing one twin replaces only that key; deleting one leaves the others.
+    p.set(&twins[1], b"new", 0, 0).unwrap();
+    assert_eq!(p.delete(&twins[0], 0).unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(value(&mut p, &twins[0]), None);
+    assert_eq!(value(&mut p, &twins[1]), Some(b"new".to_vec()));
+    assert_eq!(value(&mut p, &twins[2]), Some(b"v2".to_vec()));
+    assert_eq!((p.stats().live_items, p.stats().evictions), (2, 0));
+}
+
+#[test]
+fn a_full_pair_grows_an_overflow_chain_and_drops_nothing() {
+    let mut p = partition(1 << 20, 2);
+    for i in 0..200u32 {
+        p.set(&i.to_le_bytes(), &i.to_le_bytes(), 0, 0).unwrap();
+    }
+    let stats = p.stats();
+    assert_eq!((stats.live_items, stats.evictions, stats.index_evictions), (200, 0, 0));
+    // 200 keys in 16 slots plus overflow buckets of seven each (the eighth links on).
+    assert!(stats.overflow_buckets >= (200 - 15) / 7, "{stats:?}");
+    assert_eq!(p.resident_items(), 200);
+    for i in 0..200u32 {
+        assert_eq!(value(&mut p, &i.to_le_bytes()), Some(i.to_le_bytes().to_vec()), "key {i}");
+    }
+    // Emptied buckets at the chain's end go back as the pair takes new keys.
+    for i in 0..200u32 {
+        p.delete(&i.to_le_bytes(), 0).unwrap();
+    }
+    for i in 0..40u32 {
+        p.set(&(1000 + i).to_le_bytes(), b"x", 0, 0).unwrap();
+    }
+    assert!(p.stats().overflow_buckets < stats.overflow_buckets, "{:?}", p.stats());
+    for i in 0..40u32 {
+        assert_eq!(value(&mut p, &(1000 + i).to_le_bytes()), Some(b"x".to_vec()));
+    }
+}
+
+#[test]
+fn when_every_overflow_bucket_is_used_the_oldest_item_goes_counted() {
+    let mut p = partition(1 << 20, 2);
+    p.cap_overflow(2);
+    // The pair keeps 15 slots beside its link, the first overflow bucket 7, the last 8.
+    let slots = 15 + 7 + 8;
     for i in 0..100u32 {
         p.set(&i.to_le_bytes(), &i.to_le_bytes(), 0, 0).unwrap();
         assert_eq!(value(&mut p, &i.to_le_bytes()), Some(i.to_le_bytes().to_vec()), "the newest is always readable");
     }
-    assert!(p.resident_items() <= SLOTS_PER_PAIR);
-    assert!(p.stats().index_evictions >= 100 - SLOTS_PER_PAIR as u64 - 16);
+    let stats = p.stats();
+    assert_eq!(p.resident_items(), slots);
+    assert_eq!(stats.index_evictions, 100 - slots as u64);
+    assert_eq!(stats.evictions, stats.index_evictions, "counted as evictions");
+    assert_eq!(stats.live_items + stats.evictions, 100);
     for i in 0..100u32 {
-        if let Some(v) = value(&mut p, &i.to_le_bytes()) {
-            assert_eq!(v, i.to_le_bytes(), "a hit is never a foreign value");
-        }
+        let expected = (i >= 100 - slots as u32).then(|| i.to_le_bytes().to_vec());
+        assert_eq!(value(&mut p, &i.to_le_bytes()), expected, "the oldest went first: key {i}");
     }
+}
+
+#[test]
+fn overflow_buckets_are_charged_to_the_budget() {
+    let mut p = partition(1 << 20, 2);
+    let (fixed, log) = (p.allocated_bytes() - p.log_bytes(), p.log_bytes());
+    for i in 0..2000u32 {
+        p.set(&i.to_le_bytes(), b"", 0, 0).unwrap();
+    }
+    let grown = p.index_bytes() - 128;
+    assert!(grown >= 4096, "overflow buckets were touched: {grown}");
+    // The log's next lap pays for them: the budget holds once the log wraps.
+    for i in 0..20_000u32 {
+        p.set(b"filler", &i.to_le_bytes().repeat(64), 0, 0).unwrap();
+    }
+    assert!(
+        p.log_bytes() + p.index_bytes() <= log + fixed,
+        "{} + {} > {}",
+        p.log_bytes(),
+        p.index_bytes(),
+        log + fixed
+    );
+    assert!(p.allocated_bytes() <= 1 << 20);
 }
 
 #[test]
@@ -522,7 +611,7 @@ fn churn(p: &mut Partition, rounds: u32, mut check: impl FnMut(&mut Partition)) 
 
 #[test]
 fn live_item_count_matches_the_index_exactly_while_nothing_wraps() {
-    // 16 buckets for 300 keys: pairs overflow and drop entries too.
+    // 16 buckets for 300 keys: pairs grow overflow chains.
     let mut p = partition(1 << 20, 16);
     let mut stored = 0;
     churn(&mut p, 5_000, |p| {
@@ -531,7 +620,7 @@ fn live_item_count_matches_the_index_exactly_while_nothing_wraps() {
         stored = p.stats().items_stored;
     });
     let stats = p.stats();
-    assert!(stored > 1_000 && stats.evictions == stats.index_evictions && stats.evictions > 0, "{stats:?}");
+    assert!(stored > 1_000 && stats.evictions == 0 && stats.overflow_buckets > 0, "{stats:?}");
     p.flush_all(0);
     assert_eq!((p.stats().live_items, p.stats().evictions), (0, stats.evictions));
 }

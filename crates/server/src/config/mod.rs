@@ -26,14 +26,18 @@ pub(crate) use file::load;
 
 /// tierkv: a memcached-compatible cache server.
 #[derive(Parser, Debug, Default)]
+// As memcached's getopt: the last value of a flag given twice wins (`-o` and `-l` accumulate,
+// `-v` counts).
 #[command(name = "tierkv", version, about = "A memcached-compatible cache server (MICA-style engine)")]
+#[command(args_override_self = true)]
 pub(crate) struct Config {
     /// TCP port to listen on [default: 11211].
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
-    /// Interface to listen on [default: 127.0.0.1].
-    #[arg(short = 'l', long = "listen")]
-    pub listen: Option<String>,
+    /// Interface to listen on [default: 127.0.0.1]. As memcached's, a comma-separated list
+    /// and repeatable, but tierkv listens on one address: naming two different ones is an error.
+    #[arg(short = 'l', long = "listen", action = clap::ArgAction::Append)]
+    pub listen: Vec<String>,
     /// Worker threads, each owning one partition of the keys [default: one per CPU the process
     /// may run on, at most its cgroup's CPU quota rounded up].
     #[arg(short = 't', long = "threads")]
@@ -623,9 +627,20 @@ impl Config {
     }
 
     fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        let listen = self.listen.as_deref().unwrap_or("127.0.0.1");
-        let ip: std::net::IpAddr =
-            listen.parse().map_err(|_| ConfigError::flag("-l/--listen", format!("{listen:?} is not an IP address")))?;
+        let mut ips: Vec<std::net::IpAddr> = Vec::new();
+        for listen in self.listen.iter().flat_map(|list| list.split(',')) {
+            let ip = listen
+                .parse()
+                .map_err(|_| ConfigError::flag("-l/--listen", format!("{listen:?} is not an IP address")))?;
+            if !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+        if let [first, second, ..] = ips[..] {
+            let message = format!("tierkv listens on one address, not {first} and {second}");
+            return Err(ConfigError::flag("-l/--listen", message));
+        }
+        let ip = ips.first().copied().unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
         Ok(std::net::SocketAddr::new(ip, self.port.unwrap_or(11211)))
     }
 

@@ -303,3 +303,19 @@ fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
     assert_eq!(index(&["--config", file.to_str().unwrap()]).unwrap(), Some(8 << 20));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_flag_given_twice_takes_its_last_value_as_memcached_does() {
+    let settings = settings_of(&["-m", "64", "-m", "256", "-p", "1", "-p", "2", "-t", "1", "-t", "2"]).unwrap();
+    assert_eq!((settings.memory_bytes, settings.address.port(), settings.threads), (256 << 20, 2, 2));
+    let settings = settings_of(&["-c", "10", "--conn-limit", "20", "-I", "2m", "-I", "512k"]).unwrap();
+    assert_eq!((settings.conn_limit, settings.max_item_bytes), (20, 512 << 10));
+    // -v counts, -o accumulates, -l accumulates (one address: the same one named twice).
+    assert_eq!(settings_of(&["-v", "-vv"]).unwrap().verbose, 3);
+    let settings = settings_of(&["-o", "idle_timeout=5,idle_timeout=7", "-o", "idle_timeout=9"]).unwrap();
+    assert_eq!(settings.idle_timeout, 9);
+    let settings = settings_of(&["-l", "127.0.0.1", "-l", "127.0.0.1,127.0.0.1"]).unwrap();
+    assert_eq!(settings.address, "127.0.0.1:11211".parse().unwrap());
+    let two = settings_of(&["-l", "127.0.0.1", "-l", "::1"]).unwrap_err();
+    assert!(two.starts_with("-l/--listen") && two.contains("127.0.0.1 and ::1"), "{two}");
+}

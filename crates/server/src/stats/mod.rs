@@ -261,6 +261,8 @@ impl State {
             log_used: engine.log_bytes_written.min(partition.log_bytes() as u64),
             copied_items: engine.items_copied_forward - self.engine_baseline.items_copied_forward,
             copied_bytes: engine.bytes_copied_forward - self.engine_baseline.bytes_copied_forward,
+            index_evictions: engine.index_evictions - self.engine_baseline.index_evictions,
+            overflow_buckets: engine.overflow_buckets,
             expired_reads: engine.expired_reads - self.engine_baseline.expired_reads,
             reclaimed: engine.reclaimed - self.engine_baseline.reclaimed,
             flushed_reads: engine.flushed_reads - self.engine_baseline.flushed_reads,
@@ -294,6 +296,10 @@ pub(crate) struct Snapshot {
     /// Cache mode: live items (and their bytes) the log's cleaner copied forward.
     pub copied_items: u64,
     pub copied_bytes: u64,
+    /// Cache mode: items dropped because their index pair and every overflow bucket were
+    /// full (also in `evictions`), and overflow buckets in use.
+    pub index_evictions: u64,
+    pub overflow_buckets: u64,
     /// Lookups that found their item expired, and expired items the cleaner dropped.
     pub expired_reads: u64,
     pub reclaimed: u64,
@@ -325,6 +331,8 @@ impl Default for Snapshot {
             log_used: 0,
             copied_items: 0,
             copied_bytes: 0,
+            index_evictions: 0,
+            overflow_buckets: 0,
             expired_reads: 0,
             reclaimed: 0,
             flushed_reads: 0,
@@ -341,7 +349,7 @@ impl Default for Snapshot {
 }
 
 impl Snapshot {
-    const GAUGES: usize = 17;
+    const GAUGES: usize = 19;
     /// Bytes of the flat form `write_to` appends.
     pub(crate) const ENCODED_BYTES: usize =
         (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES + 3 * SIZE_CLASSES) * 8;
@@ -365,6 +373,8 @@ impl Snapshot {
             self.expired_reads,
             self.reclaimed,
             self.flushed_reads,
+            self.index_evictions,
+            self.overflow_buckets,
         ]
     }
 
@@ -415,6 +425,8 @@ impl Snapshot {
             expired_reads: gauges[14],
             reclaimed: gauges[15],
             flushed_reads: gauges[16],
+            index_evictions: gauges[17],
+            overflow_buckets: gauges[18],
         })
     }
 
@@ -441,6 +453,8 @@ impl Snapshot {
         self.expired_reads += other.expired_reads;
         self.reclaimed += other.reclaimed;
         self.flushed_reads += other.flushed_reads;
+        self.index_evictions += other.index_evictions;
+        self.overflow_buckets += other.overflow_buckets;
         for (mine, theirs) in self.flash.iter_mut().zip(other.flash) {
             *mine += theirs;
         }
@@ -533,6 +547,8 @@ pub(crate) fn report(
             put("bytes_used", &total.log_used);
             put("log_items_copied_forward", &total.copied_items);
             put("log_bytes_copied_forward", &total.copied_bytes);
+            put("index_overflow_buckets", &total.overflow_buckets);
+            put("index_full_evictions", &total.index_evictions);
             put("bytes_free", &total.free_bytes);
             put("spare_buckets", &total.spare_buckets);
             put("spare_buckets_free", &total.spare_buckets_free);
