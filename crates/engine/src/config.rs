@@ -23,8 +23,9 @@ pub(crate) const SWEEP_PERIOD_BYTES: u64 = 1 << 46;
 pub struct PartitionConfig {
     /// Everything the partition may allocate: index, log and scratch space.
     pub memory_bytes: usize,
-    /// The most `memory_bytes` may later grow to (`Partition::set_memory_bytes`); the index is
-    /// sized for it and the log's address space reserved. None: `memory_bytes`.
+    /// The most `memory_bytes` may later grow to (`Partition::set_memory_bytes`): the log's
+    /// address space is reserved for it, and the index grows by overflow buckets as the log
+    /// does. None: `memory_bytes`.
     pub max_memory_bytes: Option<usize>,
     /// Index buckets (a power of two, at least 2); None sizes the index from
     /// `expected_item_bytes` so it has about two slots per item the log can hold.
@@ -52,12 +53,12 @@ impl PartitionConfig {
         self.max_memory_bytes.unwrap_or(self.memory_bytes)
     }
 
-    /// The bucket count the partition will use (sized for the largest budget).
+    /// The bucket count the partition will use (sized for the first budget).
     pub fn buckets(&self) -> usize {
         self.index_buckets.unwrap_or_else(|| {
             // Each item costs its log bytes plus about 16 bytes of index at two slots per item.
             let per_item = self.expected_item_bytes.max(1) + crate::item::MIN_HEADER_BYTES + 16;
-            let wanted = (self.max_memory() / per_item / (ENTRIES_PER_BUCKET / 2)).max(2);
+            let wanted = (self.memory_bytes / per_item / (ENTRIES_PER_BUCKET / 2)).max(2);
             let up = wanted.next_power_of_two();
             // Round to the nearer power of two on a log scale.
             if up > 2 && up as f64 / wanted as f64 > std::f64::consts::SQRT_2 {

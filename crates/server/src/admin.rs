@@ -132,8 +132,8 @@ fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
 /// memcached's `cache_memlimit MB`. In cache mode every partition's log moves to its share of
 /// the new limit less the index and scratch space, at least two largest items (a smaller
 /// limit is accepted and leaves the log at that minimum, as memcached accepts any limit from
-/// 8 MB), at most `--memory-max` (above it: memcached's failure reply; the index is sized for
-/// that maximum when the server starts). This worker sizes its own partition now, which
+/// 8 MB), at most `--memory-max` (by default the machine's memory; above it: memcached's failure
+/// reply). This worker sizes its own partition now, which
 /// also proves the size valid for all (they are alike); the others follow at their next loop
 /// turn (`apply_memory_limit`). Store mode cannot move its arena and accepts only its limit.
 fn cache_memlimit(tokens: &[&[u8]], partition: &mut AnyPartition, state: &State, out: &mut Vec<u8>) {

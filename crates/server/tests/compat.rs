@@ -219,6 +219,8 @@ fn administrative_commands_answer_as_memcached_does() {
         "cache_memlimit 64 noreply\r\nlru tune 1 1 1 1 noreply\r\ncache_memlimit\r\n",
         // Any limit from 8 MB, far below what the index of -m 64 needs.
         "cache_memlimit 8\r\ncache_memlimit 7\r\ncache_memlimit 9\r\ncache_memlimit 64\r\n",
+        // Above -m: memcached grows into it, as tierkv does up to the machine's memory.
+        "cache_memlimit 300\r\ncache_memlimit 64\r\n",
         "stats cachedump 64 1\r\nstats cachedump 2 1\r\nstats cachedump 1\r\nstats cachedump x 1\r\n",
         "stats items\r\n",
         // memcached's number parsing: low 32 bits, signs, class 0.
@@ -531,6 +533,20 @@ fn write_then_count_hits(port: u16, count: usize) -> usize {
     let keys: Vec<String> = (0..count).map(|i| format!("mem:{i}")).collect();
     let reply = exchange_to_sentinel_within(port, format!("get {}\r\n", keys.join(" ")).as_bytes(), PATIENT);
     reply.windows(6).filter(|window| window == b"VALUE ").count()
+}
+
+#[test]
+fn cache_memlimit_above_m_is_taken_and_filled_without_a_flag() {
+    let port = free_port();
+    let mut command = Command::new(TIERKV);
+    command.args(["-p", &port.to_string(), "-t", "2", "-m", "16", "-I", "64k"]);
+    let _server = start(command, port);
+    let small = write_then_count_hits(port, 12_000);
+    assert!(exchange_to_sentinel(port, b"cache_memlimit 48\r\n").starts_with(b"OK\r\n"));
+    write_then_count_hits(port, 12_000);
+    let large = write_then_count_hits(port, 12_000);
+    assert!(large > 2 * small, "{large} items of 4 KiB in 48 MiB, {small} in 16 MiB");
+    assert!(stat_number(port, "", "bytes") > 40 << 20, "the cache holds more than -m");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exchange, memcached, memcached_with, tierkv, tierkv_with};
+use common::{exchange, exchange_binary_to_sentinel, memcached, memcached_with, tierkv, tierkv_with};
 use std::collections::HashMap;
 
 /// The `STAT name value` lines of a reply.
@@ -239,4 +239,41 @@ fn with_a_flash_tier_every_extstore_name_memcached_prints_is_there() {
     }
     drop((ours, theirs));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The binary packets of a reply, checked for framing: (opcode, status, key) each.
+fn binary_packets(mut reply: &[u8]) -> Vec<(u8, u16, Vec<u8>)> {
+    let mut packets = Vec::new();
+    while !reply.is_empty() {
+        assert!(reply.len() >= 24 && reply[0] == 0x81, "a binary response header: {reply:?}");
+        let key_len = usize::from(u16::from_be_bytes([reply[2], reply[3]]));
+        let extras = usize::from(reply[4]);
+        let body = u32::from_be_bytes(reply[8..12].try_into().unwrap()) as usize;
+        assert!(key_len + extras <= body && reply.len() >= 24 + body, "a whole packet: {reply:?}");
+        let status = u16::from_be_bytes([reply[6], reply[7]]);
+        packets.push((reply[1], status, reply[24 + extras..24 + extras + key_len].to_vec()));
+        reply = &reply[24 + body..];
+    }
+    packets
+}
+
+#[test]
+fn binary_stats_keep_the_framing_for_every_group_as_memcached_does() {
+    let (ours, theirs) = (tierkv_with(&["-t", "2"]), memcached());
+    for group in ["", "settings", "items", "slabs", "sizes", "conns", "bogus", "cachedump 1 1", "detail dump", "reset"]
+    {
+        let mut request = Vec::new();
+        tierkv_protocol::binary::write_request(&mut request, 0x10, 7, 0, &[], group.as_bytes(), &[]);
+        let answers = [&ours, &theirs].map(|server| {
+            let packets = binary_packets(&exchange_binary_to_sentinel(server.1, &request));
+            let (sentinel, stats) = packets.split_last().expect("the sentinel's answer");
+            assert_eq!(sentinel.0, 0x0a, "the NOOP after stats {group:?} is answered");
+            assert!(stats.iter().all(|packet| packet.0 == 0x10), "stats {group:?}: {stats:?}");
+            let (end, named) = stats.split_last().expect("a last packet");
+            assert!(named.iter().all(|packet| packet.1 == 0 && !packet.2.is_empty()), "{named:?}");
+            // What a client sees: whether there are stats, and how the reply ends.
+            (named.is_empty(), end.1, end.2.is_empty())
+        });
+        assert_eq!(answers[0], answers[1], "binary stats {group:?}: tierkv, then memcached");
+    }
 }

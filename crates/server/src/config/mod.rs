@@ -82,8 +82,9 @@ pub(crate) struct Config {
     /// Item memory in megabytes [default: 1024].
     #[arg(short = 'm', long = "memory-limit", help_heading = "Memory")]
     pub memory_limit: Option<usize>,
-    /// The most item memory `cache_memlimit` may grow to, in megabytes: the index is sized and
-    /// address space reserved for it (memory is used only as the log grows) [default: -m].
+    /// The most item memory `cache_memlimit` may grow to, in megabytes: address space is
+    /// reserved for it, memory is used only as the cache grows (the index grows by overflow
+    /// buckets) [default: the machine's memory, or -m if that is more].
     #[arg(long = "memory-max", value_name = "MB", help_heading = "Memory")]
     pub memory_max: Option<usize>,
     /// memcached's -b: the listen backlog, connections waiting to be accepted [default: 1024].
@@ -656,7 +657,8 @@ impl Config {
         if memory_mib == 0 || memory_mib > 1 << 20 {
             return Err(ConfigError::flag("-m/--memory-limit", format!("{memory_mib} must be 1 to 1048576 megabytes")));
         }
-        let memory_max_mib = self.memory_max.unwrap_or(memory_mib);
+        let machine_mib = (crate::sys::physical_memory_bytes() >> 20).min(1 << 20);
+        let memory_max_mib = self.memory_max.unwrap_or(memory_mib.max(machine_mib));
         if memory_max_mib < memory_mib || memory_max_mib > 1 << 20 {
             let message = format!(
                 "{memory_max_mib} must be at least -m/--memory-limit ({memory_mib}) and at most 1048576 megabytes"

@@ -72,6 +72,13 @@ pub(crate) fn trim_heap() {
     }
 }
 
+/// The machine's physical memory in bytes (0 if the system does not say).
+pub(crate) fn physical_memory_bytes() -> usize {
+    // SAFETY: sysconf only reads system configuration values.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    usize::try_from(pages).unwrap_or(0).saturating_mul(usize::try_from(page_size).unwrap_or(0))
+}
+
 /// CPU time of this process, user and system, as (seconds, microseconds) pairs.
 pub(crate) fn cpu_time() -> ((i64, i64), (i64, i64)) {
     // SAFETY: getrusage fills the zero-initialised plain-data struct it is given.

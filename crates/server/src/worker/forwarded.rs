@@ -150,7 +150,13 @@ impl Core {
             Command::FlushAll { delay } if self.workers > 1 && self.state.shared.settings.admin.flush => {
                 return (Route::Flush(delay), None)
             }
-            Command::Stats { args } if crate::stats::subcommand(args) == b"conns" => return (Route::Conns, None),
+            // memcached answers `stats conns` in text only (binary: Not found, below).
+            Command::Stats { args }
+                if crate::stats::subcommand(args) == b"conns"
+                    && !matches!(request.style, tierkv_protocol::ReplyStyle::Binary(_)) =>
+            {
+                return (Route::Conns, None)
+            }
             Command::Stats { args } if crate::stats::subcommand(args) == b"detail" => {
                 return (Route::AfterForwarded, None)
             }
