@@ -246,7 +246,8 @@ pub struct EngineStats {
     pub expired_reads: u64,
     /// Lookups that found their item flushed by flush_all (memcached's `get_flushed`).
     pub flushed_reads: u64,
-    /// Expired items the log's cleaner dropped before the tail reached them (`reclaimed`).
+    /// Expired items dropped before the tail reached them: by the log's cleaner, or replaced by
+    /// a new value of their key (memcached's `reclaimed`).
     pub reclaimed: u64,
     /// Live items the log's cleaner copied forward instead of evicting.
     pub items_copied_forward: u64,
@@ -286,6 +287,9 @@ pub struct ClassFigures {
     pub requested_bytes: u64,
     /// Live items of the class evicted.
     pub evicted: u64,
+    /// Expired items of the class whose room was taken back (memcached's per-class
+    /// `reclaimed`).
+    pub reclaimed: u64,
 }
 
 /// The DRAM an item costs beyond its key and value when the partition is full of such items.

@@ -109,10 +109,12 @@ fn slabs(tokens: &[&[u8]], out: &mut Vec<u8>) {
             let (Some(source), Some(destination)) = (strtol32(source), strtol32(destination)) else {
                 return line(out, "CLIENT_ERROR bad command line format");
             };
-            // No class has pages to give: tierkv's log is not cut into slab pages.
+            // No class has pages to give: tierkv's log is not cut into slab pages. Class ids run
+            // from 0 (memcached's global page pool) to its largest at the default sizes (39).
+            let classes = 0..=tierkv_engine::SIZE_CLASSES as i32;
             if source == destination {
                 line(out, "SAME src and dst class are identical");
-            } else if (0..SLAB_CLASSES as i32).contains(&source) && (0..SLAB_CLASSES as i32).contains(&destination) {
+            } else if classes.contains(&source) && classes.contains(&destination) {
                 line(out, "NOSPARE source class has no spare pages");
             } else {
                 line(out, "BADCLASS invalid src or dst class id");

@@ -54,9 +54,36 @@ pub(crate) fn lines(summary: &Summary, out: &mut Vec<u8>) {
     put("secs_since_last_cmd", &summary.secs_since_last_cmd.to_string());
 }
 
+/// Orders every worker's lines gathered in `lines` by descriptor, as memcached lists its
+/// connections (listeners first, then clients as they came; a client's own line is last
+/// when it is the newest, which memcached's tests rely on), and ends the reply.
+pub(crate) fn finish(lines: &mut Vec<u8>) {
+    let fd_of = |line: &[u8]| -> i64 {
+        let digits = line.strip_prefix(b"STAT ").unwrap_or_default();
+        let end = digits.iter().position(|&b| b == b':').unwrap_or(0);
+        std::str::from_utf8(&digits[..end]).ok().and_then(|text| text.parse().ok()).unwrap_or(i64::MAX)
+    };
+    let mut sorted: Vec<&[u8]> = lines.split_inclusive(|&b| b == b'\n').collect();
+    // Stable: each socket's lines keep their order.
+    sorted.sort_by_key(|line| fd_of(line));
+    let sorted = sorted.concat();
+    *lines = sorted;
+    tierkv_protocol::reply::status(lines, tierkv_protocol::reply::Status::End);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathered_lines_are_listed_by_descriptor() {
+        let mut lines =
+            b"STAT 3:addr a\r\nSTAT 3:state s\r\nSTAT 12:addr b\r\nSTAT 4:addr c\r\nSTAT 4:state t\r\n".to_vec();
+        finish(&mut lines);
+        let expected =
+            "STAT 3:addr a\r\nSTAT 3:state s\r\nSTAT 4:addr c\r\nSTAT 4:state t\r\nSTAT 12:addr b\r\nEND\r\n";
+        assert_eq!(String::from_utf8(lines).unwrap(), expected);
+    }
 
     #[test]
     fn lines_follow_memcached() {

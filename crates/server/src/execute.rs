@@ -85,6 +85,9 @@ fn counted_store(
     invalidate: bool,
     state: &mut State,
 ) -> Result<engine::StoreOutcome, engine::EngineError> {
+    if state.observe & crate::watch::FETCHERS != 0 {
+        observe_store_lookup(partition, request.key, state);
+    }
     let counters = &mut state.counters;
     counters.cmd_set += 1;
     let outcome = if invalidate { partition.store_invalidating(request) } else { partition.store(request) };
@@ -100,6 +103,13 @@ fn counted_store(
         observe_store(state, request, &outcome);
     }
     outcome
+}
+
+/// The `watch fetchers` line memcached logs for the lookup every store makes first.
+#[inline(never)]
+fn observe_store_lookup(partition: &mut engine::AnyPartition, key: &[u8], state: &State) {
+    let size = partition.debug_item(key).ok().flatten().map(|item| item.value_len);
+    state.observe_get(key, size, false);
 }
 
 /// A store's `watch mutations` line, with memcached's status and command names.

@@ -107,12 +107,19 @@ pub(crate) struct Pending {
     pub request_end: usize,
     /// End of this entry's reply bytes in `Batch::replies` (set by the owner).
     pub reply_end: usize,
+    /// The connection's descriptor, which `watch` lines name whichever worker runs it.
+    pub fd: i32,
 }
 
 impl Pending {
     /// Work for the connection in `slot` (of `generation`) whose reply is part `seq`.
     pub(crate) fn new(slot: usize, generation: u64, seq: u64, kind: Kind, learned: Learned) -> Pending {
-        Pending { slot, generation, seq, kind, learned, request_end: 0, reply_end: 0 }
+        Pending { slot, generation, seq, kind, learned, request_end: 0, reply_end: 0, fd: -1 }
+    }
+
+    /// The same, naming the connection's descriptor `fd`.
+    pub(crate) fn with_fd(self, fd: i32) -> Pending {
+        Pending { fd, ..self }
     }
 }
 

@@ -209,6 +209,7 @@ fn administrative_commands_answer_as_memcached_does() {
         "shutdown\r\nshutdown graceful x\r\n",
         "slabs automove 1\r\nslabs automove 3\r\nslabs automove x\r\nslabs automove ratio 0.5\r\n",
         "slabs automove ratio x\r\nslabs reassign 1 1\r\nslabs reassign 1 2\r\nslabs reassign 1 99\r\nslabs x\r\n",
+        "slabs reassign 1 39\r\nslabs reassign 1 40\r\nslabs reassign 50 1\r\nslabs reassign 0 1\r\nslabs reassign -1 1\r\n",
         "lru tune 10 10 0.1 2\r\nlru tune 50 50 1 1\r\nlru tune 10 10 0 1\r\nlru tune x 1 1 1\r\n",
         "lru mode flat\r\nlru mode segmented\r\nlru mode x\r\nlru temp_ttl 5\r\nlru temp_ttl x\r\nlru x\r\n",
         "lru_crawler tocrawl 5\r\nlru_crawler tocrawl x\r\nlru_crawler sleep 2000000\r\nlru_crawler sleep 100\r\n",

@@ -148,6 +148,11 @@ impl Census {
         }
     }
 
+    /// The expired item with `header` was dropped (before `removed`): memcached's `reclaimed`.
+    pub(crate) fn reclaimed(&mut self, header: &ItemHeader) {
+        self.classes[memcached_size(header).1].reclaimed += 1;
+    }
+
     /// Every item is gone at once (flush_all); not evictions.
     pub(crate) fn flushed(&mut self) {
         self.counts = [0; MAX_SEGMENTS];

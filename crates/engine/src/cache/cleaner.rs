@@ -155,6 +155,7 @@ impl Partition {
         };
         if is_expired(header.expiry, self.now) {
             self.index.set(found.slot, 0);
+            self.census.reclaimed(&header);
             self.census.removed(position, &header);
             self.stats.reclaimed += 1;
             self.clean_cursor += len;

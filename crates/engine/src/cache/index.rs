@@ -178,6 +178,19 @@ impl Index {
         self.region.shared()
     }
 
+    /// The eight entries of one of the pairs' buckets (`bucket` < `buckets()`): the hot path's
+    /// read, without the test `bucket` makes.
+    #[inline]
+    pub(crate) fn pair_bucket(&self, bucket: usize) -> &[u64; ENTRIES_PER_BUCKET] {
+        &self.region.typed::<Bucket>()[bucket].entries
+    }
+
+    /// Whether the pair of `home` has an overflow chain.
+    #[inline]
+    pub(crate) fn has_chain(&self, home: usize) -> bool {
+        is_link(self.pair_bucket(home | 1)[LINK_SLOT])
+    }
+
     /// The eight entries of one bucket (a pair's or an overflow one).
     #[inline]
     pub(crate) fn bucket(&self, bucket: usize) -> &[u64; ENTRIES_PER_BUCKET] {

@@ -33,7 +33,13 @@ impl Partition {
         let choice = self.choose_slot(hash, position);
         let slot = if let Some(slot) = choice.same {
             let old = self.log.tail() - self.log.age_of(entry_offset(self.index.get(slot)));
-            self.census.removed(old, &self.header_at(old));
+            let header = self.header_at(old);
+            if crate::time::is_expired(header.expiry, self.now) {
+                // As memcached's allocation taking an expired item's memory.
+                self.census.reclaimed(&header);
+                self.stats.reclaimed += 1;
+            }
+            self.census.removed(old, &header);
             slot
         } else if let Some(slot) = choice.free {
             slot

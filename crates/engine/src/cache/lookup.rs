@@ -4,7 +4,7 @@
 //!
 //! It must not write items: only index entries of items found dead are dropped.
 
-use crate::cache::index::{entry_offset, entry_tag, Slot};
+use crate::cache::index::{entry_offset, entry_tag, Index, Slot};
 use crate::cache::{Found, Partition};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
@@ -13,37 +13,60 @@ use crate::types::keys_equal;
 
 impl Partition {
     /// Finds the item for `key` if its index entry is present and its bytes are intact. A tag
-    /// match whose item has another key (a twin) or is gone is passed over.
+    /// match whose item has another key (a twin) or is gone is passed over. The pair's two
+    /// buckets are read first; its overflow chain, if it has one, only after them.
     #[inline]
     pub(super) fn find(&self, key: &[u8], hash: KeyHash) -> Option<Found> {
         let tag = hash.tag();
-        let max_age = self.log.max_age();
-        for bucket in self.index.walk(hash.bucket(self.index.buckets())) {
-            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
+        let home = hash.bucket(self.index.buckets());
+        for bucket in Index::pair_order(home) {
+            for (entry_no, &entry) in self.index.pair_bucket(bucket).iter().enumerate() {
                 if entry_tag(entry) != tag {
                     continue;
                 }
-                let age = self.log.age_of(entry_offset(entry));
-                if age > max_age {
-                    continue;
+                if let Some(item) = self.item_of(entry, key) {
+                    return Some(Found::at(Slot { bucket, entry: entry_no }, item));
                 }
-                let position = self.log.tail() - age;
-                let ring_index = self.log.ring_index(position);
-                let bytes = self.log.bytes_from(ring_index);
-                let (header, header_len) = ItemHeader::decode(bytes);
-                if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
-                    continue;
-                }
-                return Some(Found {
-                    slot: Slot { bucket, entry: entry_no },
-                    position,
-                    ring_index,
-                    header,
-                    header_len,
-                });
             }
         }
+        if self.index.has_chain(home) {
+            return self.find_in_chain(home, key, tag);
+        }
         None
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_in_chain(&self, home: usize, key: &[u8], tag: u16) -> Option<Found> {
+        let mut at = home | 1;
+        while let Some(bucket) = self.index.next_in_chain(at) {
+            let mut candidates =
+                self.index.bucket(bucket).iter().enumerate().filter(|(_, &entry)| entry_tag(entry) == tag);
+            let hit = candidates.find_map(|(entry_no, &entry)| Some((entry_no, self.item_of(entry, key)?)));
+            if let Some((entry_no, item)) = hit {
+                return Some(Found::at(Slot { bucket, entry: entry_no }, item));
+            }
+            at = bucket;
+        }
+        None
+    }
+
+    /// Where the live item an entry names is (position, ring index, header and its length),
+    /// if its key is `key`.
+    #[inline(always)]
+    fn item_of(&self, entry: u64, key: &[u8]) -> Option<(u64, usize, ItemHeader, usize)> {
+        let age = self.log.age_of(entry_offset(entry));
+        if age > self.log.max_age() {
+            return None;
+        }
+        let position = self.log.tail() - age;
+        let ring_index = self.log.ring_index(position);
+        let bytes = self.log.bytes_from(ring_index);
+        let (header, header_len) = ItemHeader::decode(bytes);
+        if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
+            return None;
+        }
+        Some((position, ring_index, header, header_len))
     }
 
     /// The header of the intact item at `position`.

@@ -55,6 +55,13 @@ pub(crate) struct Found {
 }
 
 impl Found {
+    /// The item `item` (position, ring index, header, header length) that `slot` names.
+    #[inline(always)]
+    fn at(slot: Slot, item: (u64, usize, ItemHeader, usize)) -> Found {
+        let (position, ring_index, header, header_len) = item;
+        Found { slot, position, ring_index, header, header_len }
+    }
+
     fn cas(&self) -> u64 {
         self.header.cas.unwrap_or(self.position + 1)
     }
@@ -420,7 +427,7 @@ impl Partition {
         if both_lines {
             self.index.prefetch_pair(bucket);
         } else {
-            crate::region::prefetch(self.index.bucket(bucket));
+            crate::region::prefetch(self.index.pair_bucket(bucket));
         }
     }
 
@@ -428,7 +435,7 @@ impl Partition {
     #[inline]
     pub(crate) fn prefetch_item(&self, hash: KeyHash) {
         let tag = hash.tag();
-        let bucket = self.index.bucket(hash.bucket(self.index.buckets()));
+        let bucket = self.index.pair_bucket(hash.bucket(self.index.buckets()));
         if let Some(&entry) = bucket.iter().find(|&&entry| entry_tag(entry) == tag) {
             let age = self.log.age_of(entry_offset(entry));
             if age <= self.log.max_age() {

@@ -310,7 +310,7 @@ pub(crate) fn items(total: &Snapshot, put: Put<'_>) {
             ("evicted_time", 0),
             ("outofmemory", 0),
             ("tailrepairs", 0),
-            ("reclaimed", 0),
+            ("reclaimed", class.reclaimed),
             ("expired_unfetched", 0),
             ("evicted_unfetched", 0),
             ("evicted_active", 0),
@@ -335,7 +335,7 @@ pub(crate) fn items(total: &Snapshot, put: Put<'_>) {
 /// `stats slabs`: the classes `stats items` lists, as if memcached held the same items (its
 /// chunk size, 1 MiB pages); per-class command counters are 0 (tierkv counts them per server).
 pub(crate) fn slabs(total: &Snapshot, put: Put<'_>) {
-    let (mut active, mut malloced) = (0u64, 0u64);
+    let mut active = 0u64;
     for (index, class) in total.classes.iter().enumerate() {
         if class.items == 0 && class.evicted == 0 {
             continue;
@@ -364,8 +364,9 @@ pub(crate) fn slabs(total: &Snapshot, put: Put<'_>) {
             put(&format!("{}:{name}", index + 1), &value);
         }
         active += 1;
-        malloced += pages << 20;
     }
     put("active_slabs", &active);
-    put("total_malloced", &malloced);
+    // As memcached reports it with its memory reserved up front (-L): the budget itself, index
+    // and log, which tierkv maps at start and does not grow as items come and go.
+    put("total_malloced", &total.allocated_bytes);
 }

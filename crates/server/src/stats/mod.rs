@@ -274,7 +274,11 @@ impl State {
             // Store mode has no classes: its items are counted in the first.
             classes: partition.size_classes().unwrap_or_else(|| {
                 let mut classes = [ClassFigures::default(); SIZE_CLASSES];
-                classes[0] = ClassFigures { items: engine.live_items, requested_bytes: engine.live_bytes, evicted: 0 };
+                classes[0] = ClassFigures {
+                    items: engine.live_items,
+                    requested_bytes: engine.live_bytes,
+                    ..ClassFigures::default()
+                };
                 classes
             }),
         }
@@ -352,7 +356,7 @@ impl Snapshot {
     const GAUGES: usize = 19;
     /// Bytes of the flat form `write_to` appends.
     pub(crate) const ENCODED_BYTES: usize =
-        (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES + 3 * SIZE_CLASSES) * 8;
+        (Counters::FIELDS + Self::GAUGES + crate::flash_stats::FIGURES + 4 * SIZE_CLASSES) * 8;
 
     fn gauges(&self) -> [u64; Self::GAUGES] {
         [
@@ -384,7 +388,7 @@ impl Snapshot {
             out.extend_from_slice(&word.to_le_bytes());
         }
         for class in &self.classes {
-            for word in [class.items, class.requested_bytes, class.evicted] {
+            for word in [class.items, class.requested_bytes, class.evicted, class.reclaimed] {
                 out.extend_from_slice(&word.to_le_bytes());
             }
         }
@@ -401,8 +405,9 @@ impl Snapshot {
         let (gauges, rest) = gauges.split_at(Self::GAUGES);
         let (flash, classes) = rest.split_at(crate::flash_stats::FIGURES);
         let mut figures = [ClassFigures::default(); SIZE_CLASSES];
-        for (class, words) in figures.iter_mut().zip(classes.chunks_exact(3)) {
-            *class = ClassFigures { items: words[0], requested_bytes: words[1], evicted: words[2] };
+        for (class, words) in figures.iter_mut().zip(classes.chunks_exact(4)) {
+            *class =
+                ClassFigures { items: words[0], requested_bytes: words[1], evicted: words[2], reclaimed: words[3] };
         }
         Some(Snapshot {
             classes: figures,
@@ -462,6 +467,7 @@ impl Snapshot {
             mine.items += theirs.items;
             mine.requested_bytes += theirs.requested_bytes;
             mine.evicted += theirs.evicted;
+            mine.reclaimed += theirs.reclaimed;
         }
     }
 }

@@ -29,7 +29,7 @@ pub(super) fn forward_part(
     request: &[u8],
 ) -> bool {
     let seq = connection.order.next_seq();
-    let pending = Pending::new(slot, connection.generation, seq, kind, learned);
+    let pending = Pending::new(slot, connection.generation, seq, kind, learned).with_fd(connection.fd);
     if !core.links.forward(owner, pending, &[request]) {
         return false;
     }
@@ -53,7 +53,9 @@ pub(super) fn dispatch(
     {
         return Step::Blocked;
     }
-    let entry = |seq: u64, kind: Kind| Pending::new(slot, connection.generation, seq, kind, Learned::default());
+    let fd = connection.fd;
+    let entry =
+        |seq: u64, kind: Kind| Pending::new(slot, connection.generation, seq, kind, Learned::default()).with_fd(fd);
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local if core.parking.enabled && hash.is_some() => {

@@ -41,6 +41,7 @@ impl Core {
                     continue;
                 }
                 let entry = &mut chunk[at];
+                self.state.fd = entry.fd;
                 let request = &requests[request_start..entry.request_end];
                 request_start = entry.request_end;
                 match entry.kind {

@@ -117,7 +117,7 @@ impl Worker {
             Kind::Conns => {
                 part.bytes.extend_from_slice(bytes);
                 if part.waiting == 0 {
-                    reply::status(&mut part.bytes, reply::Status::End);
+                    crate::conns::finish(&mut part.bytes);
                 }
             }
             Kind::Dump => {

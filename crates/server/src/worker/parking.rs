@@ -230,7 +230,8 @@ impl Core {
         kind: Kind,
     ) -> bool {
         let seq = connection.order.next_seq();
-        if !self.park(Pending::new(slot, connection.generation, seq, kind, learned), raw, None) {
+        let pending = Pending::new(slot, connection.generation, seq, kind, learned).with_fd(connection.fd);
+        if !self.park(pending, raw, None) {
             return false;
         }
         connection.order.push_waiting(self.pool.pop().unwrap_or_default(), 1);
@@ -242,7 +243,7 @@ impl Core {
     /// Runs a request that waited for flash (or answers that its change failed); its reply
     /// goes to `replies`.
     fn run_parked(&mut self, parked: &Parked, failed: bool, replies: &mut Vec<u8>) {
-        self.state.fd = -1;
+        self.state.fd = parked.pending.fd;
         let request = &parked.request[..];
         let learned = parked.pending.learned;
         if learned.needs.copy && !failed {

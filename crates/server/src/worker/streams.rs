@@ -169,7 +169,7 @@ impl Worker {
             part.bytes.extend_from_slice(&lines);
             part.waiting -= 1;
             if part.waiting == 0 {
-                reply::status(&mut part.bytes, reply::Status::End);
+                crate::conns::finish(&mut part.bytes);
             }
             connection.drain_parts(&mut self.core.pool);
             if connection.udp.is_some() {
