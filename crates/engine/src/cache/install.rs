@@ -5,7 +5,7 @@
 //! It must not move an entry that names a live item, except the one `Index::extend` moves (a
 //! caller's `Found` for that key is not used after an insert).
 
-use crate::cache::index::{entry_offset, entry_tag, is_item, make_entry, Slot};
+use crate::cache::index::{entry_offset, entry_tag, is_item, make_entry, Index, Slot};
 use crate::cache::{smallest_log, Partition};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
@@ -13,8 +13,8 @@ use crate::types::keys_equal;
 
 /// What a walk of a key's buckets found for an insert.
 struct Choice {
-    /// The live entry of the same key.
-    same: Option<Slot>,
+    /// The live entry of the same key, and its item's position and header.
+    same: Option<(Slot, u64, ItemHeader)>,
     /// The first empty slot, or one whose item the log no longer holds.
     free: Option<Slot>,
     /// The live entry whose item is oldest, and its age.
@@ -28,18 +28,17 @@ struct Choice {
 }
 
 impl Partition {
-    /// Points the index at the item just written at `position` for `hash`.
-    pub(super) fn install(&mut self, hash: KeyHash, position: u64) {
-        let choice = self.choose_slot(hash, position);
-        let slot = if let Some(slot) = choice.same {
-            let old = self.log.tail() - self.log.age_of(entry_offset(self.index.get(slot)));
-            let header = self.header_at(old);
-            if crate::time::is_expired(header.expiry, self.now) {
+    /// Points the index at the item of `key` just written at `position` for `hash`, with
+    /// `header` (its CAS field's value aside: the census needs only its sizes and class).
+    pub(super) fn install(&mut self, hash: KeyHash, key: &[u8], header: &ItemHeader, position: u64) {
+        let choice = self.choose_slot(hash, key);
+        let slot = if let Some((slot, old, old_header)) = choice.same {
+            if crate::time::is_expired(old_header.expiry, self.now) {
                 // As memcached's allocation taking an expired item's memory.
-                self.census.reclaimed(&header);
+                self.census.reclaimed(&old_header);
                 self.stats.reclaimed += 1;
             }
-            self.census.removed(old, &header);
+            self.census.removed(old, &old_header);
             slot
         } else if let Some(slot) = choice.free {
             slot
@@ -59,46 +58,67 @@ impl Partition {
             self.index.unlink(choice.before_end, choice.end);
         }
         self.index.set(slot, make_entry(hash.tag(), position));
-        self.census.stored(position, &self.header_at(position));
+        debug_assert_eq!(self.header_at(position).total_len(), header.total_len());
+        self.census.stored(position, header);
         // memcached hides whatever is stored during a delayed flush's deadline second.
         if self.flush.hides_writes(self.now) {
             self.flush_now();
         }
     }
 
-    /// Walks every bucket the key may be in (the pair, then its chain) once.
-    fn choose_slot(&self, hash: KeyHash, position: u64) -> Choice {
-        let tag = hash.tag();
-        let max_age = self.log.max_age();
+    /// Walks every bucket the key may be in (the pair, then its chain) once, or until it
+    /// finds the key's own entry.
+    fn choose_slot(&self, hash: KeyHash, key: &[u8]) -> Choice {
         let home = hash.bucket(self.index.buckets());
-        let key = self.key_at(position);
         let mut choice =
             Choice { same: None, free: None, oldest: None, end: home | 1, before_end: home | 1, end_live: false };
-        for bucket in self.index.walk(home) {
-            if bucket >= self.index.buckets() {
-                (choice.before_end, choice.end, choice.end_live) = (choice.end, bucket, false);
-            }
-            for (entry_no, &entry) in self.index.bucket(bucket).iter().enumerate() {
-                let slot = Slot { bucket, entry: entry_no };
-                if entry != 0 && !is_item(entry) {
-                    continue; // the link to the next overflow bucket
-                }
-                let age = self.log.age_of(entry_offset(entry));
-                if entry == 0 || age > max_age {
-                    choice.free = choice.free.or(Some(slot));
-                    continue;
-                }
-                choice.end_live |= bucket == choice.end;
-                if entry_tag(entry) == tag && self.key_at(self.log.tail() - age) == key {
-                    choice.same = Some(slot);
-                    return choice;
-                }
-                if choice.oldest.is_none_or(|(_, oldest_age)| age > oldest_age) {
-                    choice.oldest = Some((slot, age));
-                }
+        for bucket in Index::pair_order(home) {
+            if self.look_at(bucket, self.index.pair_bucket(bucket), hash.tag(), key, &mut choice) {
+                return choice;
             }
         }
+        let mut at = home | 1;
+        while let Some(bucket) = self.index.next_in_chain(at) {
+            (choice.before_end, choice.end, choice.end_live) = (choice.end, bucket, false);
+            if self.look_at(bucket, self.index.bucket(bucket), hash.tag(), key, &mut choice) {
+                return choice;
+            }
+            at = bucket;
+        }
         choice
+    }
+
+    /// Notes what the entries of `bucket` offer an insert of `key`; true if one is the key's.
+    #[inline(always)]
+    fn look_at(&self, bucket: usize, entries: &[u64; 8], tag: u16, key: &[u8], choice: &mut Choice) -> bool {
+        let max_age = self.log.max_age();
+        for (entry_no, &entry) in entries.iter().enumerate() {
+            let slot = Slot { bucket, entry: entry_no };
+            if entry == 0 {
+                choice.free = choice.free.or(Some(slot));
+                continue;
+            }
+            if !is_item(entry) {
+                continue; // the link to the next overflow bucket
+            }
+            let age = self.log.age_of(entry_offset(entry));
+            if age > max_age {
+                choice.free = choice.free.or(Some(slot));
+                continue;
+            }
+            choice.end_live |= bucket == choice.end;
+            if entry_tag(entry) == tag {
+                let position = self.log.tail() - age;
+                if let Some(header) = self.header_if_key(position, key) {
+                    choice.same = Some((slot, position, header));
+                    return true;
+                }
+            }
+            if choice.oldest.is_none_or(|(_, oldest_age)| age > oldest_age) {
+                choice.oldest = Some((slot, age));
+            }
+        }
+        false
     }
 
     /// The key of the intact item at `position`.
@@ -108,12 +128,12 @@ impl Partition {
         &bytes[header_len..header_len + header.key_len]
     }
 
-    /// Whether the intact item at `position` has key `key`.
+    /// The header of the intact item at `position`, if its key is `key`.
     #[inline]
-    pub(super) fn key_is(&self, position: u64, key: &[u8]) -> bool {
+    pub(super) fn header_if_key(&self, position: u64, key: &[u8]) -> Option<ItemHeader> {
         let bytes = self.log.bytes_from(self.log.ring_index(position));
         let (header, header_len) = ItemHeader::decode(bytes);
-        header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key)
+        (header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key)).then_some(header)
     }
 
     /// The log's next lap gives up what the index's overflow buckets now take of the budget.

@@ -104,7 +104,8 @@ impl Partition {
             entries.iter().enumerate().find_map(|(entry_no, &entry)| {
                 let age = self.log.age_of(entry_offset(entry));
                 let hidden = entry_tag(entry) == tag && age > max_age && age <= live_span;
-                (hidden && self.key_is(self.log.tail() - age, key)).then_some(Slot { bucket, entry: entry_no })
+                (hidden && self.header_if_key(self.log.tail() - age, key).is_some())
+                    .then_some(Slot { bucket, entry: entry_no })
             })
         });
         if let Some(slot) = found {

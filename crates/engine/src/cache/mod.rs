@@ -294,7 +294,7 @@ impl Partition {
         let out = self.log.bytes_from_mut(value_start);
         out[..parts[0].len()].copy_from_slice(parts[0]);
         out[parts[0].len()..header.value_len].copy_from_slice(parts[1]);
-        self.install(hash, position);
+        self.install(hash, key, header, position);
         cleaner::cas_of(header, position)
     }
 
@@ -320,7 +320,7 @@ impl Partition {
         out[..first.len()].copy_from_slice(first);
         out[first.len()..header.value_len].copy_from_slice(second);
         self.carried = old;
-        self.install(hash, position);
+        self.install(hash, key, header, position);
         cleaner::cas_of(header, position)
     }
 
@@ -653,7 +653,7 @@ impl Storage for Partition {
                 let header = &self.with_cas_field(header);
                 let (position, value_start) = self.start_item(header, key);
                 counter.write(&mut self.log.bytes_from_mut(value_start)[..counter.value_len]);
-                self.install(hash, position);
+                self.install(hash, key, header, position);
                 cleaner::cas_of(header, position)
             }
         };
