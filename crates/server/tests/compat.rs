@@ -548,6 +548,8 @@ fn cache_memlimit_above_m_is_taken_and_filled_without_a_flag() {
     let large = write_then_count_hits(port, 12_000);
     assert!(large > 2 * small, "{large} items of 4 KiB in 48 MiB, {small} in 16 MiB");
     assert!(stat_number(port, "", "bytes") > 40 << 20, "the cache holds more than -m");
+    assert!(stat_number(port, "", "bytes") <= 48 << 20, "and no more than the new limit");
+    assert!(stat_number(port, "", "evictions") > 0);
 }
 
 #[test]

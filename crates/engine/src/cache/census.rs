@@ -3,7 +3,7 @@
 //!
 //! The log's eviction is implicit: the tail overwrites the oldest bytes and nobody visits the
 //! items lost. So the virtual positions are cut into segments (a power of two, about 1/64 of
-//! the largest log each) and the census counts the live items whose position lies in each.
+//! the log each, twice as long each time `cache_memlimit` grows the log past 64 of them) and the census counts the live items whose position lies in each.
 //! When the log's live span leaves a whole segment behind, the items still counted in it are
 //! the evicted ones. An item that dies earlier (deleted, overwritten, found expired, dropped by
 //! a full index pair, copied forward) is taken off its segment's count, unless that segment
@@ -50,9 +50,9 @@ pub(crate) struct Census {
 }
 
 impl Census {
-    /// A census for a log of at most `max_capacity` bytes whose tail is at `tail`.
-    pub(crate) fn new(max_capacity: u64, tail: u64) -> Census {
-        let segment_bytes = (max_capacity / 64).max(1).next_power_of_two();
+    /// A census for a log of `capacity` bytes whose tail is at `tail`.
+    pub(crate) fn new(capacity: u64, tail: u64) -> Census {
+        let segment_bytes = (capacity / 64).max(1).next_power_of_two();
         let shift = segment_bytes.trailing_zeros();
         Census {
             shift,
@@ -69,6 +69,38 @@ impl Census {
             }),
             classes: [ClassFigures::default(); SIZE_CLASSES],
         }
+    }
+
+    /// Makes segments longer until a log of `capacity` bytes spans at most 64 of them (live
+    /// spans of up to two laps must fit the slots).
+    pub(crate) fn fit(&mut self, capacity: u64) {
+        while capacity / 64 > 1 << self.shift {
+            self.widen();
+        }
+    }
+
+    /// Doubles the segments' length, adding each pair's counts.
+    fn widen(&mut self) {
+        let (counts, bytes) = (self.counts, self.bytes);
+        (self.counts, self.bytes) = ([0; MAX_SEGMENTS], [0; MAX_SEGMENTS]);
+        let old = std::mem::replace(
+            &mut self.per_class,
+            Box::new(PerClass {
+                items: [[0; SIZE_CLASSES]; MAX_SEGMENTS],
+                requested: [[0; SIZE_CLASSES]; MAX_SEGMENTS],
+            }),
+        );
+        for segment in self.oldest..self.oldest + MAX_SEGMENTS as u64 {
+            let (from, to) = (Census::slot(segment), Census::slot(segment >> 1));
+            self.counts[to] += counts[from];
+            self.bytes[to] += bytes[from];
+            for class in 0..SIZE_CLASSES {
+                self.per_class.items[to][class] += old.items[from][class];
+                self.per_class.requested[to][class] += old.requested[from][class];
+            }
+        }
+        self.oldest >>= 1;
+        self.shift += 1;
     }
 
     #[inline]
@@ -228,6 +260,24 @@ mod tests {
         // Removing an item whose segment was recycled changes nothing.
         census.removed(300, &item(93));
         assert_eq!((census.live(), census.evicted()), (0, 63));
+    }
+
+    #[test]
+    fn a_log_grown_past_64_segments_is_counted_in_longer_ones() {
+        let mut census = Census::new(6400, 0);
+        for position in (0..6400).step_by(100) {
+            census.advance(position + 100, position + 100);
+            census.stored(position, &item(93));
+        }
+        // cache_memlimit four times larger: segments of 512 bytes, nothing lost or evicted.
+        census.fit(4 * 6400);
+        assert_eq!(census.shift, 9);
+        assert_eq!((census.live(), census.evicted(), census.live_bytes()), (64, 0, 6400));
+        census.removed(150, &item(93));
+        assert_eq!(census.live(), 63);
+        // A lap of the longer log later, the items written before it are evicted once.
+        census.advance(6400 + 4 * 6400 + 512, 4 * 6400);
+        assert_eq!((census.live(), census.evicted(), census.classes()[3].evicted), (0, 63, 63));
     }
 
     #[test]

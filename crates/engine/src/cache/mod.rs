@@ -150,7 +150,7 @@ impl Partition {
             sweep_stride,
             item_bytes_hint: 64,
             stats: EngineStats::default(),
-            census: Census::new(max_log_bytes as u64, 0),
+            census: Census::new(log_bytes as u64, 0),
             clock_marks: ClockMarks::starting(unix_now()),
             tier: None,
             origin: 0,
@@ -530,6 +530,7 @@ impl Storage for Partition {
             return Err(ConfigError::AboveMaximum { memory_bytes, max_bytes });
         }
         self.log.resize(log_bytes as u64);
+        self.census.fit(log_bytes as u64);
         self.budget = memory_bytes;
         Ok(())
     }
