@@ -486,7 +486,19 @@ impl Worker {
             max_item_bytes: settings.max_item_bytes,
             expected_item_bytes: tierkv_engine::DEFAULT_EXPECTED_ITEM_BYTES,
         };
-        let mut partition = Partition::new(settings.mode, &config).map_err(ServeError::Partition)?;
+        let mut partition = match Partition::new(settings.mode, &config) {
+            // The address space kept for cache_memlimit's growth was refused (a strict
+            // overcommit policy, an address-space limit): the partition keeps to -m.
+            Err(tierkv_engine::ConfigError::OutOfMemory(_)) if settings.memory_max_bytes > settings.memory_bytes => {
+                eprintln!(
+                    "tierkv: worker {id}: no address space for --memory-max {} MiB; cache_memlimit cannot grow past -m",
+                    settings.memory_max_bytes >> 20
+                );
+                Partition::new(settings.mode, &PartitionConfig { max_memory_bytes: None, ..config })
+            }
+            other => other,
+        }
+        .map_err(ServeError::Partition)?;
         if let (Some(flash), Some(file)) = (&settings.flash, &shared.flash_file) {
             super::flash::attach(&mut partition, flash, file, id, workers, settings.verbose)?;
         }
