@@ -366,6 +366,19 @@ fn keys_that_share_a_tag_in_one_pair_are_all_kept() {
 }
 
 #[test]
+fn forty_keys_crafted_to_share_a_key_s_tag_and_pair_do_not_push_it_out() {
+    let mut p = partition(1 << 20, 2);
+    let twins = tag_twins(41);
+    p.set(&twins[0], b"target", 0, 0).unwrap();
+    for key in &twins[1..] {
+        p.set(key, b"attack", 0, 0).unwrap();
+    }
+    assert_eq!(value(&mut p, &twins[0]), Some(b"target".to_vec()));
+    assert!(twins[1..].iter().all(|key| value(&mut p, key) == Some(b"attack".to_vec())));
+    assert_eq!((p.stats().live_items, p.stats().evictions), (41, 0));
+}
+
+#[test]
 fn a_full_pair_grows_an_overflow_chain_and_drops_nothing() {
     let mut p = partition(1 << 20, 2);
     for i in 0..200u32 {

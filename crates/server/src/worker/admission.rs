@@ -304,8 +304,11 @@ impl Worker {
         while at < self.core.budget.grants.len() && self.core.budget.grants_full() {
             let grant = self.core.budget.grants[at];
             let Some(connection) = self.connections[grant.slot].as_ref() else { break };
-            let delivered = connection.input.len() + connection.stream.as_ref().map_or(0, Stream::queued_input);
-            if self.core.budget.is_finisher(connection) || delivered > grant.delivered {
+            let queued = connection.stream.as_ref().map_or(0, Stream::queued_input);
+            let delivered = connection.input.len() + queued;
+            // Waiting for its turn with bytes it sent unread: the wait is ours, not its.
+            let waits_on_us = connection.starved && queued > 0;
+            if self.core.budget.is_finisher(connection) || delivered > grant.delivered || waits_on_us {
                 let grant = &mut self.core.budget.grants[at];
                 (grant.delivered, grant.since) = (delivered.max(grant.delivered), now);
                 at += 1;

@@ -18,7 +18,9 @@
 //!   not seconds) and keeps a grant: what it read beyond its fair share. Grants that deliver
 //!   nothing more (counting the bytes waiting in their sockets) for `GRANT_STALL` while they
 //!   hold more than twice the share are closed, oldest first, and no new grant is made until
-//!   they fit in it again: silent senders cannot pile up memory either.
+//!   they fit in it again: silent senders cannot pile up memory either. Meanwhile the grants
+//!   waiting to read take the finisher's turn in order, and one waiting with bytes in its
+//!   socket is not judged stalled: the wait is the server's.
 //!
 //! So under pressure the buffers stay within the budget, twice the budget in grants (plus
 //! the largest request, which a grant may reach before it is counted), the fair shares, the
@@ -204,16 +206,33 @@ impl Budget {
         if !self.pressure() {
             return std::mem::take(&mut self.starved);
         }
-        if self.finisher.is_none() && !self.grants_full() {
+        if self.finisher.is_some() {
+            return Vec::new();
+        }
+        if !self.grants_full() {
             return vec![self.starved.remove(0)];
         }
-        Vec::new()
+        // The grants hold too much: the longest-waiting of them goes on (finishing its request
+        // gives memory back; a silent one runs dry at once and is closed for stalling), so an
+        // honest grant is not left unread until it looks stalled.
+        match self.starved.iter().position(|&slot| self.grant_at(slot)) {
+            Some(at) => vec![self.starved.remove(at)],
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether the connection in `slot` holds a grant.
+    pub(super) fn grant_at(&self, slot: usize) -> bool {
+        self.grants.iter().any(|g| g.slot == slot)
     }
 
     /// Whether `relieved` would let a starved connection go on now (so the worker must not
     /// sleep before it asks).
     pub(super) fn can_relieve(&self) -> bool {
-        !self.starved.is_empty() && (!self.pressure() || (self.finisher.is_none() && !self.grants_full()))
+        !self.starved.is_empty()
+            && (!self.pressure()
+                || (self.finisher.is_none()
+                    && (!self.grants_full() || self.starved.iter().any(|&slot| self.grant_at(slot)))))
     }
 
     /// Bytes held now.
