@@ -270,7 +270,7 @@ mod tests {
     }
 
     fn entry(seq: u64) -> Pending {
-        Pending::new(3, 9, seq, Kind::Request, crate::pending::Learned::default())
+        Pending::new(3, 9, -1, seq, Kind::Request, crate::pending::Learned::default())
     }
 
     #[test]

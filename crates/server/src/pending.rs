@@ -112,14 +112,10 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Work for the connection in `slot` (of `generation`) whose reply is part `seq`.
-    pub(crate) fn new(slot: usize, generation: u64, seq: u64, kind: Kind, learned: Learned) -> Pending {
-        Pending { slot, generation, seq, kind, learned, request_end: 0, reply_end: 0, fd: -1 }
-    }
-
-    /// The same, naming the connection's descriptor `fd`.
-    pub(crate) fn with_fd(self, fd: i32) -> Pending {
-        Pending { fd, ..self }
+    /// Work for the connection in `slot` (of `generation`, descriptor `fd`) whose reply is part
+    /// `seq`.
+    pub(crate) fn new(slot: usize, generation: u64, fd: i32, seq: u64, kind: Kind, learned: Learned) -> Pending {
+        Pending { slot, generation, seq, kind, learned, request_end: 0, reply_end: 0, fd }
     }
 }
 

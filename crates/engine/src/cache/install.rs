@@ -5,11 +5,10 @@
 //! It must not move an entry that names a live item, except the one `Index::extend` moves (a
 //! caller's `Found` for that key is not used after an insert).
 
-use crate::cache::index::{entry_offset, entry_tag, is_item, make_entry, Index, Slot};
+use crate::cache::index::{entry_offset, entry_tag, is_item, make_entry, Index, Slot, ENTRIES_PER_BUCKET};
 use crate::cache::{smallest_log, Partition};
 use crate::hash::KeyHash;
 use crate::item::ItemHeader;
-use crate::types::keys_equal;
 
 /// What a walk of a key's buckets found for an insert.
 struct Choice {
@@ -90,7 +89,14 @@ impl Partition {
 
     /// Notes what the entries of `bucket` offer an insert of `key`; true if one is the key's.
     #[inline(always)]
-    fn look_at(&self, bucket: usize, entries: &[u64; 8], tag: u16, key: &[u8], choice: &mut Choice) -> bool {
+    fn look_at(
+        &self,
+        bucket: usize,
+        entries: &[u64; ENTRIES_PER_BUCKET],
+        tag: u16,
+        key: &[u8],
+        choice: &mut Choice,
+    ) -> bool {
         let max_age = self.log.max_age();
         for (entry_no, &entry) in entries.iter().enumerate() {
             let slot = Slot { bucket, entry: entry_no };
@@ -126,14 +132,6 @@ impl Partition {
         let bytes = self.log.bytes_from(self.log.ring_index(position));
         let (header, header_len) = ItemHeader::decode(bytes);
         &bytes[header_len..header_len + header.key_len]
-    }
-
-    /// The header of the intact item at `position`, if its key is `key`.
-    #[inline]
-    pub(super) fn header_if_key(&self, position: u64, key: &[u8]) -> Option<ItemHeader> {
-        let bytes = self.log.bytes_from(self.log.ring_index(position));
-        let (header, header_len) = ItemHeader::decode(bytes);
-        (header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key)).then_some(header)
     }
 
     /// The log's next lap gives up what the index's overflow buckets now take of the budget.

@@ -60,13 +60,25 @@ impl Partition {
             return None;
         }
         let position = self.log.tail() - age;
+        let (ring_index, header, header_len) = self.item_with_key(position, key)?;
+        Some((position, ring_index, header, header_len))
+    }
+
+    /// The ring index, header and header length of the intact item at `position`, if its key
+    /// is `key`.
+    #[inline(always)]
+    fn item_with_key(&self, position: u64, key: &[u8]) -> Option<(usize, ItemHeader, usize)> {
         let ring_index = self.log.ring_index(position);
         let bytes = self.log.bytes_from(ring_index);
         let (header, header_len) = ItemHeader::decode(bytes);
-        if header.key_len != key.len() || !keys_equal(&bytes[header_len..header_len + key.len()], key) {
-            return None;
-        }
-        Some((position, ring_index, header, header_len))
+        let same = header.key_len == key.len() && keys_equal(&bytes[header_len..header_len + key.len()], key);
+        same.then_some((ring_index, header, header_len))
+    }
+
+    /// The header of the intact item at `position`, if its key is `key`.
+    #[inline]
+    pub(super) fn header_if_key(&self, position: u64, key: &[u8]) -> Option<ItemHeader> {
+        self.item_with_key(position, key).map(|(_, header, _)| header)
     }
 
     /// The header of the intact item at `position`.

@@ -206,33 +206,28 @@ impl Budget {
         if !self.pressure() {
             return std::mem::take(&mut self.starved);
         }
-        if self.finisher.is_some() {
-            return Vec::new();
-        }
-        if !self.grants_full() {
-            return vec![self.starved.remove(0)];
-        }
-        // The grants hold too much: the longest-waiting of them goes on (finishing its request
-        // gives memory back; a silent one runs dry at once and is closed for stalling), so an
-        // honest grant is not left unread until it looks stalled.
-        match self.starved.iter().position(|&slot| self.grant_at(slot)) {
-            Some(at) => vec![self.starved.remove(at)],
-            None => Vec::new(),
-        }
+        self.next_turn().map(|at| vec![self.starved.remove(at)]).unwrap_or_default()
     }
 
-    /// Whether the connection in `slot` holds a grant.
-    pub(super) fn grant_at(&self, slot: usize) -> bool {
-        self.grants.iter().any(|g| g.slot == slot)
+    /// Under pressure, which starved connection (its place in `starved`) takes the finisher's
+    /// turn: none while there is a finisher; the longest-waiting one while the grants fit;
+    /// while they hold too much, the longest-waiting grant (finishing its request gives memory
+    /// back; a silent one runs dry at once and is closed for stalling), so an honest grant is
+    /// not left unread until it looks stalled.
+    fn next_turn(&self) -> Option<usize> {
+        if self.finisher.is_some() || self.starved.is_empty() {
+            None
+        } else if !self.grants_full() {
+            Some(0)
+        } else {
+            self.starved.iter().position(|&slot| self.grants.iter().any(|g| g.slot == slot))
+        }
     }
 
     /// Whether `relieved` would let a starved connection go on now (so the worker must not
     /// sleep before it asks).
     pub(super) fn can_relieve(&self) -> bool {
-        !self.starved.is_empty()
-            && (!self.pressure()
-                || (self.finisher.is_none()
-                    && (!self.grants_full() || self.starved.iter().any(|&slot| self.grant_at(slot)))))
+        !self.starved.is_empty() && (!self.pressure() || self.next_turn().is_some())
     }
 
     /// Bytes held now.

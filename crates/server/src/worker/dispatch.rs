@@ -29,7 +29,7 @@ pub(super) fn forward_part(
     request: &[u8],
 ) -> bool {
     let seq = connection.order.next_seq();
-    let pending = Pending::new(slot, connection.generation, seq, kind, learned).with_fd(connection.fd);
+    let pending = Pending::new(slot, connection.generation, connection.fd, seq, kind, learned);
     if !core.links.forward(owner, pending, &[request]) {
         return false;
     }
@@ -54,8 +54,7 @@ pub(super) fn dispatch(
         return Step::Blocked;
     }
     let fd = connection.fd;
-    let entry =
-        |seq: u64, kind: Kind| Pending::new(slot, connection.generation, seq, kind, Learned::default()).with_fd(fd);
+    let entry = |seq: u64, kind: Kind| Pending::new(slot, connection.generation, fd, seq, kind, Learned::default());
     match route {
         Route::AfterForwarded if !connection.order.is_empty() => Step::Blocked,
         Route::Local if core.parking.enabled && hash.is_some() => {

@@ -230,7 +230,7 @@ impl Core {
         kind: Kind,
     ) -> bool {
         let seq = connection.order.next_seq();
-        let pending = Pending::new(slot, connection.generation, seq, kind, learned).with_fd(connection.fd);
+        let pending = Pending::new(slot, connection.generation, connection.fd, seq, kind, learned);
         if !self.park(pending, raw, None) {
             return false;
         }
