@@ -42,7 +42,7 @@ def resolve(name_path, mods):
 
 def code_lines(text):
     """The file without its `#[cfg(test)] mod ... { }` block at the end (tests may reach anywhere)."""
-    cut = re.search(r"^#\[cfg\(test\)\]\s*\nmod \w+", text, flags=re.M)
+    cut = re.search(r"^#\[cfg\(test\)\]\s*\nmod \w+\s*\{", text, flags=re.M)
     return text[: cut.start()] if cut else text
 
 

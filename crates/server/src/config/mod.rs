@@ -9,9 +9,13 @@
 mod cpus;
 mod file;
 mod flash;
+mod listen;
 mod requests;
+mod settings;
 pub(crate) use flash::FlashSettings;
+pub(crate) use listen::MAX_ADDRESSES;
 pub(crate) use requests::RequestSettings;
+pub(crate) use settings::{AdminSettings, Concurrency, Settings, Spread};
 #[cfg(test)]
 mod tests;
 
@@ -34,8 +38,9 @@ pub(crate) struct Config {
     /// TCP port to listen on [default: 11211].
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
-    /// Interface to listen on [default: 127.0.0.1]. As memcached's, a comma-separated list
-    /// and repeatable, but tierkv listens on one address: naming two different ones is an error.
+    /// Interfaces to listen on [default: 127.0.0.1]. As memcached's: a list separated by commas
+    /// or semicolons, repeatable; each an IP, [IPv6], host name or * (all), with an optional
+    /// :port.
     #[arg(short = 'l', long = "listen", action = clap::ArgAction::Append)]
     pub listen: Vec<String>,
     /// Worker threads, each owning one partition of the keys [default: one per CPU the process
@@ -402,116 +407,6 @@ impl std::error::Error for ConfigError {}
 
 use crate::sys::partition_lock::GuestLock;
 
-/// What a worker does itself with a key another worker owns (`--concurrency`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Concurrency {
-    /// Everything is forwarded to the owner (MICA's exclusive read, exclusive write).
-    Erew,
-    /// Reads are done here through the owner's `CrewReader`; the rest is forwarded.
-    Crew,
-    /// As `Crew`, and the rest is executed here under the owner's partition lock when it is
-    /// free.
-    Crcw,
-}
-
-impl Concurrency {
-    /// Its name on the command line and in `stats tierkv`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Concurrency::Erew => "erew",
-            Concurrency::Crew => "crew",
-            Concurrency::Crcw => "crcw",
-        }
-    }
-}
-
-/// Validated settings.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    pub address: std::net::SocketAddr,
-    /// Worker threads = partitions.
-    pub threads: usize,
-    /// Worker i also listens on this port + i (TCP, and UDP when UDP is on).
-    pub direct_ports: Option<u16>,
-    /// `--concurrency`: what a worker does itself with keys other workers own.
-    pub concurrency: Concurrency,
-    /// `--idle-yields`: yields of an idle worker before it blocks in its poll.
-    pub idle_yields: usize,
-    /// `--pin-workers`: each worker pinned to one CPU.
-    pub pin_workers: bool,
-    /// `--spread`: how connections on the shared port are dealt to the workers.
-    pub spread: Spread,
-    /// `--test-guest-lock`: how workers take each other's partition locks.
-    pub guest_lock: crate::sys::partition_lock::GuestLock,
-    /// `--test-contended`: the CPUs always count as shared.
-    pub test_contended: bool,
-    /// memcached's UDP protocol on this port (None: off).
-    pub udp_port: Option<u16>,
-    /// `--udp-amplification`: the replies to a datagram total at most this many times its size.
-    pub udp_amplification: usize,
-    /// `-s`: the Unix socket to serve instead of TCP and UDP, and its permissions (`-a`).
-    pub unix_socket: Option<(PathBuf, u32)>,
-    /// `-b`: the listen backlog.
-    pub backlog: u32,
-    /// `-Y`: the ASCII authentication file; with `-S`, the SASL password file.
-    pub auth_file: Option<PathBuf>,
-    /// `-S`: binary SASL authentication (the users are in `auth_file`).
-    pub sasl: bool,
-    /// `--auth-max-failures`: failed attempts before the connection is closed (0: never).
-    pub auth_max_failures: u32,
-    /// `--metrics-port`: where Prometheus scrapes /metrics.
-    pub metrics: Option<std::net::SocketAddr>,
-    /// `-Z`: every connection is TLS.
-    pub tls: Option<crate::net::tls::TlsSettings>,
-    /// `--flash-path`: the flash tier.
-    pub flash: Option<FlashSettings>,
-    /// Cache (evicting) or store (refusing writes when full).
-    pub mode: tierkv_engine::Mode,
-    /// The whole item memory (`-m`) at start; each partition gets an equal share.
-    /// `cache_memlimit` changes it later (`State::memory_limit`).
-    pub memory_bytes: usize,
-    /// The most `cache_memlimit` may set (`--memory-max`).
-    pub memory_max_bytes: usize,
-    pub conn_limit: usize,
-    /// Bytes all connections' buffers may hold before connections with replies waiting stop
-    /// being read (`--conn-memory`).
-    pub conn_memory_bytes: usize,
-    /// How fast a large request must arrive and what incomplete requests may hold.
-    pub requests: RequestSettings,
-    /// Close connections idle this many seconds (0: never; memcached's `-o idle_timeout`).
-    pub idle_timeout: u32,
-    pub max_item_bytes: usize,
-    pub verbose: u8,
-    pub pidfile: Option<PathBuf>,
-    /// Flags accepted but without effect, with why; logged at start-up.
-    pub notes: Vec<String>,
-    /// Which administrative commands are allowed (memcached's -A, -X, -W, -F, -D).
-    pub admin: AdminSettings,
-    /// Consecutive atomics on one key in a connection's batch share one lookup and one write.
-    pub atomic_combining: bool,
-}
-
-/// memcached's switches for its administrative commands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AdminSettings {
-    /// `shutdown` is allowed (-A).
-    pub shutdown: bool,
-    /// `stats cachedump` and `lru_crawler metadump` are allowed (not -X).
-    pub dump: bool,
-    /// `watch` is allowed (not -W).
-    pub watch: bool,
-    /// `flush_all` is allowed (not -F).
-    pub flush: bool,
-    /// What ends a key's prefix for `stats detail` (-D).
-    pub prefix_delimiter: u8,
-}
-
-impl Default for AdminSettings {
-    fn default() -> AdminSettings {
-        AdminSettings { shutdown: false, dump: true, watch: true, flush: true, prefix_delimiter: b':' }
-    }
-}
-
 /// memcached's -I forms: bytes, or a number with k or m.
 pub(crate) fn parse_size(text: &str) -> Option<usize> {
     let lower = text.trim().to_ascii_lowercase();
@@ -533,7 +428,7 @@ impl Config {
         if threads == 0 || threads > MAX_THREADS {
             return Err(ConfigError::flag("-t/--threads", format!("{threads} must be 1 to {MAX_THREADS}")));
         }
-        let address = self.address()?;
+        let addresses = self.addresses()?;
         let (memory_bytes, memory_max_bytes, max_item_bytes) = self.memory(threads)?;
         let conn_limit = self.conn_limit.unwrap_or(1024);
         if conn_limit == 0 || conn_limit > 1 << 20 {
@@ -558,7 +453,7 @@ impl Config {
                 .map(|option| format!("-o {option}: ignored; tierkv's flash tier sizes its own buffers, depth and GC")),
         );
         let tls = self.tls(extended)?;
-        self.check_direct_ports(threads, address.port())?;
+        self.check_direct_ports(threads, &addresses)?;
         let unix_socket = self.unix_socket()?;
         let auth_file = self.auth_file()?;
         let metrics = self.metrics()?;
@@ -577,7 +472,7 @@ impl Config {
             auth_max_failures: self.auth_max_failures.unwrap_or(crate::limits::DEFAULT_AUTH_MAX_FAILURES),
             unix_socket,
             tls,
-            address,
+            addresses,
             threads,
             direct_ports: self.direct_ports,
             concurrency: match self.concurrency.as_deref() {
@@ -627,22 +522,9 @@ impl Config {
         })
     }
 
-    fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        let mut ips: Vec<std::net::IpAddr> = Vec::new();
-        for listen in self.listen.iter().flat_map(|list| list.split(',')) {
-            let ip = listen
-                .parse()
-                .map_err(|_| ConfigError::flag("-l/--listen", format!("{listen:?} is not an IP address")))?;
-            if !ips.contains(&ip) {
-                ips.push(ip);
-            }
-        }
-        if let [first, second, ..] = ips[..] {
-            let message = format!("tierkv listens on one address, not {first} and {second}");
-            return Err(ConfigError::flag("-l/--listen", message));
-        }
-        let ip = ips.first().copied().unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
-        Ok(std::net::SocketAddr::new(ip, self.port.unwrap_or(11211)))
+    fn addresses(&self) -> Result<Vec<std::net::SocketAddr>, ConfigError> {
+        listen::addresses(&self.listen, self.port.unwrap_or(11211))
+            .map_err(|message| ConfigError::flag("-l/--listen", message))
     }
 
     /// Item memory, its maximum and the largest item, in bytes.
@@ -778,7 +660,7 @@ impl Config {
     }
 
     /// Worker i's port (base + i) must exist and take no other port of the server.
-    fn check_direct_ports(&self, threads: usize, port: u16) -> Result<(), ConfigError> {
+    fn check_direct_ports(&self, threads: usize, addresses: &[std::net::SocketAddr]) -> Result<(), ConfigError> {
         let Some(base) = self.direct_ports else { return Ok(()) };
         let last = usize::from(base) + threads - 1;
         let range = usize::from(base)..=last;
@@ -788,7 +670,7 @@ impl Config {
         if base == 0 || last > usize::from(u16::MAX) {
             return refuse("must lie within 1..=65535".to_string());
         }
-        if range.contains(&usize::from(port)) {
+        if let Some(port) = addresses.iter().map(|a| a.port()).find(|&port| range.contains(&usize::from(port))) {
             return refuse(format!("include -p/--port {port}"));
         }
         if let Some(udp) = self.udp_port.filter(|&udp| range.contains(&usize::from(udp))) {
@@ -840,15 +722,6 @@ impl Config {
         }
         notes
     }
-}
-
-/// `--spread`: how connections accepted on the shared port are dealt to the workers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Spread {
-    /// To the worker of the CPU the connection's packets arrive on, within a bound.
-    Cpu,
-    /// In turn, as memcached's listener thread deals them.
-    RoundRobin,
 }
 
 /// `--test-guest-lock`'s value.

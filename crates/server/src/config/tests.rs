@@ -23,7 +23,7 @@ fn sizes_in_memcached_forms() {
 #[test]
 fn defaults_are_embedded() {
     let settings = parse(&[]).unwrap().settings().unwrap();
-    assert_eq!(settings.address, "127.0.0.1:11211".parse().unwrap());
+    assert_eq!(settings.addresses[0], "127.0.0.1:11211".parse().unwrap());
     assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (1 << 30, 1024, 1 << 20));
 }
 
@@ -33,7 +33,7 @@ fn long_names_work_like_short_ones() {
         .unwrap()
         .settings()
         .unwrap();
-    assert_eq!(settings.address.port(), 1234);
+    assert_eq!(settings.addresses[0].port(), 1234);
     assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 10, 512 << 10));
 }
 
@@ -109,7 +109,7 @@ fn the_file_fills_what_the_command_line_leaves_out() {
     std::fs::write(&file, "port = 2000\nmemory-limit = 64\nmax-item-size = \"512k\"\nconn-limit = 7\n").unwrap();
     let path = file.to_str().unwrap();
     let settings = parse(&["--config", path, "-p", "3000"]).unwrap().settings().unwrap();
-    assert_eq!(settings.address.port(), 3000, "the command line wins");
+    assert_eq!(settings.addresses[0].port(), 3000, "the command line wins");
     assert_eq!((settings.memory_bytes, settings.conn_limit, settings.max_item_bytes), (64 << 20, 7, 512 << 10));
     std::fs::write(&file, "max-item-size = 2048\n").unwrap();
     assert_eq!(parse(&["--config", path]).unwrap().settings().unwrap().max_item_bytes, 2048);
@@ -149,7 +149,7 @@ fn the_file_may_group_flags_in_the_sections_of_their_headings() {
                     [connections]\nlimit = 7\nidle-timeout = 9\nmemory-share = 25\nrequest-min-rate = 0\n[admin]\nenable-shutdown = true\nprefix-delimiter = \"/\"\n";
     std::fs::write(&file, sections).unwrap();
     let settings = settings_of(&["--config", path]).unwrap();
-    assert_eq!((settings.address.port(), settings.udp_port), (2000, Some(11311)));
+    assert_eq!((settings.addresses[0].port(), settings.udp_port), (2000, Some(11311)));
     assert_eq!((settings.memory_bytes, settings.max_item_bytes), (64 << 20, 512 << 10));
     assert_eq!((settings.conn_limit, settings.idle_timeout, settings.mode), (7, 9, tierkv_engine::Mode::Store));
     assert!(settings.admin.shutdown && settings.admin.prefix_delimiter == b'/');
@@ -309,15 +309,18 @@ fn the_flash_index_is_full_while_it_fits_in_memory_and_cascade_beyond() {
 #[test]
 fn a_flag_given_twice_takes_its_last_value_as_memcached_does() {
     let settings = settings_of(&["-m", "64", "-m", "256", "-p", "1", "-p", "2", "-t", "1", "-t", "2"]).unwrap();
-    assert_eq!((settings.memory_bytes, settings.address.port(), settings.threads), (256 << 20, 2, 2));
+    assert_eq!((settings.memory_bytes, settings.addresses[0].port(), settings.threads), (256 << 20, 2, 2));
     let settings = settings_of(&["-c", "10", "--conn-limit", "20", "-I", "2m", "-I", "512k"]).unwrap();
     assert_eq!((settings.conn_limit, settings.max_item_bytes), (20, 512 << 10));
-    // -v counts, -o accumulates, -l accumulates (one address: the same one named twice).
+    // -v counts, -o accumulates, -l accumulates (an address named twice is one).
     assert_eq!(settings_of(&["-v", "-vv"]).unwrap().verbose, 3);
     let settings = settings_of(&["-o", "idle_timeout=5,idle_timeout=7", "-o", "idle_timeout=9"]).unwrap();
     assert_eq!(settings.idle_timeout, 9);
     let settings = settings_of(&["-l", "127.0.0.1", "-l", "127.0.0.1,127.0.0.1"]).unwrap();
-    assert_eq!(settings.address, "127.0.0.1:11211".parse().unwrap());
-    let two = settings_of(&["-l", "127.0.0.1", "-l", "::1"]).unwrap_err();
-    assert!(two.starts_with("-l/--listen") && two.contains("127.0.0.1 and ::1"), "{two}");
+    assert_eq!(settings.addresses, ["127.0.0.1:11211".parse().unwrap()]);
+    let two = settings_of(&["-p", "2000", "-l", "127.0.0.1", "-l", "::1"]).unwrap().addresses;
+    assert_eq!(two, ["127.0.0.1:2000".parse().unwrap(), "[::1]:2000".parse().unwrap()]);
+    // A direct port may not be any address's port.
+    let clash = settings_of(&["-l", "127.0.0.1,127.0.0.2:4001", "--direct-ports", "4000", "-t", "2"]).unwrap_err();
+    assert!(clash.starts_with("--direct-ports") && clash.contains("4001"), "{clash}");
 }

@@ -174,9 +174,10 @@ pub(crate) fn settings(state: &State, partition: &Partition, put: Put<'_>) {
     let s = &state.shared.settings;
     put("maxbytes", &state.shared.memory_limit.load(Ordering::Relaxed));
     put("maxconns", &s.conn_limit);
-    put("tcpport", &s.address.port());
+    put("tcpport", &s.addresses[0].port());
     put("udpport", &s.udp_port.unwrap_or(0));
-    put("inter", &s.address.ip());
+    let inter: Vec<String> = s.addresses.iter().map(|address| address.ip().to_string()).collect();
+    put("inter", &inter.join(","));
     put("verbosity", &state.shared.verbosity.load(Ordering::Relaxed));
     put("oldest", &0);
     put("evictions", &if partition.mode() == tierkv_engine::Mode::Store { "off" } else { "on" });

@@ -10,7 +10,7 @@ use super::budget::Budget;
 use super::streams::listener_addresses;
 use super::turns::input_limit;
 use super::yields::YieldGate;
-use super::{Core, Shared, Start, Worker, DIRECT_LISTENER, FLASH_EVENT, MAIN_LISTENER, UDP_DIRECT, UDP_MAIN, WAKER};
+use super::{Core, Shared, Source, Start, Worker, TCP_LISTENERS, UDP_SOCKETS, WAKER};
 use crate::config::Concurrency;
 use crate::config::Settings;
 use crate::error::ServeError;
@@ -38,15 +38,27 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
     install_signal_handlers().map_err(ServeError::system("install the SIGINT/SIGTERM handlers"))?;
     admission::raise_open_files(settings)?;
     let workers = settings.threads;
-    let address = settings.address;
     // Before the main port listens, so that a client that can connect finds the metrics port
     // (and the flash file's lock) in place too.
     let shared = Arc::new(shared_state(settings)?);
-    let mains: Vec<Listener> = match &settings.unix_socket {
-        Some((path, mask)) => crate::net::bind_unix(path, *mask, workers, settings.backlog as i32)
-            .map_err(|error| ServeError::Unix { path: path.clone(), error })?,
-        None => bind_one(address, workers, settings.backlog as i32)?.into_iter().map(Listener::Tcp).collect(),
-    };
+    let mut listeners: Vec<Vec<(Listener, bool)>> = (0..workers).map(|_| Vec::new()).collect();
+    let backlog = settings.backlog as i32;
+    match &settings.unix_socket {
+        Some((path, mask)) => {
+            let bound = crate::net::bind_unix(path, *mask, workers, backlog)
+                .map_err(|error| ServeError::Unix { path: path.clone(), error })?;
+            for (mine, listener) in listeners.iter_mut().zip(bound) {
+                mine.push((listener, true));
+            }
+        }
+        None => {
+            for &address in &settings.addresses {
+                for (mine, listener) in listeners.iter_mut().zip(bind_one(address, workers, backlog)?) {
+                    mine.push((Listener::Tcp(listener), true));
+                }
+            }
+        }
+    }
     let mut polls = Vec::with_capacity(workers);
     let mut peers = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -57,37 +69,35 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
     }
     let links = crate::forward::connect(&Arc::new(peers));
     let cpus = crate::sys::allowed_cpus();
-    // memcached's UDP port: one socket, read by every worker.
-    let udp_main = match settings.udp_port {
-        Some(port) => {
-            let at = SocketAddr::new(address.ip(), port);
-            Some(crate::sys::udp::bind(at).map_err(ServeError::socket("-U/--udp-port", at))?)
+    let ips = distinct_ips(settings);
+    // memcached's UDP port: one socket on each address, read by every worker.
+    let mut udp_main = Vec::new();
+    if let Some(port) = settings.udp_port {
+        for &ip in &ips {
+            let at = SocketAddr::new(ip, port);
+            udp_main.push(crate::sys::udp::bind(at).map_err(ServeError::socket("-U/--udp-port", at))?);
         }
-        None => None,
-    };
+    }
     let mut starts = Vec::with_capacity(workers);
-    for (id, ((poll, main), links)) in polls.into_iter().zip(mains).zip(links).enumerate() {
-        let direct = match settings.direct_ports {
-            Some(base) => {
-                let port = base + id as u16;
-                let at = SocketAddr::new(address.ip(), port);
-                Some(Listener::Tcp(TcpListener::bind(at).map_err(ServeError::socket("--direct-ports", at))?))
-            }
-            None => None,
-        };
-        let mut udp = [None, None];
-        if let Some(main) = &udp_main {
-            udp[0] = Some(mio::net::UdpSocket::from_std(
-                main.try_clone().map_err(ServeError::system("share the UDP socket between workers"))?,
-            ));
-            if let Some(base) = settings.direct_ports {
-                let at = SocketAddr::new(address.ip(), base + id as u16);
-                let socket = crate::sys::udp::bind(at).map_err(ServeError::socket("--direct-ports (UDP)", at))?;
-                udp[1] = Some(mio::net::UdpSocket::from_std(socket));
+    for (id, ((poll, mut listeners), links)) in polls.into_iter().zip(listeners).zip(links).enumerate() {
+        let mut udp = Vec::new();
+        for main in &udp_main {
+            let shared = main.try_clone().map_err(ServeError::system("share the UDP socket between workers"))?;
+            udp.push(Some(mio::net::UdpSocket::from_std(shared)));
+        }
+        if let Some(base) = settings.direct_ports {
+            for &ip in &ips {
+                let at = SocketAddr::new(ip, base + id as u16);
+                let direct = TcpListener::bind(at).map_err(ServeError::socket("--direct-ports", at))?;
+                listeners.push((Listener::Tcp(direct), false));
+                if settings.udp_port.is_some() {
+                    let socket = crate::sys::udp::bind(at).map_err(ServeError::socket("--direct-ports (UDP)", at))?;
+                    udp.push(Some(mio::net::UdpSocket::from_std(socket)));
+                }
             }
         }
         let cpu = (settings.pin_workers && !cpus.is_empty()).then(|| cpus[id % cpus.len()]);
-        starts.push(Start { id, poll, main, direct, udp, links, cpu });
+        starts.push(Start { id, poll, listeners, udp, links, cpu });
     }
     // One line whatever the verbosity, so the journal of a daemon says what it serves.
     eprintln!("{}", start_line(settings));
@@ -123,8 +133,8 @@ pub(crate) fn serve(settings: &Settings) -> Result<(), ServeError> {
 
 /// What a starting server says: its version, where it listens, its workers, memory and flash.
 fn start_line(settings: &Settings) -> String {
-    let listen =
-        settings.unix_socket.as_ref().map_or(settings.address.to_string(), |(path, _)| path.display().to_string());
+    let addresses: Vec<String> = settings.addresses.iter().map(SocketAddr::to_string).collect();
+    let listen = settings.unix_socket.as_ref().map_or(addresses.join(" "), |(path, _)| path.display().to_string());
     let udp = settings.udp_port.map_or("UDP off".to_string(), |port| format!("UDP port {port}"));
     let direct = settings.direct_ports.map(|base| format!(", direct ports from {base}")).unwrap_or_default();
     let flash = settings
@@ -185,15 +195,30 @@ fn shared_state(settings: &Settings) -> Result<Shared, ServeError> {
     })
 }
 
+/// The IPs of `-l`'s addresses, each once: UDP and the direct ports listen on each.
+fn distinct_ips(settings: &Settings) -> Vec<std::net::IpAddr> {
+    let mut ips = Vec::new();
+    for address in &settings.addresses {
+        if !ips.contains(&address.ip()) {
+            ips.push(address.ip());
+        }
+    }
+    ips
+}
+
 /// The one listening socket on `address`, as `count` handles (one per worker, all on the same
 /// socket). Bound without SO_REUSEPORT, as memcached binds: another process cannot join the
 /// port (its bind fails with "address in use"), where with SO_REUSEPORT any process of the same
 /// user could silently take a share of the new connections. The workers spread what they
-/// accept round-robin (`admission.rs`).
+/// accept (`admission.rs`). An IPv6 address takes IPv6 alone, as memcached's, so that `-l *`
+/// (or `0.0.0.0,::`) binds both families on one port.
 pub(super) fn bind_one(address: SocketAddr, count: usize, backlog: i32) -> Result<Vec<TcpListener>, ServeError> {
-    let fail = ServeError::socket("-p/--port", address);
+    let fail = ServeError::socket("-l/--listen and -p/--port", address);
     let socket =
         socket2::Socket::new(socket2::Domain::for_address(address), socket2::Type::STREAM, None).map_err(fail)?;
+    if address.is_ipv6() {
+        socket.set_only_v6(true).map_err(fail)?;
+    }
     socket.set_reuse_address(true).map_err(fail)?;
     socket.set_nonblocking(true).map_err(fail)?;
     socket.bind(&address.into()).map_err(fail)?;
@@ -284,14 +309,14 @@ fn work_after_yield(
 }
 
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
-    let Start { id, mut poll, mut main, mut direct, mut udp, links, cpu } = start;
-    register_sockets(&poll, &mut main, direct.as_mut(), &mut udp)?;
+    let Start { id, mut poll, mut listeners, mut udp, links, cpu } = start;
+    register_sockets(&poll, &mut listeners, &mut udp)?;
     if let Some(cpu) = cpu {
         pin_to_cpu(cpu, settings.verbose > 0, id);
     }
     let mut worker = Worker::new(id, settings, shared, links, udp)?;
     worker.watch_flash(&poll)?;
-    worker.listeners = listener_addresses(&main, direct.as_ref(), &worker.udp);
+    worker.listeners = listener_addresses(&listeners, &worker.udp);
     let mut events = Events::with_capacity(1024);
     let mut inbox: Vec<(usize, Message)> = Vec::new();
     let mut again: Vec<usize> = Vec::new();
@@ -339,12 +364,11 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         crate::admin::apply_memory_limit(&mut core.partition, &core.state, &mut core.memory_applied);
         // Other workers' requests and replies first: someone is waiting for them.
         worker.take_messages(&mut inbox, &poll);
-        worker.handle_events(&events, &main, direct.as_ref(), &poll);
+        worker.handle_events(&events, &listeners, &poll);
         worker.flash_turn(&poll);
         if std::mem::take(&mut worker.accept_again) {
-            worker.accept(&main, &poll, true);
-            if let Some(direct) = &direct {
-                worker.accept(direct, &poll, false);
+            for (listener, shared_port) in &listeners {
+                worker.accept(listener, &poll, *shared_port);
             }
         }
         worker.adopt_handed(&poll);
@@ -356,7 +380,7 @@ pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>)
         for slot in again.drain(..slice) {
             worker.turn(slot, &poll);
         }
-        for socket in 0..2 {
+        for socket in 0..worker.udp_again.len() {
             if std::mem::take(&mut worker.udp_again[socket]) {
                 worker.receive_udp(socket);
             }
@@ -409,20 +433,22 @@ impl Worker {
     /// What the poll reported: accepts on the listeners, readable UDP sockets and flash
     /// completions noted, and a turn for each connection with an event.
     #[inline(always)]
-    fn handle_events(&mut self, events: &Events, main: &Listener, direct: Option<&Listener>, poll: &Poll) {
+    fn handle_events(&mut self, events: &Events, listeners: &[(Listener, bool)], poll: &Poll) {
         for event in events.iter() {
-            match event.token() {
-                MAIN_LISTENER => self.accept(main, poll, true),
-                DIRECT_LISTENER => {
-                    if let Some(direct) = direct {
-                        self.accept(direct, poll, false);
+            match Source::of(event.token()) {
+                Source::TcpListener(i) => {
+                    if let Some((listener, shared_port)) = listeners.get(i) {
+                        self.accept(listener, poll, *shared_port);
                     }
                 }
-                WAKER => {}
-                FLASH_EVENT => self.flash_event(),
-                UDP_MAIN => self.udp_again[0] = true,
-                UDP_DIRECT => self.udp_again[1] = true,
-                Token(slot) => {
+                Source::Waker => {}
+                Source::Flash => self.flash_event(),
+                Source::Udp(i) => {
+                    if let Some(again) = self.udp_again.get_mut(i) {
+                        *again = true;
+                    }
+                }
+                Source::Connection(slot) => {
                     // A short read normally means the socket is drained, but data and the
                     // peer's close can arrive in one edge; then the read must go on to the end.
                     let hangup = event.is_read_closed() || event.is_error();
@@ -476,7 +502,7 @@ impl Worker {
         settings: &Settings,
         shared: Arc<Shared>,
         links: Links,
-        udp: [Option<mio::net::UdpSocket>; 2],
+        udp: Vec<Option<mio::net::UdpSocket>>,
     ) -> Result<Worker, ServeError> {
         let workers = settings.threads;
         let config = PartitionConfig {
@@ -551,10 +577,10 @@ impl Worker {
             again: Vec::new(),
             blocked: Vec::new(),
             auth_waits: Vec::new(),
-            receiver: udp[0].is_some().then(|| Box::new(crate::sys::udp::Receiver::new())),
+            receiver: (!udp.is_empty()).then(|| Box::new(crate::sys::udp::Receiver::new())),
+            senders: udp.iter().map(|_| Default::default()).collect(),
+            udp_again: vec![false; udp.len()],
             udp,
-            senders: Default::default(),
-            udp_again: [false; 2],
             watching: Vec::new(),
             listeners: Vec::new(),
             acceptor,
@@ -574,19 +600,17 @@ impl Worker {
 /// Registers a worker's listening and UDP sockets for readable events.
 fn register_sockets(
     poll: &Poll,
-    main: &mut Listener,
-    direct: Option<&mut Listener>,
-    udp: &mut [Option<mio::net::UdpSocket>; 2],
+    listeners: &mut [(Listener, bool)],
+    udp: &mut [Option<mio::net::UdpSocket>],
 ) -> Result<(), ServeError> {
     let registry = poll.registry();
     let fail = ServeError::system("register a socket for events");
-    registry.register(main, MAIN_LISTENER, Interest::READABLE).map_err(fail)?;
-    if let Some(direct) = direct {
-        registry.register(direct, DIRECT_LISTENER, Interest::READABLE).map_err(fail)?;
+    for (i, (listener, _)) in listeners.iter_mut().enumerate() {
+        registry.register(listener, Token(TCP_LISTENERS - i), Interest::READABLE).map_err(fail)?;
     }
-    for (socket, token) in udp.iter_mut().zip([UDP_MAIN, UDP_DIRECT]) {
+    for (i, socket) in udp.iter_mut().enumerate() {
         if let Some(socket) = socket.as_mut() {
-            registry.register(socket, token, Interest::READABLE).map_err(fail)?;
+            registry.register(socket, Token(UDP_SOCKETS - i), Interest::READABLE).map_err(fail)?;
         }
     }
     Ok(())

@@ -44,12 +44,35 @@ use budget::Budget;
 use connection::Connection;
 pub(crate) use event_loop::serve;
 
-const MAIN_LISTENER: Token = Token(usize::MAX);
-const DIRECT_LISTENER: Token = Token(usize::MAX - 1);
-const WAKER: Token = Token(usize::MAX - 2);
-const UDP_MAIN: Token = Token(usize::MAX - 3);
-const UDP_DIRECT: Token = Token(usize::MAX - 4);
-const FLASH_EVENT: Token = Token(usize::MAX - 5);
+const WAKER: Token = Token(usize::MAX);
+const FLASH_EVENT: Token = Token(usize::MAX - 1);
+/// A worker's TCP listening socket i has the token `TCP_LISTENERS - i`, its UDP socket i
+/// `UDP_SOCKETS - i` (at most two of each per address: the shared port and the direct port).
+const TCP_LISTENERS: usize = usize::MAX - 16;
+const UDP_SOCKETS: usize = TCP_LISTENERS - 2 * crate::config::MAX_ADDRESSES;
+
+/// What a token names: a connection's slot, or one of the worker's own sockets.
+enum Source {
+    Connection(usize),
+    TcpListener(usize),
+    Udp(usize),
+    Waker,
+    Flash,
+}
+
+impl Source {
+    fn of(token: Token) -> Source {
+        match token {
+            WAKER => Source::Waker,
+            FLASH_EVENT => Source::Flash,
+            Token(t) if t > UDP_SOCKETS - 2 * crate::config::MAX_ADDRESSES && t <= UDP_SOCKETS => {
+                Source::Udp(UDP_SOCKETS - t)
+            }
+            Token(t) if t > UDP_SOCKETS && t <= TCP_LISTENERS => Source::TcpListener(TCP_LISTENERS - t),
+            Token(slot) => Source::Connection(slot),
+        }
+    }
+}
 
 /// A `stats` request waiting for the other workers' figures.
 struct Gather {
@@ -63,10 +86,11 @@ struct Gather {
 struct Start {
     id: usize,
     poll: Poll,
-    main: Listener,
-    direct: Option<Listener>,
-    /// UDP on the shared port and on this worker's direct port.
-    udp: [Option<mio::net::UdpSocket>; 2],
+    /// TCP listening sockets, each with whether it is a shared port (its connections dealt by
+    /// `--spread`) rather than this worker's direct port.
+    listeners: Vec<(Listener, bool)>,
+    /// UDP on the shared port and on this worker's direct port, on every address.
+    udp: Vec<Option<mio::net::UdpSocket>>,
     links: Links,
     cpu: Option<usize>,
 }
@@ -152,12 +176,13 @@ struct Worker {
     blocked: Vec<usize>,
     /// Connections whose next authentication attempt waits (slot, generation, until when).
     auth_waits: Vec<(usize, u64, std::time::Instant)>,
-    /// UDP sockets (shared port, direct port), their batched receive buffers and reply queues.
-    udp: [Option<mio::net::UdpSocket>; 2],
+    /// UDP sockets (the shared port on each address, then the direct port on each), their
+    /// batched receive buffers and reply queues.
+    udp: Vec<Option<mio::net::UdpSocket>>,
     receiver: Option<Box<crate::sys::udp::Receiver>>,
-    senders: [crate::sys::udp::Sender; 2],
+    senders: Vec<crate::sys::udp::Sender>,
     /// UDP sockets that may hold more datagrams than the last batch took.
-    udp_again: [bool; 2],
+    udp_again: Vec<bool>,
     /// Slots of this worker's watching connections (served every loop turn).
     watching: Vec<usize>,
     /// This worker's listening sockets as `stats conns` shows them (descriptor, address, UDP).

@@ -111,12 +111,11 @@ pub(super) fn run_dump(connection: &mut Connection, slot: usize, core: &mut Core
 
 /// A worker's listening sockets as `stats conns` lists them: descriptor, address, UDP.
 pub(super) fn listener_addresses(
-    main: &Listener,
-    direct: Option<&Listener>,
-    udp: &[Option<mio::net::UdpSocket>; 2],
+    listeners: &[(Listener, bool)],
+    udp: &[Option<mio::net::UdpSocket>],
 ) -> Vec<(i32, Endpoint, bool)> {
     use std::os::fd::AsRawFd;
-    let tcp = std::iter::once(main).chain(direct).filter_map(|l| Some((l.as_raw_fd(), l.endpoint()?, false)));
+    let tcp = listeners.iter().filter_map(|(l, _)| Some((l.as_raw_fd(), l.endpoint()?, false)));
     let udp = udp.iter().flatten().filter_map(|s| Some((s.as_raw_fd(), Endpoint::Inet(s.local_addr().ok()?), true)));
     tcp.chain(udp).collect()
 }
