@@ -7,7 +7,11 @@ reads every key back with multi-gets, and prints the keys missing, `evictions`, 
 and for tierkv the index's overflow buckets. With --past, it then writes on until evictions
 begin and prints whether every key is read back or counted evicted.
 
+With --flash PATH SIZE, tierkv runs with a flash tier there and the figures that count items
+the flash tier dropped are printed beside the keys missing (tag twins among them).
+
 Usage: python3 scripts/key_loss.py BIN [--keys N ...] [-m MB] [-t T ...] [--no-memcached] [--past]
+           [--flash PATH SIZE]
 """
 import argparse
 import socket
@@ -39,7 +43,14 @@ def readable(port, first, count):
     return hits
 
 
-def run(name, command, keys, past):
+# Figures of the flash tier's drops (and the twin checks' reads, not a drop).
+# (flash_index_evictions are drops with the full index only: the cascade index demotes them.)
+FLASH_DROPS = ("flash_tag_twin_drops", "flash_tag_twin_unchecked", "flash_index_evictions", "flash_spill_dropped",
+               "flash_admission_rejects", "flash_spill_held", "flash_gc_drops", "flash_page_overflow_drops",
+               "flash_stream_drops", "flash_tag_twin_reads")
+
+
+def run(name, command, keys, past, flash=False):
     port = free_port()
     proc = launch(command + ["-p", str(port)], port)
     try:
@@ -50,6 +61,13 @@ def run(name, command, keys, past):
         if name == "tierkv":
             line += f", overflow buckets {stat_group(port, 'tierkv', 'index_overflow_buckets')}"
         print(line, flush=True)
+        if flash:
+            dropped = {n: int(stat(port, n)) for n in FLASH_DROPS}
+            print(f"{'':10} flash: " + ", ".join(f"{n} {v}" for n, v in dropped.items()), flush=True)
+            counted = sum(dropped.values()) - dropped["flash_tag_twin_reads"]
+            if int(stat(port, "flash_tier2_items")) > 0 or int(stat(port, "flash_demotions")) > 0:
+                counted -= dropped["flash_index_evictions"]
+            print(f"{'':10} missing - counted drops = {keys - hits - counted}", flush=True)
         if past:
             written = keys
             while int(stat(port, "evictions")) == 0:
@@ -89,11 +107,14 @@ def main():
     ap.add_argument("-t", nargs="+", default=["1", "2"])
     ap.add_argument("--no-memcached", action="store_true")
     ap.add_argument("--past", action="store_true")
+    ap.add_argument("--flash", nargs=2, metavar=("PATH", "SIZE"))
+    ap.add_argument("--flash-index", default="auto")
     args = ap.parse_args()
+    flash = ["--flash-path", args.flash[0], "--flash-size", args.flash[1], "--flash-index", args.flash_index] if args.flash else []
     for threads in args.t:
         for keys in args.keys:
             print(f"-m {args.m} -t {threads}:", flush=True)
-            run("tierkv", [args.bin, "-m", args.m, "-t", threads], keys, args.past)
+            run("tierkv", [args.bin, "-m", args.m, "-t", threads] + flash, keys, args.past, bool(flash))
             if not args.no_memcached:
                 run("memcached", ["memcached", "-U", "0", "-u", "nobody", "-m", args.m, "-t", threads], keys, args.past)
 

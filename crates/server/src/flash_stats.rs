@@ -105,22 +105,20 @@ pub(crate) const NAMES: [&str; FIGURES] = [
     "flash_read_timeouts",
     // Clean starts whose index snapshot was damaged: the segments were recovered instead.
     "flash_snapshot_fallbacks",
+    // Another key's item removed with a key's tag (a tag twin: lost), removals that could not
+    // be checked, and the reads the checks took.
+    "flash_tag_twin_drops",
+    "flash_tag_twin_unchecked",
+    "flash_tag_twin_reads",
 ];
-pub(crate) const FIGURES: usize = 83;
+pub(crate) const FIGURES: usize = 86;
 
 /// This worker's figures (zeros without a flash tier).
 pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
     let Some(r) = partition.flash_ref().and_then(|tier| tier.flash_report()) else { return [0; FIGURES] };
     let (s, t, m) = (&r.store, &r.tier, &r.memory);
     let x = r.sets.unwrap_or_default();
-    // The full index answers every hit from tier 1, with one read each (none from a buffer).
-    let c = r.cascade.unwrap_or(tierkv_engine::flash::CascadeStats {
-        hits_t1: s.hits_flash + s.hits_buffer,
-        reads_t1: s.hits_flash,
-        misses: s.miss_index + s.miss_tag + s.miss_expired + s.miss_corrupt + s.miss_superseded,
-        reads_miss: s.reads.saturating_sub(s.hits_flash),
-        ..Default::default()
-    });
+    let c = r.cascade.unwrap_or_else(|| full_index_tiers(s));
     [
         t.reads_started,
         s.miss_superseded,
@@ -205,7 +203,22 @@ pub(crate) fn figures(partition: &Partition) -> [u64; FIGURES] {
         s.rejected_degraded,
         s.read_timeouts,
         s.snapshot_fallbacks,
+        s.twin_drops,
+        s.twin_unchecked,
+        s.twin_reads,
     ]
+}
+
+/// The full index's figures by tier: it answers every hit from tier 1, with one read each
+/// (none from a buffer).
+fn full_index_tiers(s: &tierkv_engine::flash::FlashStats) -> tierkv_engine::flash::CascadeStats {
+    tierkv_engine::flash::CascadeStats {
+        hits_t1: s.hits_flash + s.hits_buffer,
+        reads_t1: s.hits_flash,
+        misses: s.miss_index + s.miss_tag + s.miss_expired + s.miss_corrupt + s.miss_superseded,
+        reads_miss: s.reads.saturating_sub(s.hits_flash),
+        ..Default::default()
+    }
 }
 
 /// Items on flash and not in DRAM too (for `curr_items`, which counts each key once).

@@ -589,3 +589,15 @@ fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
     let reply = exchange_to_sentinel(store.1, b"cache_memlimit 32\r\ncache_memlimit 64\r\n");
     assert!(reply.starts_with(b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\nOK\r\n"));
 }
+
+#[test]
+fn a_flag_given_twice_takes_its_last_value_as_in_memcached() {
+    let extra = ["-m", "32", "-m", "128", "-c", "100", "-c", "300", "-I", "512k", "-I", "2m", "-v", "-v"];
+    let reference = memcached_with(&extra);
+    let server = tierkv_with(&extra);
+    let (theirs, ours) = (stats_map(reference.1, "settings"), stats_map(server.1, "settings"));
+    for name in ["maxbytes", "maxconns", "item_size_max", "verbosity"] {
+        assert_eq!(ours[name], theirs[name], "{name}");
+    }
+    assert_eq!(ours["maxbytes"], (128u64 << 20).to_string());
+}

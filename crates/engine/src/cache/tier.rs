@@ -233,6 +233,8 @@ impl Partition {
             return header.total_len() as u64;
         }
         if tier.store.may_contain(hash) {
+            // The tag said so: whether it was this key's item is checked (and a twin counted).
+            tier.store.check_clean(hash);
             tier.stats.spill_clean += 1;
             tier.stats.in_both = tier.stats.in_both.saturating_sub(1);
         } else if tier.store.pending(hash) {

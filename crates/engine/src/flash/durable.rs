@@ -163,6 +163,7 @@ impl FlashStore {
             if written {
                 let old = self.index.remove(hash);
                 let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+                self.check_twin(hash, old);
                 self.forget(old);
                 self.bury(self.fingerprint(hash), ground);
                 self.stats.deletes += u64::from(found);

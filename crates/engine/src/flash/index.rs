@@ -1,6 +1,7 @@
 //! The flash tier's DRAM index (Toshiba's bucketized hashing with 2-byte tags): 8 bytes per
 //! item, eight to a 64-byte bucket. A key may live in either of two buckets (the second derived
-//! from the first and the tag, as in partial-key cuckoo hashing) and goes to the emptier one, so
+//! from the first and the tag, as in partial-key cuckoo hashing, and the same pair seen from
+//! either end: `partner`) and goes to the emptier one, so
 //! the table fills to ~90% before buckets overflow instead of ~60% with one choice. A lookup
 //! touches two cache lines and a miss costs no flash read unless one of the 16 entries has the
 //! same tag (16 in 65536 at worst).
@@ -196,9 +197,8 @@ impl FlashIndex {
             }
             c.len = self.span;
         } else if n > 1 && !self.clock {
-            let step = (u64::from(hash.tag()).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
-            c.at[1] = (first + step) % n;
-            c.len = 2;
+            c.at[1] = partner(first, hash.tag(), n);
+            c.len = if c.at[1] == first { 1 } else { 2 };
         }
         c
     }
@@ -253,12 +253,7 @@ impl FlashIndex {
     /// bucket `b` may belong to: `b` is its key's first bucket or its second.
     pub(super) fn groups_of(&self, b: usize, tag: u16) -> [u64; 2] {
         let n = self.buckets() as usize;
-        let first_if_second = if n == 1 || self.clock || self.one_choice {
-            b
-        } else {
-            let step = (u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % (n - 1) + 1;
-            (b + n - step) % n
-        };
+        let first_if_second = if n == 1 || self.clock || self.one_choice { b } else { partner(b, tag, n) };
         [(b as u64) << 16 | u64::from(tag), (first_if_second as u64) << 16 | u64::from(tag)]
     }
 
@@ -404,6 +399,17 @@ impl FlashIndex {
     }
 }
 
+/// The other bucket of a key whose first bucket is `b` (the full index, `n` buckets): `s - b`
+/// modulo `n` for a shift `s` drawn from the tag. It is its own inverse, so the pair of buckets
+/// is the same from either end: two keys with one tag have the same pair or pairs that do not
+/// meet, and a tag match in a key's buckets is its own entry or a twin's (same tag, same pair),
+/// never that of a key whose pair merely overlaps (with the former `b + step`, a neighbour's
+/// entry in the shared bucket hid the key's own entry in its other bucket).
+fn partner(b: usize, tag: u16, n: usize) -> usize {
+    let shift = (u64::from(tag).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n;
+    (shift + n - b) % n
+}
+
 /// One CLOCK insert into a full-width bucket's ways (see `FlashIndex::clock_insert`).
 fn clock_step(ways: &mut [u64; WAYS], entry: Entry) -> Option<Entry> {
     if let Some(w) = ways.iter().position(|&e| e == 0) {
@@ -430,6 +436,52 @@ mod tests {
 
     fn hash(bucket_bits: u64, tag: u16) -> KeyHash {
         KeyHash(bucket_bits << 16 | u64::from(tag))
+    }
+
+    /// A hash whose first bucket of `n` is `b`.
+    fn in_bucket(b: usize, tag: u16, n: usize) -> KeyHash {
+        hash(((b as u64) << 32).div_ceil(n as u64), tag)
+    }
+
+    #[test]
+    fn pairs_are_the_same_from_either_end() {
+        for n in [2, 3, 1000, 1 << 12] {
+            for tag in (1..=u16::MAX).step_by(97) {
+                for b in 0..n {
+                    assert_eq!(partner(partner(b, tag, n), tag, n), b, "n {n} tag {tag} bucket {b}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_of_other_pairs_with_the_same_tag_never_hide_or_replace_a_key() {
+        let n = 1000;
+        let mut index = FlashIndex::new(n as u32);
+        let first = 17;
+        // The key's first bucket is full, so it goes to its second.
+        for t in 100..108u16 {
+            index.insert(in_bucket(first, t, n), Entry::new(t, u32::from(t), 0, 0, 1), |_| true, |_| 0);
+        }
+        let key = in_bucket(first, 7, n);
+        assert_eq!(index.bucket_of(key), first);
+        let entry = Entry::new(7, 1, 0, 0, 1);
+        assert_eq!(index.insert(key, entry, |_| true, |_| 0), Displaced::default());
+        // A key with the same tag in every other bucket: none may take or shadow the key's entry
+        // (with a second bucket of first + step, the key whose first bucket was the key's second
+        // replaced it).
+        // (One key per pair: keys whose first buckets are each other's second are twins.)
+        let second = partner(first, 7, n);
+        let others = move || (0..n).filter(move |&b| b != first && b != second && b <= partner(b, 7, n));
+        for b in others() {
+            let other = Entry::new(7, 2 + b as u32, 0, 0, 1);
+            let d = index.insert(in_bucket(b, 7, n), other, |_| true, |_| 0);
+            assert_eq!(d.replaced, None, "first bucket {b}: {d:?}");
+            assert_eq!(index.find(key), Some(entry), "after first bucket {b}");
+        }
+        for b in others() {
+            assert_eq!(index.find(in_bucket(b, 7, n)).map(|e| e.slot()), Some(2 + b as u32));
+        }
     }
 
     #[test]

@@ -79,7 +79,9 @@ pub(super) const FORMAT_VERSION: u32 = 3;
 pub(super) const FILE_MAGIC: u64 = u64::from_le_bytes(*b"TKVFLASH");
 pub(super) const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"TKVSUPER");
 pub(super) const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSEGMT");
-pub(super) const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAPS");
+// "TKVSNAP2" since the full index's second bucket is `index::partner`: a snapshot of the
+// buckets as placed before is not loaded (its partition is recovered from its segments).
+pub(super) const SNAPSHOT_MAGIC: u64 = u64::from_le_bytes(*b"TKVSNAP2");
 pub(super) const ITEM_MAGIC: u16 = 0x5EA1;
 pub(super) const MARK_MAGIC: u16 = 0x5EA2;
 

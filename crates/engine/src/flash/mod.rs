@@ -40,6 +40,7 @@ mod setup;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod twins;
 
 use crate::hash::KeyHash;
 use crate::time::is_expired;
@@ -191,6 +192,7 @@ const TOKEN_SUPER: u64 = 8 << 56;
 const TOKEN_SYNC: u64 = 9 << 56;
 const TOKEN_SET_READ: u64 = 10 << 56;
 const TOKEN_MOVE: u64 = 11 << 56;
+const TOKEN_TWIN: u64 = 12 << 56;
 const TOKEN_KIND: u64 = 0xFF << 56;
 
 /// One partition's flash store.
@@ -248,6 +250,8 @@ pub struct FlashStore {
     device_stuck: bool,
     /// When a close (that started) stops waiting for the device.
     close_by: Option<std::time::Instant>,
+    /// Removed entries read back to count tag twins (`twins.rs`).
+    twins: twins::Twins,
 }
 
 impl FlashStore {
@@ -370,6 +374,7 @@ impl FlashStore {
         }
         let removed = self.index.remove_at(hash);
         let old = removed.map(|(_, e)| e);
+        self.check_twin(hash, old);
         self.dropped_entry(hash, removed);
         // (A copy below tier 1 was dropped by the owner's invalidation, see `durable`.)
         let had_copy = old.is_some_and(|e| Self::valid(&self.slots, e));
@@ -418,6 +423,7 @@ impl FlashStore {
     pub fn delete(&mut self, hash: KeyHash) -> bool {
         let old = self.index.remove(hash);
         let found = old.is_some_and(|e| Self::valid(&self.slots, e));
+        self.check_twin(hash, old);
         if found {
             // Durable with the next commit (an owner that must wait uses `invalidate` first).
             self.drop_group(self.group(hash));
@@ -685,6 +691,9 @@ impl FlashStore {
         }
         self.completions = completions;
         self.tick(now);
+        if self.twin_checks() > 0 {
+            self.start_twin_checks();
+        }
         self.io.flush();
         self.abandon_late_reads(now, out);
     }
@@ -761,6 +770,7 @@ impl FlashStore {
             }
             TOKEN_SET_READ => self.set_read_done(number, c, now, out),
             TOKEN_MOVE => self.move_done(number as u64, c, now),
+            TOKEN_TWIN => self.twin_read_done(number, c),
             _ => {}
         }
     }

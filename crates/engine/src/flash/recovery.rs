@@ -239,6 +239,7 @@ impl FlashStore {
             watermark_retry: Default::default(),
             device_stuck: false,
             close_by: None,
+            twins: Default::default(),
             io,
             cfg,
             layout,

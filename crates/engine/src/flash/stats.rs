@@ -33,6 +33,13 @@ pub struct FlashStats {
     pub miss_index: u64,
     /// Another key with the same tag: one wasted read.
     pub miss_tag: u64,
+    /// Live items of other keys removed with a key's tag (tag twins, `twins.rs`): lost items.
+    pub twin_drops: u64,
+    /// Removed live entries whose key could not be checked (too many waiting, segment gone,
+    /// read failed).
+    pub twin_unchecked: u64,
+    /// Reads of removed entries' records for those checks (not in `reads`).
+    pub twin_reads: u64,
     /// Bad magic, length or checksum.
     pub miss_corrupt: u64,
     /// Reads the device failed (a miss).
