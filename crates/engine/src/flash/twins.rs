@@ -207,4 +207,21 @@ mod tests {
         let s = checked(&mut h);
         assert_eq!((s.twin_drops, s.twin_unchecked), (2, 0), "{s:?}");
     }
+
+    #[test]
+    fn a_key_left_unwritten_as_clean_is_counted_when_flash_held_its_twin() {
+        let mut h = Harness::new(12, Faults::default());
+        let (a, b) = twins(&mut h);
+        h.insert(b, 100, None);
+        checked(&mut h);
+        // Flash holds b; a leaves DRAM believed clean (its tag matches): a is lost, counted.
+        assert!(h.store().may_contain(KeyHash::of(&key(a))));
+        h.store().check_clean(KeyHash::of(&key(a)));
+        let s = checked(&mut h);
+        assert_eq!((s.twin_drops, s.twin_unchecked), (1, 0), "{s:?}");
+        // b leaving DRAM as clean is: no count.
+        h.store().check_clean(KeyHash::of(&key(b)));
+        let s = checked(&mut h);
+        assert_eq!((s.twin_drops, s.twin_unchecked), (1, 0), "{s:?}");
+    }
 }
