@@ -592,7 +592,9 @@ fn cache_memlimit_grows_and_shrinks_the_log_within_memory_max() {
 
 #[test]
 fn a_flag_given_twice_takes_its_last_value_as_in_memcached() {
+    // memcached's tuning options from existing command lines start both servers.
     let extra = ["-m", "32", "-m", "128", "-c", "100", "-c", "300", "-I", "512k", "-I", "2m", "-v", "-v"];
+    let extra = [&extra[..], &["-o", "modern,slab_reassign,slab_automove=1", "-o", "hashpower=20"]].concat();
     let reference = memcached_with(&extra);
     let server = tierkv_with(&extra);
     let (theirs, ours) = (stats_map(reference.1, "settings"), stats_map(server.1, "settings"));

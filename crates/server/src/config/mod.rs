@@ -7,6 +7,7 @@
 //! names its flag.
 
 mod cpus;
+mod extended;
 mod file;
 mod flash;
 mod listen;
@@ -26,6 +27,7 @@ use clap::Parser;
 use std::fmt;
 use std::path::PathBuf;
 
+use extended::{extended_options, Extended};
 pub(crate) use file::load;
 
 /// tierkv: a memcached-compatible cache server.
@@ -289,52 +291,6 @@ pub(crate) struct Config {
     pub config: Option<PathBuf>,
 }
 
-/// memcached's `-o` options tierkv knows, each standing for one of its flags.
-#[derive(Default)]
-struct Extended {
-    idle_timeout: Option<u32>,
-    ssl_chain_cert: Option<PathBuf>,
-    ssl_key: Option<PathBuf>,
-    ssl_ca_cert: Option<PathBuf>,
-    ssl_verify_mode: Option<String>,
-    /// `ext_path=PATH:SIZE`.
-    ext_path: Option<(PathBuf, String)>,
-    /// memcached's other extstore options given (accepted, without effect).
-    ext_noted: Vec<String>,
-}
-
-/// Reads the `-o` lists (several `-o`, each a comma-separated list).
-fn extended_options(options: &[String]) -> Result<Extended, ConfigError> {
-    let mut extended = Extended::default();
-    for option in options.iter().flat_map(|options| options.split(',')).filter(|option| !option.is_empty()) {
-        match option.split_once('=') {
-            Some(("idle_timeout", seconds)) => {
-                let seconds = seconds.parse().map_err(|_| {
-                    ConfigError::flag("-o idle_timeout", format!("{seconds:?} must be a number of seconds"))
-                })?;
-                extended.idle_timeout = Some(seconds);
-            }
-            Some(("ssl_chain_cert", path)) => extended.ssl_chain_cert = Some(path.into()),
-            Some(("ssl_key", path)) => extended.ssl_key = Some(path.into()),
-            Some(("ssl_ca_cert", path)) => extended.ssl_ca_cert = Some(path.into()),
-            Some(("ssl_verify_mode", mode)) => extended.ssl_verify_mode = Some(mode.to_string()),
-            Some(("ext_path", spec)) => {
-                let (path, size) = spec.rsplit_once(':').filter(|(path, _)| !path.is_empty()).ok_or_else(|| {
-                    ConfigError::flag("-o ext_path", format!("{spec:?} must be PATH:SIZE, like /var/tierkv.flash:8g"))
-                })?;
-                extended.ext_path = Some((path.into(), size.to_string()));
-            }
-            Some((name, _)) if flash::EXTSTORE_NOTED.contains(&name) => extended.ext_noted.push(option.to_string()),
-            _ => {
-                let message = "unknown option (tierkv knows idle_timeout, ssl_chain_cert, ssl_key, ssl_ca_cert, \
-                               ssl_verify_mode, ext_path and memcached's other ext_ options)";
-                return Err(ConfigError::flag(format!("-o {option:?}"), message));
-            }
-        }
-    }
-    Ok(extended)
-}
-
 /// memcached's flags tierkv does not take, each with why (short, long, reason).
 const MEMCACHED_ONLY: [(char, &str, &str); 10] = [
     ('r', "enable-coredumps", "core dumps follow the system's settings (ulimit -c, systemd's LimitCORE)"),
@@ -446,12 +402,7 @@ impl Config {
         let idle_timeout = extended.idle_timeout.or(self.idle_timeout).unwrap_or(0);
         let flash = self.flash(&extended, threads)?;
         let mut notes = self.notes();
-        notes.extend(
-            extended
-                .ext_noted
-                .iter()
-                .map(|option| format!("-o {option}: ignored; tierkv's flash tier sizes its own buffers, depth and GC")),
-        );
+        notes.extend(extended.notes());
         let tls = self.tls(extended)?;
         self.check_direct_ports(threads, &addresses)?;
         let unix_socket = self.unix_socket()?;

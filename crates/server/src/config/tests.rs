@@ -51,7 +51,8 @@ fn bad_flags_are_named() {
     named(&["-m", "64", "--memory-max", "32"], "--memory-max");
     named(&["--conn-memory", "0"], "--conn-memory");
     named(&["-o", "idle_timeout=x"], "-o idle_timeout");
-    named(&["-o", "hashpower=20"], "-o \"hashpower=20\"");
+    named(&["-o", "proxy_config=x.lua"], "-o \"proxy_config=x.lua\"");
+    named(&["-o", "bogus"], "-o \"bogus\"");
     named(&["-c", "0"], "-c/--conn-limit");
     named(&["-t", "0"], "-t/--threads");
     named(&["-t", "100000"], "-t/--threads");
@@ -91,6 +92,16 @@ fn bad_flags_are_named() {
     assert_eq!(mode(&[]), tierkv_engine::Mode::Cache);
     assert_eq!(mode(&["--mode", "store"]), tierkv_engine::Mode::Store);
     assert_eq!(mode(&["-M"]), tierkv_engine::Mode::Store);
+}
+
+#[test]
+fn memcached_tuning_options_are_accepted_and_explained() {
+    let settings = settings_of(&["-o", "modern", "-o", "slab_reassign,slab_automove=1,hashpower=20,idle_timeout=5"]);
+    let settings = settings.unwrap();
+    assert_eq!(settings.idle_timeout, 5);
+    assert_eq!(settings.notes.len(), 4, "{:?}", settings.notes);
+    assert!(settings.notes.iter().all(|note| note.contains("ignored")), "{:?}", settings.notes);
+    assert!(settings.notes[2].starts_with("-o slab_automove=1"), "{:?}", settings.notes);
 }
 
 #[test]
