@@ -129,6 +129,8 @@ pub(crate) fn exchange_and_close(port: u16, request: &[u8], quiet: Duration) -> 
             Ok(0) => return (reply, true),
             Ok(n) => reply.extend_from_slice(&buffer[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (reply, true),
+            // A stop and continue of this process (a loaded CI machine) ends a timed read early.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return (reply, false),
         }
     }
@@ -155,10 +157,14 @@ fn exchange_until(
     stream.set_read_timeout(Some(quiet)).unwrap();
     let mut reply = Vec::new();
     let mut buffer = [0u8; 65536];
-    while let Ok(n) = stream.read(&mut buffer) {
-        if n == 0 {
-            break;
-        }
+    loop {
+        let n = match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            // A stop and continue of this process (a loaded CI machine) ends a timed read early.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
         reply.extend_from_slice(&buffer[..n]);
         if done(&reply) {
             break;
