@@ -65,11 +65,6 @@ pub(crate) struct Config {
     /// workers, 0 with one; at most 64].
     #[arg(long = "idle-yields", value_name = "N")]
     pub idle_yields: Option<usize>,
-    /// The scheduler slice the workers ask for, in microseconds (Linux 6.12 and later; 100 to
-    /// 100000, or 0 for the kernel's own): a short slice lets a worker woken by a request run
-    /// before a busy neighbour's slice ends, at the same share of the CPU [default: 0].
-    #[arg(long = "worker-slice-us", value_name = "US")]
-    pub worker_slice_us: Option<u64>,
     /// Pins worker i to the i-th CPU the process may run on. Pays on a machine that runs
     /// nothing else; beside other busy processes a pinned worker cannot move to a CPU that is
     /// free and waits for its own [default: off: the scheduler places the workers, as
@@ -438,11 +433,6 @@ impl Config {
                 Some(other) => {
                     return Err(ConfigError::flag("--concurrency", format!("{other:?} must be erew, crew or crcw")))
                 }
-            },
-            worker_slice_ns: match self.worker_slice_us.unwrap_or(0) {
-                0 => 0,
-                us @ 100..=100_000 => us * 1000,
-                _ => return Err(ConfigError::flag("--worker-slice-us", "must be 0, or 100 to 100000")),
             },
             idle_yields: match self.idle_yields {
                 // One worker leaves the other CPUs to the clients, and its yields only cost.

@@ -43,8 +43,6 @@ pub(crate) struct Settings {
     pub concurrency: Concurrency,
     /// `--idle-yields`: yields of an idle worker before it blocks in its poll.
     pub idle_yields: usize,
-    /// `--worker-slice-us`, in nanoseconds (0: the kernel's slice).
-    pub worker_slice_ns: u64,
     /// `--pin-workers`: each worker pinned to one CPU.
     pub pin_workers: bool,
     /// `--spread`: how connections on the shared port are dealt to the workers.

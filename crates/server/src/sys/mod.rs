@@ -37,40 +37,6 @@ pub(crate) fn pin_to_cpu(cpu: usize) -> bool {
     }
 }
 
-/// `struct sched_attr` as sched_setattr(2) reads it (the first, 48-byte version).
-#[repr(C)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    runtime: u64,
-    deadline: u64,
-    period: u64,
-}
-
-/// Asks the kernel to run the calling thread (normal policy, nice 0) with an EEVDF slice of
-/// `ns` nanoseconds (Linux 6.12 and later; the kernel clamps it to 0.1-100 ms). A short slice
-/// gives the thread an early deadline when it wakes, so it preempts a CPU-bound neighbour
-/// instead of waiting out the neighbour's slice; its share of the CPU stays the same. False if
-/// the kernel refuses.
-pub(crate) fn set_scheduler_slice(ns: u64) -> bool {
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
-        nice: 0,
-        priority: 0,
-        runtime: ns,
-        deadline: 0,
-        period: 0,
-    };
-    // SAFETY: sched_setattr reads one sched_attr of `attr.size` bytes for the calling thread
-    // (pid 0); `attr` is that struct, alive for the call.
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) == 0 }
-}
-
 /// The open-files limit: (soft, hard).
 pub(crate) fn open_files_limit() -> io::Result<(u64, u64)> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -311,7 +311,9 @@ fn work_after_yield(
 pub(super) fn run_worker(start: Start, settings: &Settings, shared: Arc<Shared>) -> Result<(), ServeError> {
     let Start { id, mut poll, mut listeners, mut udp, links, cpu } = start;
     register_sockets(&poll, &mut listeners, &mut udp)?;
-    place_worker(settings, id, cpu);
+    if let Some(cpu) = cpu {
+        pin_to_cpu(cpu, settings.verbose > 0, id);
+    }
     let mut worker = Worker::new(id, settings, shared, links, udp)?;
     worker.watch_flash(&poll)?;
     worker.listeners = listener_addresses(&listeners, &worker.udp);
@@ -612,17 +614,6 @@ fn register_sockets(
         }
     }
     Ok(())
-}
-
-/// What the scheduler is asked for the calling worker thread: its CPU (`--pin-workers`) and its
-/// slice (`--worker-slice-us`).
-fn place_worker(settings: &Settings, id: usize, cpu: Option<usize>) {
-    if let Some(cpu) = cpu {
-        pin_to_cpu(cpu, settings.verbose > 0, id);
-    }
-    if settings.worker_slice_ns > 0 && !crate::sys::set_scheduler_slice(settings.worker_slice_ns) && id == 0 {
-        eprintln!("tierkv: --worker-slice-us: the kernel refused the slice (Linux 6.12 or later takes one)");
-    }
 }
 
 /// Pins the calling thread (a worker) to `cpu`, so it never migrates and no two workers share
