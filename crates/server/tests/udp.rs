@@ -27,16 +27,28 @@ fn with_udp(program: &str, extra: &[&str]) -> Server {
 /// Sends one datagram (frame header from the fields given, then `body`) and collects every
 /// datagram that answers it within 300 ms.
 fn exchange(socket: &UdpSocket, port: u16, header: [u16; 4], body: &[u8]) -> Vec<Vec<u8>> {
+    exchange_expecting(socket, port, header, body, 0)
+}
+
+/// `exchange`, waiting up to 5 s for the first `expected` datagrams (a loaded machine may hold
+/// a worker off its CPU for longer than the 300 ms of silence that ends the wait after them).
+fn exchange_expecting(socket: &UdpSocket, port: u16, header: [u16; 4], body: &[u8], expected: usize) -> Vec<Vec<u8>> {
     let mut datagram: Vec<u8> = header.iter().flat_map(|field| field.to_be_bytes()).collect();
     datagram.extend_from_slice(body);
     socket.send_to(&datagram, ("127.0.0.1", port)).unwrap();
-    socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let started = std::time::Instant::now();
     let mut replies = Vec::new();
     let mut buffer = vec![0u8; 65_536];
-    while let Ok((n, _)) = socket.recv_from(&mut buffer) {
-        replies.push(buffer[..n].to_vec());
+    loop {
+        let patience = Duration::from_secs(5).saturating_sub(started.elapsed());
+        let quiet = if replies.len() < expected { patience } else { Duration::from_millis(300) };
+        socket.set_read_timeout(Some(quiet.max(Duration::from_millis(1)))).unwrap();
+        match socket.recv_from(&mut buffer) {
+            Ok((n, _)) => replies.push(buffer[..n].to_vec()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return replies,
+        }
     }
-    replies
 }
 
 fn client() -> UdpSocket {
@@ -73,8 +85,11 @@ fn the_memcache_crate_works_over_udp() {
 
 #[test]
 fn datagrams_are_framed_as_memcached_frames_them() {
-    // memcached has no amplification bound: compare with tierkv's lifted.
-    let ours = with_udp(TIERKV, &["-t", "2", "--udp-amplification", "100000"]);
+    // memcached has no amplification bound: compare with tierkv's lifted. One worker: with two,
+    // a multi-get whose keys the concurrent reader leaves to the other worker (a loaded
+    // machine) keeps one remote read in flight and drops the rest of the datagram (README,
+    // `MAX_UDP_REMOTE_READS`), which this byte comparison would see 1 run in 6.
+    let ours = with_udp(TIERKV, &["-t", "1", "--udp-amplification", "100000"]);
     let theirs = with_udp("memcached", &["-t", "1"]);
     let value = "x".repeat(5000);
     let set = format!("set big 7 0 {}\r\n{value}\r\n", value.len());
@@ -99,8 +114,8 @@ fn datagrams_are_framed_as_memcached_frames_them() {
     ];
     let (mine, reference) = (client(), client());
     for (header, body) in cases {
-        let mut got = exchange(&mine, ours.1, header, &body);
         let mut want = exchange(&reference, theirs.1, header, &body);
+        let mut got = exchange_expecting(&mine, ours.1, header, &body, want.len());
         // Binary replies carry CAS values, which differ between servers by design.
         if body[0] == 0x80 {
             for datagram in got.iter_mut().chain(want.iter_mut()).filter(|d| d.len() >= 32) {
